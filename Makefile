@@ -1,0 +1,37 @@
+# treadle — the two README commands are `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: install demo test test-fast services lint typecheck bench test-chaos clean
+
+$(BIN)/.installed: pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/pip install -q --disable-pip-version-check --upgrade pip
+	@$(BIN)/pip install -q --disable-pip-version-check -e ".[dev]"
+	@touch $@
+
+install: $(BIN)/.installed
+
+demo: install  ## a demo run end to end in embedded mode, transcript printed
+	@mkdir -p .treadle && rm -f .treadle/demo.db*
+	@TREADLE_DATABASE_URL=sqlite:///.treadle/demo.db $(BIN)/treadle demo
+
+services:  ## PostgreSQL and Redis reachable (started when installed and down)
+	@bash .ci/services.sh || [ -z "$$CI" ]
+
+test: install services  ## the whole suite
+	@$(BIN)/pytest -q -p no:cacheprovider
+
+test-fast: install  ## without the real-service and end-to-end tests
+	@$(BIN)/pytest -q tests/unit tests/llm tests/tools tests/engine tests/api
+
+lint: install
+	@$(BIN)/ruff check shared worker scheduler tests bench
+	@$(BIN)/mypy
+
+typecheck: install
+	@$(BIN)/mypy
+
+clean:
+	rm -rf .treadle .pytest_cache .mypy_cache .ruff_cache

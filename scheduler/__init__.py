@@ -1,0 +1,1 @@
+"""The HTTP face of treadle: FastAPI app, SSE, reaper loop, web console, CLI."""

@@ -1,0 +1,57 @@
+"""Errors as ``{"error": {"code", "message", "details"?}}`` (DESIGN §7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from shared.errors import ConfigError, Conflict, NotFound, SpecError, TreadleError
+
+__all__ = ["error_body", "install_error_handlers"]
+
+_STATUS = {NotFound: 404, Conflict: 409, SpecError: 422, ConfigError: 422}
+
+
+def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
+    err: dict[str, Any] = {"code": code, "message": message}
+    if details is not None:
+        err["details"] = details
+    return {"error": err}
+
+
+def _field_errors(errors: list[Any]) -> list[dict[str, Any]]:
+    return [
+        {"path": ".".join(str(p) for p in e.get("loc", ())), "message": e.get("msg", ""),
+         "type": e.get("type", "")}
+        for e in errors
+    ]
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(TreadleError)
+    async def _treadle(_: Request, exc: TreadleError) -> JSONResponse:
+        status = next((s for t, s in _STATUS.items() if isinstance(exc, t)), 400)
+        return JSONResponse(error_body(exc.code, str(exc)), status_code=status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        details = _field_errors(list(exc.errors()))
+        first = details[0] if details else {"path": "", "message": "invalid request"}
+        msg = f"{first['path']}: {first['message']}" if first["path"] else first["message"]
+        return JSONResponse(error_body("invalid_request", msg, details), status_code=422)
+
+    @app.exception_handler(ValidationError)
+    async def _pydantic(_: Request, exc: ValidationError) -> JSONResponse:
+        details = _field_errors(list(exc.errors()))
+        return JSONResponse(error_body("invalid_request", "invalid request", details), status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(exc.status_code, "http_error")
+        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))

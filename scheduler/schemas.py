@@ -1,0 +1,137 @@
+"""Request and response bodies of the HTTP API (DESIGN §7)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.engine import RowMapping
+
+from shared.agent.spec import AgentSpec, WebhookSpec
+
+__all__ = [
+    "AnswerBody",
+    "ApprovalBody",
+    "MessageView",
+    "Quote",
+    "RunCreate",
+    "RunList",
+    "RunView",
+    "iso",
+    "message_view",
+    "run_view",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class InputMessage(_Strict):
+    role: Literal["system", "user", "assistant"]
+    content: str | list[dict[str, Any]]
+
+
+class Quote(_Strict):
+    q: str
+    a: str | None = None
+    source: str | None = None
+
+
+class RunCreate(_Strict):
+    agent: AgentSpec | str = Field(description="An agent spec, or the name of a registered agent")
+    input: str | list[InputMessage] = Field(description="The question, or a list of messages")
+    thread_id: str | None = None
+    attachments: list[str] = Field(default_factory=list, max_length=20)
+    quotes: list[Quote] = Field(default_factory=list, max_length=200)
+    metadata: dict[str, Any] | None = None
+    webhook: WebhookSpec | None = None
+
+
+class AnswerBody(_Strict):
+    ask_id: str = Field(min_length=1, max_length=200)
+    answers: list[str] = Field(max_length=3)
+
+
+class ApprovalBody(_Strict):
+    approval_id: str = Field(min_length=1, max_length=200)
+    approve: list[str] | Literal["all"]
+    reject: list[str] | None = None
+    note: str | None = Field(default=None, max_length=4000)
+
+
+class UsageView(BaseModel):
+    input_tokens: int
+    output_tokens: int
+    cost: float
+
+
+class RunView(BaseModel):
+    id: str
+    status: str
+    kind: str
+    stop_reason: str | None
+    round: int
+    plan: dict[str, Any] | None
+    pending: dict[str, Any] | None
+    usage: UsageView
+    result: dict[str, Any] | None
+    error: dict[str, Any] | None
+    agent: dict[str, Any]
+    thread_id: str | None
+    parent_run_id: str | None = None
+    metadata: dict[str, Any] | None
+    created_at: str
+    updated_at: str
+
+
+class RunList(BaseModel):
+    runs: list[RunView]
+    next_cursor: str | None
+
+
+class ToolCallView(BaseModel):
+    id: str
+    name: str
+    arguments: str
+
+
+class MessageView(BaseModel):
+    seq: int
+    round: int
+    role: str
+    content: str | list[dict[str, Any]] | None
+    reasoning: str | None
+    tool_calls: list[ToolCallView]
+    tool_call_id: str | None
+    name: str | None
+    hidden: bool
+    kind: str | None = None
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat().replace("+00:00", "Z")
+
+
+def run_view(row: RowMapping) -> RunView:
+    pending = row["pending"]
+    if pending is not None and row["status"] != "waiting":
+        pending = None
+    return RunView(
+        id=row["id"], status=row["status"], kind=row["kind"], stop_reason=row["stop_reason"],
+        round=row["round"], plan=row["plan"], pending=pending,
+        usage=UsageView(input_tokens=row["input_tokens"], output_tokens=row["output_tokens"],
+                        cost=round(row["cost"], 8)),
+        result=row["result"], error=row["error"], agent=row["agent"], thread_id=row["thread_id"],
+        parent_run_id=row["parent_run_id"], metadata=row["meta"],
+        created_at=iso(row["created_at"]), updated_at=iso(row["updated_at"]),
+    )
+
+
+def message_view(row: RowMapping) -> MessageView:
+    return MessageView(
+        seq=row["seq"], round=row["round"], role=row["role"], content=row["content"],
+        reasoning=row["reasoning"], tool_calls=[ToolCallView(**c) for c in row["tool_calls"] or []],
+        tool_call_id=row["tool_call_id"], name=row["name"], hidden=row["hidden"], kind=row["kind"],
+    )

@@ -1,0 +1,1 @@
+"""treadle's domain package: importable without Celery or a web framework."""

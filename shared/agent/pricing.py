@@ -1,0 +1,44 @@
+"""The cost of one model call (SPEC M-9). Pure: no I/O imports.
+
+Each call is priced on its own and the costs are summed by the caller: the tier depends on
+the call's own input size, so pricing summed tokens would be wrong. Prices are per 1000
+tokens.
+"""
+
+from __future__ import annotations
+
+from shared.agent.messages import Usage
+from shared.agent.spec import Pricing, PricingTier
+
+__all__ = ["price_call", "select_tier"]
+
+
+def select_tier(pricing: Pricing, input_tokens: int) -> PricingTier | None:
+    """The first tier whose ``max_input_tokens`` (None = unbounded) is ≥ ``input_tokens``.
+
+    When every tier is bounded and the call is larger than all of them, the last tier applies
+    (FastGPT's open-ended last tier); no tiers at all → ``None`` (free).
+    """
+    for tier in pricing.tiers:
+        if tier.max_input_tokens is None or tier.max_input_tokens >= input_tokens:
+            return tier
+    return pricing.tiers[-1] if pricing.tiers else None
+
+
+def price_call(pricing: Pricing, usage: Usage, own_key: bool) -> float:
+    """``in_price·in/1000 + out_price·out/1000``; cached input tokens are billed at the
+    tier's ``cached_input`` price instead of the input price when that price is given.
+    A profile with ``own_key`` costs 0."""
+    if own_key:
+        return 0.0
+    tier = select_tier(pricing, usage.input_tokens)
+    if tier is None:
+        return 0.0
+    cached = 0
+    if tier.cached_input is not None:
+        cached = min(max(usage.cached_input_tokens, 0), usage.input_tokens)
+    uncached = usage.input_tokens - cached
+    cost = uncached * tier.input + usage.output_tokens * tier.output
+    if tier.cached_input is not None:
+        cost += cached * tier.cached_input
+    return cost / 1000.0

@@ -1,0 +1,61 @@
+"""The run's loop state: everything a round needs besides the transcript.
+
+It is stored with every checkpoint (the ``runs`` row) and versioned by ``SCHEMA_VERSION``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+__all__ = ["SCHEMA_VERSION", "CatalogEntry", "LoopState"]
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogEntry:
+    """A tool as the loop sees it: pure data, no executable."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
+    read_only: bool = False
+    internal: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LoopState:
+    round: int = 0  # model rounds committed
+    tool_only_rounds: int = 0  # L-3: consecutive rounds with tool calls and no answer text
+    identical_rounds: int = 0  # L-3: consecutive rounds with the same calls
+    last_signature: str | None = None
+    tool_calls: int = 0  # L-9: tool calls made so far
+    cost: float = 0.0  # L-10: model + tool cost
+    input_tokens: int = 0
+    output_tokens: int = 0
+    finalizing: str | None = None  # a budget stop reason whose final answer call is under way
+    last_text: str = ""  # the last answer text (L-2: the result on max_rounds)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["v"] = SCHEMA_VERSION
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> LoopState:
+        if not d:
+            return cls()
+        version = d.get("v", SCHEMA_VERSION)
+        if version > SCHEMA_VERSION:
+            raise ValueError(f"loop state version {version} is newer than this code")
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    def add_usage(self, input_tokens: int, output_tokens: int, cost: float) -> LoopState:
+        return replace(
+            self,
+            input_tokens=self.input_tokens + input_tokens,
+            output_tokens=self.output_tokens + output_tokens,
+            cost=self.cost + cost,
+        )

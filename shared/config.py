@@ -1,0 +1,76 @@
+"""Settings from the environment (``TREADLE_*``), with embedded-mode defaults.
+
+With no variables set, treadle runs embedded: SQLite under ``./.treadle/`` and the in-process
+``memory://`` broker.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings", "get_settings", "reset_settings"]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TREADLE_", extra="ignore")
+
+    database_url: str = Field(
+        default="sqlite:///./.treadle/treadle.db",
+        description="SQLAlchemy URL. PostgreSQL: postgresql+psycopg://user@host/db",
+    )
+    broker_url: str = Field(
+        default="memory://", description="Celery broker. memory:// = embedded (one process)"
+    )
+    redis_url: str | None = Field(
+        default=None,
+        description="Redis for live deltas and fleet limits (defaults to the broker if redis)",
+    )
+    profiles_file: str | None = Field(default=None, description="TOML/YAML model profiles")
+    api_host: str = Field(default="127.0.0.1", description="API bind address")
+    api_port: int = Field(default=8000, description="API port")
+    lease_seconds: float = Field(default=30.0, description="Round/tool lease; renewed at 1/3")
+    redrive_seconds: float = Field(
+        default=15.0, description="An unconsumed outbox message is re-sent after this"
+    )
+    reaper_interval: float = Field(default=5.0, description="Seconds between reaper scans")
+    visibility_timeout: int = Field(
+        default=3600, description="Redis broker visibility timeout (the reaper re-drives first)"
+    )
+    worker_concurrency: int = Field(default=16, description="Threads per worker process")
+    tool_timeout: float = Field(default=120.0, description="Default wall limit of one tool call")
+    model_max_retries: int = Field(default=4, description="Transient model errors retried")
+    allow_hosts: str = Field(
+        default="", description="Comma-separated hosts http tools may reach despite SSRF rules"
+    )
+    log_level: str = Field(default="INFO", description="Logging level")
+
+    @property
+    def embedded(self) -> bool:
+        return self.broker_url.startswith("memory://")
+
+    @property
+    def live_redis_url(self) -> str | None:
+        if self.redis_url:
+            return self.redis_url
+        if self.broker_url.startswith(("redis://", "rediss://")):
+            return self.broker_url
+        return None
+
+    def ensure_dirs(self) -> None:
+        if self.database_url.startswith("sqlite:///"):
+            path = self.database_url.removeprefix("sqlite:///")
+            if path and path != ":memory:":
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()
+
+
+def reset_settings() -> None:
+    get_settings.cache_clear()

@@ -1,0 +1,339 @@
+"""What the API does to runs: submit, cancel, answer an ask, approve writes. Each is one
+guarded transaction (retried when it loses a race), then a publish of what it queued."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, RowMapping
+from sqlalchemy.exc import IntegrityError
+
+from shared.agent import ask as ask_mod
+from shared.agent.decisions import Continue, Fail
+from shared.agent.messages import Message
+from shared.agent.spec import AgentSpec, WebhookSpec
+from shared.engine.afters import flush_calls, settle
+from shared.engine.runtime import OutboxItem, Runtime
+from shared.errors import Conflict, NotFound, SpecError
+from shared.store import repo
+from shared.store.tables import outbox, tool_calls
+
+__all__ = [
+    "FINAL",
+    "RunInput",
+    "answer_run",
+    "approve_run",
+    "cancel_run",
+    "expire_ask",
+    "submit_run",
+]
+
+FINAL = frozenset({"completed", "failed", "cancelled"})
+CANCELLED_TEXT = "Cancelled: the run was cancelled before this call finished."
+DECLINED_TEXT = "Declined by user"
+T = TypeVar("T")
+
+
+@dataclass
+class RunInput:
+    agent: AgentSpec
+    input: str | list[dict[str, Any]]
+    tenant: str = "default"
+    thread_id: str | None = None
+    idempotency_key: str | None = None
+    metadata: dict[str, Any] | None = None
+    webhook: WebhookSpec | None = None
+    inputs: dict[str, Any] = field(default_factory=dict)  # quotes, attachments
+    parent_run_id: str | None = None
+    parent_call_id: str | None = None
+
+
+def _input_messages(value: str | list[dict[str, Any]]) -> list[Message]:
+    if isinstance(value, str):
+        if not value.strip():
+            raise SpecError("input must not be empty")
+        return [Message(role="user", content=value)]
+    if not value:
+        raise SpecError("input must not be empty")
+    msgs = [Message.from_dict({"content": "", **m}) for m in value]
+    if msgs[-1].role != "user":
+        raise SpecError("the last input message must have role 'user'")
+    return msgs
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+
+
+def submit_run(rt: Runtime, req: RunInput) -> tuple[RowMapping, bool]:
+    """Create a queued run and its first round message; an Idempotency-Key replay returns the
+    run it created the first time (``created`` False)."""
+    msgs = _input_messages(req.input)
+    ts = repo.now()
+    if req.idempotency_key:
+        with rt.engine.connect() as conn:
+            found = repo.find_idempotent(conn, req.tenant, req.idempotency_key)
+        if found is not None:
+            return found, False
+    run_id = new_id("run")
+    deadline = ts + req.agent.budget.deadline_s if req.agent.budget.deadline_s else None
+    row = {
+        "id": run_id, "tenant": req.tenant, "kind": req.agent.kind,
+        "agent": req.agent.model_dump(mode="json", exclude_none=True), "status": "queued",
+        "thread_id": req.thread_id, "idempotency_key": req.idempotency_key,
+        "meta": req.metadata, "webhook": req.webhook.model_dump() if req.webhook else None,
+        "inputs": req.inputs or None, "deadline_at": deadline,
+        "parent_run_id": req.parent_run_id, "parent_call_id": req.parent_call_id,
+    }
+    try:
+        with rt.engine.begin() as conn:
+            repo.insert_run(conn, row, msgs, ts)
+            changes = repo.Changes(bump_version=False)
+            changes.event("run.queued", kind=req.agent.kind)
+            changes.outbox.append(("round", {}))
+            applied = repo.apply(conn, run_id, 0, changes, redrive_after=rt.settings.redrive_seconds, ts=ts)
+            assert applied is not None
+    except IntegrityError:
+        if not req.idempotency_key:
+            raise
+        with rt.engine.connect() as conn:
+            found = repo.find_idempotent(conn, req.tenant, req.idempotency_key)
+        if found is None:
+            raise
+        return found, False
+    rt.publish(applied.outbox_ids)
+    return applied.row, True
+
+
+def _guarded(rt: Runtime, op: Callable[[Connection], tuple[T, list[OutboxItem]] | None]) -> T:
+    """Run ``op`` in a transaction; ``None`` = lost a version race: read again and retry."""
+    for _ in range(20):
+        with rt.engine.begin() as conn:
+            out = op(conn)
+        if out is not None:
+            value, items = out
+            rt.publish(items)
+            return value
+    raise Conflict("the run kept changing; try again")
+
+
+def _load(conn: Connection, tenant: str, run_id: str) -> RowMapping:
+    run = repo.get_run(conn, run_id, tenant)
+    if run is None:
+        raise NotFound(f"run {run_id} not found")
+    return run
+
+
+def cancel_run(rt: Runtime, tenant: str, run_id: str) -> RowMapping:
+    def op(conn: Connection) -> tuple[RowMapping, list[OutboxItem]] | None:
+        run = _load(conn, tenant, run_id)
+        if run["status"] in FINAL:
+            raise Conflict(f"run {run_id} is already {run['status']}")
+        ts = repo.now()
+        changes = repair_changes(conn, run, CANCELLED_TEXT)
+        changes.values.update(status="cancelled", stop_reason="cancelled", pending=None,
+                              after_join=None, open_calls=0, lease_until=None,
+                              lease_owner=None, wake_at=None)
+        changes.event("run.cancelled")
+        applied = repo.apply(conn, run_id, run["version"], changes,
+                             redrive_after=rt.settings.redrive_seconds, ts=ts)
+        if applied is None:
+            return None
+        conn.execute(sa.delete(outbox).where(outbox.c.run_id == run_id))
+        return applied.row, []
+
+    return _guarded(rt, op)
+
+
+def repair_changes(conn: Connection, run: RowMapping, text: str) -> repo.Changes:
+    """Every tool call the model made gets a tool message (no dangling call survives)."""
+    run_id = run["id"]
+    open_ids = [c["call_id"] for c in repo.list_tool_calls(conn, run_id) if c["status"] != "done"]
+    if open_ids:
+        conn.execute(
+            sa.update(tool_calls)
+            .where(tool_calls.c.run_id == run_id, tool_calls.c.call_id.in_(open_ids))
+            .values(status="done", result=text, result_for_model=text, finished_at=repo.now())
+        )
+    changes = repo.Changes()
+    calls = repo.list_tool_calls(conn, run_id)
+    msgs, flushed = flush_calls(calls)
+    _mark_flushed(conn, run_id, flushed)
+    for m in msgs:
+        changes.message(m, run["round"])
+    return changes
+
+
+def _mark_flushed(conn: Connection, run_id: str, ids: Sequence[str]) -> None:
+    if ids:
+        conn.execute(sa.update(tool_calls)
+                     .where(tool_calls.c.run_id == run_id, tool_calls.c.call_id.in_(ids))
+                     .values(flushed=True))
+
+
+def _call_row(conn: Connection, run_id: str, call_id: str) -> RowMapping | None:
+    return conn.execute(
+        sa.select(tool_calls).where(tool_calls.c.run_id == run_id, tool_calls.c.call_id == call_id)
+    ).mappings().first()
+
+
+def _resume_changes(conn: Connection, run: RowMapping, round_: int) -> repo.Changes:
+    """Flush the batch's finished calls in order and queue the next round."""
+    changes = repo.Changes()
+    msgs, flushed = flush_calls(repo.list_tool_calls(conn, run["id"], round_))
+    _mark_flushed(conn, run["id"], flushed)
+    for m in msgs:
+        changes.message(m, round_)
+    settle(changes, Continue(), run_id=run["id"], round_=round_, ts=repo.now())
+    changes.event("run.resumed")
+    return changes
+
+
+def answer_run(
+    rt: Runtime, tenant: str, run_id: str, ask_id: str, answers: list[str]
+) -> RowMapping:
+    """SPEC A-3: the answer becomes the ask's tool message; the next round is queued."""
+
+    def op(conn: Connection) -> tuple[RowMapping, list[OutboxItem]] | None:
+        run = _load(conn, tenant, run_id)
+        pending = run["pending"] or {}
+        if run["status"] != "waiting" or pending.get("kind") != "ask":
+            return _already_answered(conn, run, ask_id, answers)
+        if pending.get("ask_id") != ask_id:
+            raise Conflict(f"run {run_id} is waiting on ask {pending.get('ask_id')}, not {ask_id}")
+        text = ask_mod.render_answer(ask_mod.Ask.from_dict(pending), answers)
+        return _finish_ask(rt, conn, run, ask_id, text, {"answers": answers})
+
+    return _guarded(rt, op)
+
+
+def _already_answered(
+    conn: Connection, run: RowMapping, ask_id: str, answers: list[str]
+) -> tuple[RowMapping, list[OutboxItem]]:
+    call = _call_row(conn, run["id"], ask_id)
+    if call is not None and call["status"] == "done" and (call["data"] or {}).get("answers") == answers:
+        return run, []  # the same answer again: idempotent
+    raise Conflict(f"run {run['id']} is {run['status']}, not waiting on ask {ask_id}")
+
+
+def _finish_ask(
+    rt: Runtime, conn: Connection, run: RowMapping, ask_id: str, text: str, data: dict[str, Any]
+) -> tuple[RowMapping, list[OutboxItem]] | None:
+    call = _call_row(conn, run["id"], ask_id)
+    if call is None:
+        raise Conflict(f"ask {ask_id} has no tool call")
+    conn.execute(
+        sa.update(tool_calls)
+        .where(tool_calls.c.run_id == run["id"], tool_calls.c.call_id == ask_id)
+        .values(status="done", result=text, result_for_model=text, data=data, finished_at=repo.now())
+    )
+    changes = _resume_changes(conn, run, call["round"])
+    applied = repo.apply(conn, run["id"], run["version"], changes,
+                         redrive_after=rt.settings.redrive_seconds)
+    if applied is None:
+        return None
+    return applied.row, applied.outbox_ids
+
+
+def expire_ask(rt: Runtime, run_id: str) -> None:
+    """SPEC A-4: an expired ask is answered ``(no answer: timed out)`` or fails the run."""
+
+    def op(conn: Connection) -> tuple[None, list[OutboxItem]] | None:
+        run = repo.get_run(conn, run_id)
+        if run is None or run["status"] != "waiting" or (run["pending"] or {}).get("kind") != "ask":
+            return None, []
+        spec = AgentSpec.model_validate(run["agent"])
+        if spec.ask_timeout_action == "fail":
+            changes = repair_changes(conn, run, ask_mod.TIMEOUT_TEXT)
+            settle(changes, Fail(reason="the ask expired without an answer", code="ask_timeout"),
+                   run_id=run_id, round_=run["round"], ts=repo.now())
+            applied = repo.apply(conn, run_id, run["version"], changes,
+                                 redrive_after=rt.settings.redrive_seconds)
+            return (None, []) if applied else None
+        out = _finish_ask(rt, conn, run, run["pending"]["ask_id"], ask_mod.TIMEOUT_TEXT,
+                          {"timed_out": True})
+        return None if out is None else (None, out[1])
+
+    _guarded(rt, op)
+
+
+def approve_run(
+    rt: Runtime, tenant: str, run_id: str, approval_id: str,
+    approve: list[str] | str, reject: list[str] | None = None, note: str | None = None,
+) -> RowMapping:
+    """SPEC N-4: approved writes run (fan-out); rejected ones get ``Declined by user``; then
+    a separate summary round."""
+
+    def op(conn: Connection) -> tuple[RowMapping, list[OutboxItem]] | None:
+        run = _load(conn, tenant, run_id)
+        pending = run["pending"] or {}
+        if run["status"] != "waiting" or pending.get("kind") != "approval":
+            return _already_approved(conn, run, approval_id)
+        if pending.get("approval_id") != approval_id:
+            raise Conflict(f"run {run_id} is waiting on approval {pending.get('approval_id')}")
+        ids = [i["call_id"] for i in pending["items"]]
+        approved = _approved_ids(ids, approve, reject)
+        return _apply_approval(rt, conn, run, ids, approved, approval_id, note)
+
+    return _guarded(rt, op)
+
+
+def _approved_ids(ids: list[str], approve: list[str] | str, reject: list[str] | None) -> list[str]:
+    chosen = ids if approve == "all" else list(approve)
+    unknown = sorted((set(chosen) | set(reject or [])) - set(ids))
+    if unknown:
+        raise SpecError(f"unknown call ids in the approval: {', '.join(unknown)}")
+    both = set(chosen) & set(reject or [])
+    if both:
+        raise SpecError(f"call ids both approved and rejected: {', '.join(sorted(both))}")
+    return [i for i in ids if i in chosen]
+
+
+def _already_approved(conn: Connection, run: RowMapping, approval_id: str) -> tuple[RowMapping, list[OutboxItem]]:
+    hit = conn.execute(
+        sa.select(tool_calls.c.call_id).where(tool_calls.c.run_id == run["id"])
+    ).all()
+    for (call_id,) in hit:
+        call = _call_row(conn, run["id"], call_id)
+        if call is not None and (call["data"] or {}).get("approval_id") == approval_id:
+            return run, []
+    raise Conflict(f"run {run['id']} is {run['status']}, not waiting on approval {approval_id}")
+
+
+def _apply_approval(
+    rt: Runtime, conn: Connection, run: RowMapping, ids: list[str], approved: list[str],
+    approval_id: str, note: str | None,
+) -> tuple[RowMapping, list[OutboxItem]] | None:
+    run_id, ts = run["id"], repo.now()
+    rejected = [i for i in ids if i not in approved]
+    spec = AgentSpec.model_validate(run["agent"])
+    window = set(approved[: spec.effective_parallel_tools])
+    for cid in ids:
+        values: dict[str, Any] = {"data": {"approval_id": approval_id, "approved": cid in approved}}
+        if cid in rejected:
+            values.update(status="done", result=DECLINED_TEXT, result_for_model=DECLINED_TEXT,
+                          finished_at=ts)
+        else:
+            values.update(status="queued" if cid in window else "pending")
+        conn.execute(sa.update(tool_calls)
+                     .where(tool_calls.c.run_id == run_id, tool_calls.c.call_id == cid)
+                     .values(**values))
+    round_ = _call_row(conn, run_id, ids[0])["round"]  # type: ignore[index]
+    if not approved:
+        changes = _resume_changes(conn, run, round_)
+    else:
+        changes = repo.Changes()
+        changes.values.update(status="running", pending=None, open_calls=len(approved),
+                              after_join={"type": "continue"})
+        changes.event("run.resumed", approved=approved, rejected=rejected, note=note)
+        for cid in approved:
+            if cid in window:
+                changes.outbox.append(("tool", {"call_id": cid}))
+    applied = repo.apply(conn, run_id, run["version"], changes, redrive_after=rt.settings.redrive_seconds, ts=ts)
+    if applied is None:
+        return None
+    return applied.row, applied.outbox_ids

@@ -1,0 +1,365 @@
+"""One round (DESIGN §3): claim → budget → request → model → step → one commit → publish."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import RowMapping
+
+from shared.agent.budget import check_budgets
+from shared.agent.compression import reduce_tool_result, tool_result_budget
+from shared.agent.decisions import Fail, Finish, RunTools
+from shared.agent.messages import Message, Reply
+from shared.agent.pricing import price_call
+from shared.agent.request import RequestPlan, plan_request
+from shared.agent.router import route
+from shared.agent.spec import AgentSpec, ModelProfile
+from shared.agent.state import LoopState
+from shared.agent.step import StepResult, step
+from shared.agent.tokens import estimate_tokens
+from shared.engine.afters import encode_after, flush_calls, settle
+from shared.engine.catalog import Catalog, build_catalog
+from shared.engine.handlers import run_handler
+from shared.engine.runtime import Runtime, worker_id
+from shared.errors import FatalModelError, TransientModelError
+from shared.llm.base import Delta, ModelRequest, ToolDef
+from shared.llm.profiles import make_model, resolve_profile
+from shared.store import repo
+from shared.store.tables import outbox, tool_calls, usage
+
+__all__ = ["RetryRound", "RoundResult", "run_round"]
+
+log = logging.getLogger("treadle.round")
+
+
+class RetryRound(Exception):  # noqa: N818 - control flow, not an error
+    """The model call failed transiently: retry the round after ``delay`` seconds."""
+
+    def __init__(self, delay: float, cause: str) -> None:
+        super().__init__(delay, cause)
+        self.delay = delay
+        self.cause = cause
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    status: str  # stale | committed | lost
+    detail: str = ""
+
+
+@dataclass
+class _Claim:
+    run: RowMapping
+    spec: AgentSpec
+    profile: ModelProfile
+    state: LoopState
+    history: list[Message]
+    usage_id: int | None
+    owner: str
+
+
+def run_round(
+    rt: Runtime, run_id: str, version: int, outbox_id: int | None, attempt: int = 0
+) -> RoundResult:
+    claim = _claim(rt, run_id, version, outbox_id)
+    if claim is None:
+        return RoundResult("stale")
+    try:
+        return _drive(rt, claim, version, outbox_id, attempt)
+    except RetryRound:
+        _release(rt, run_id, version, claim.owner, claim.usage_id)
+        raise
+    except _FatalRound as exc:
+        fail_round(rt, run_id, version, outbox_id, str(exc))
+        return RoundResult("committed", "Fail")
+
+
+def _claim(rt: Runtime, run_id: str, version: int, outbox_id: int | None) -> _Claim | None:
+    ts = repo.now()
+    owner = worker_id()
+    with rt.engine.begin() as conn:
+        run = repo.claim_round(conn, run_id, version, owner, rt.settings.lease_seconds, ts)
+        if run is None:
+            _drop_if_stale(conn, run_id, version, outbox_id)
+            return None
+        spec = AgentSpec.model_validate(run["agent"])
+        profile = resolve_profile(spec.model, rt.profiles)
+        state = replace(
+            LoopState.from_dict(run["loop"]),
+            cost=run["cost"], input_tokens=run["input_tokens"], output_tokens=run["output_tokens"],
+        )
+        history = [repo.message_from_row(r) for r in repo.list_messages(conn, run_id, run["view_start"])]
+        usage_id = conn.execute(
+            sa.insert(usage).values(
+                run_id=run_id, round=state.round + 1, purpose="round", profile=profile.name,
+                model=profile.model or profile.name, estimated=True, committed=False,
+                input_tokens=sum(estimate_tokens(m.text) for m in history), created_at=ts,
+            ).returning(usage.c.id)
+        ).scalar_one()
+    return _Claim(run, spec, profile, state, history, usage_id, owner)
+
+
+def _drop_if_stale(conn: Any, run_id: str, version: int, outbox_id: int | None) -> None:
+    """A message for a version the run has moved past will never be consumed: delete it."""
+    if outbox_id is None:
+        return
+    run = repo.get_run(conn, run_id)
+    if run is None or run["version"] != version or run["status"] not in ("queued", "running"):
+        conn.execute(sa.delete(outbox).where(outbox.c.id == outbox_id))
+
+
+def _release(rt: Runtime, run_id: str, version: int, owner: str, usage_id: int | None) -> None:
+    """Give the round back after a transient error (a provider does not bill a 429/5xx)."""
+    with rt.engine.begin() as conn:
+        repo.release_round(conn, run_id, version, owner)
+        if usage_id is not None:
+            conn.execute(sa.delete(usage).where(usage.c.id == usage_id))
+
+
+@contextmanager
+def _lease_keeper(rt: Runtime, run_id: str, version: int, owner: str) -> Iterator[None]:
+    """Renew the round's lease every third of its length while the model call runs."""
+    stop = threading.Event()
+    lease = rt.settings.lease_seconds
+
+    def renew() -> None:
+        while not stop.wait(lease / 3):
+            try:
+                with rt.engine.begin() as conn:
+                    repo.renew_round(conn, run_id, version, owner, repo.now() + lease)
+            except Exception:  # a failed renewal is retried next tick
+                log.warning("lease renewal failed for %s", run_id, exc_info=True)
+
+    t = threading.Thread(target=renew, name=f"lease-{run_id}", daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+
+
+def _drive(
+    rt: Runtime, claim: _Claim, version: int, outbox_id: int | None, attempt: int
+) -> RoundResult:
+    run, spec = claim.run, claim.spec
+    ts = repo.now()
+    verdict = check_budgets(spec, claim.state, ts, run["deadline_at"])
+    state = claim.state
+    if verdict.stop_reason and not verdict.final_call:
+        return _commit_final(rt, claim, version, outbox_id,
+                             Finish(stop_reason=verdict.stop_reason, text=state.last_text))
+    if verdict.final_call:
+        state = replace(state, finalizing=verdict.stop_reason)
+    if state.round == 0 and spec.router:
+        routed = _try_route(rt, claim, version, outbox_id)
+        if routed is not None:
+            return routed
+    catalog = build_catalog(spec)
+    req = plan_request(
+        spec, profile=claim.profile, state=state, messages=claim.history,
+        catalog=catalog.entries, plan=run["plan"], inputs=run["inputs"] or {},
+    )
+    reply, latency = _call_model(rt, claim, version, req, attempt)
+    result = step(spec, state, reply, catalog.entries, run["plan"],
+                  call_cost=_price(claim.profile, reply))
+    return _commit_step(rt, claim, version, outbox_id, reply, result, catalog, latency)
+
+
+def _try_route(rt: Runtime, claim: _Claim, version: int, outbox_id: int | None) -> RoundResult | None:
+    question = next((m.text for m in reversed(claim.history) if m.role == "user"), "")
+    rule = route(question, claim.spec.router)
+    if rule is None or rule.pass_to_model or not rule.handler:
+        return None
+    text = run_handler(rule.handler, question)
+    msg = Message(role="assistant", content=text)
+    return _commit_final(rt, claim, version, outbox_id, Finish(stop_reason="routed", text=text),
+                         extra_messages=[msg])
+
+
+def _to_model_request(req: RequestPlan) -> ModelRequest:
+    return ModelRequest(
+        messages=req.messages,
+        tools=tuple(ToolDef(t.name, t.description, t.parameters) for t in req.tools),
+        tool_choice=req.tool_choice,
+        max_tokens=req.max_tokens,
+        response_format=req.response_format,
+    )
+
+
+def _call_model(
+    rt: Runtime, claim: _Claim, version: int, req: RequestPlan, attempt: int
+) -> tuple[Reply, int]:
+    run_id = claim.run["id"]
+    model = make_model(claim.profile)
+
+    def on_delta(d: Delta) -> None:
+        if d.kind in ("text", "reasoning") and d.text:
+            rt.live.publish(run_id, {"type": f"{d.kind}.delta", "data": {"text": d.text,
+                                                                          "round": claim.state.round + 1}})
+
+    started = repo.now()
+    with _lease_keeper(rt, run_id, version, claim.owner):
+        try:
+            reply = model.complete(_to_model_request(req), on_delta)
+        except TransientModelError as exc:
+            _raise_retry(rt, claim, version, exc, attempt)
+            raise  # unreachable: _raise_retry always raises
+        except FatalModelError as exc:
+            raise _FatalRound(str(exc)) from exc
+    return reply, int((repo.now() - started) * 1000)
+
+
+class _FatalRound(Exception):
+    pass
+
+
+def _raise_retry(rt: Runtime, claim: _Claim, version: int, exc: TransientModelError, attempt: int) -> None:
+    from shared.llm.backoff import backoff_delay
+
+    limit = claim.profile.max_retries if claim.profile.max_retries is not None else rt.settings.model_max_retries
+    delay = backoff_delay(attempt, retry_after=exc.retry_after)
+    deadline = claim.run["deadline_at"]
+    if attempt >= limit or (deadline is not None and repo.now() + delay >= deadline):
+        raise _FatalRound(f"model call failed after {attempt + 1} attempts: {exc}") from exc
+    raise RetryRound(delay, str(exc)) from exc
+
+
+def _price(profile: ModelProfile, reply: Reply) -> float:
+    if reply.usage is None:
+        return 0.0
+    return price_call(profile.pricing, reply.usage, profile.own_key)
+
+
+def _usage_values(claim: _Claim, reply: Reply, cost: float, latency: int) -> dict[str, Any]:
+    u = reply.usage
+    return {
+        "input_tokens": u.input_tokens if u else 0,
+        "output_tokens": u.output_tokens if u else 0,
+        "cached_input_tokens": u.cached_input_tokens if u else 0,
+        "estimated": u.estimated if u else True,
+        "cost": cost, "latency_ms": latency, "committed": True,
+        "model": reply.raw_model or claim.profile.model or claim.profile.name,
+    }
+
+
+def _commit_step(
+    rt: Runtime, claim: _Claim, version: int, outbox_id: int | None, reply: Reply,
+    result: StepResult, catalog: Catalog, latency: int,
+) -> RoundResult:
+    run_id, ts = claim.run["id"], repo.now()
+    round_ = result.state.round
+    changes = repo.Changes()
+    changes.message(result.message, round_)
+    changes.values.update(_totals(result.state), plan=result.plan, round=round_)
+    if result.plan != claim.run["plan"]:
+        changes.event("plan.updated", plan=result.plan)
+    tool_rows: list[dict[str, Any]] = []
+    decision = result.decision
+    if isinstance(decision, RunTools):
+        tool_rows = _tool_rows(claim, decision, catalog, round_, ts)
+        _dispatch_or_settle(claim, changes, decision, tool_rows, round_, ts)
+    elif isinstance(decision, (Finish, Fail)):
+        settle(changes, decision, run_id=run_id, round_=round_, ts=ts)
+    with rt.engine.begin() as conn:
+        applied = repo.apply(conn, run_id, version, changes, redrive_after=rt.settings.redrive_seconds, ts=ts)
+        if applied is None:
+            return RoundResult("lost")
+        if tool_rows:
+            conn.execute(sa.insert(tool_calls), tool_rows)
+        _finish_usage(conn, claim, reply, result.state.cost - claim.state.cost, latency)
+        repo.delete_outbox(conn, outbox_id)
+    rt.publish(applied.outbox_ids)
+    return RoundResult("committed", type(decision).__name__)
+
+
+def _finish_usage(conn: Any, claim: _Claim, reply: Reply, cost: float, latency: int) -> None:
+    if claim.usage_id is not None:
+        conn.execute(sa.update(usage).where(usage.c.id == claim.usage_id)
+                     .values(**_usage_values(claim, reply, cost, latency)))
+
+
+def _totals(state: LoopState) -> dict[str, Any]:
+    loop = state.to_dict()
+    return {"loop": loop, "cost": state.cost, "input_tokens": state.input_tokens,
+            "output_tokens": state.output_tokens}
+
+
+def _tool_rows(
+    claim: _Claim, decision: RunTools, catalog: Catalog, round_: int, ts: float
+) -> list[dict[str, Any]]:
+    budget = tool_result_budget(claim.profile.context_window, claim.spec.tool_result_max_tokens)
+    rows = []
+    for c in decision.calls:
+        rows.append({
+            "run_id": claim.run["id"], "call_id": c.call_id, "round": round_, "idx": c.index,
+            "name": c.name, "arguments": c.arguments, "read_only": c.read_only,
+            "status": c.status, "result": c.result,
+            "result_for_model": reduce_tool_result(c.result, budget) if c.result is not None else None,
+            "finished_at": ts if c.status == "done" else None, "flushed": False,
+        })
+    return rows
+
+
+def _dispatch_or_settle(
+    claim: _Claim, changes: repo.Changes, decision: RunTools, rows: list[dict[str, Any]],
+    round_: int, ts: float,
+) -> None:
+    """Queue the first window of external calls, or settle at once when there are none."""
+    run_id = claim.run["id"]
+    pending = [r for r in rows if r["status"] == "pending"]
+    if pending:
+        window = claim.spec.effective_parallel_tools
+        for r in pending[:window]:
+            r["status"] = "queued"
+            changes.outbox.append(("tool", {"call_id": r["call_id"]}))
+        changes.values.update(status="running", open_calls=len(pending),
+                              after_join=encode_after(decision.then),
+                              lease_until=None, lease_owner=None)
+        return
+    msgs, flushed = flush_calls(rows)
+    for r in rows:
+        if r["call_id"] in flushed:
+            r["flushed"] = True
+    for m in msgs:
+        changes.message(m, round_)
+    settle(changes, decision.then, run_id=run_id, round_=round_, ts=ts,
+           ask_timeout_s=claim.spec.ask_timeout_s)
+
+
+def _commit_final(
+    rt: Runtime, claim: _Claim, version: int, outbox_id: int | None, finish: Finish,
+    extra_messages: list[Message] | None = None,
+) -> RoundResult:
+    """End the run without a model call (budget exhausted, routed)."""
+    ts = repo.now()
+    changes = repo.Changes()
+    for m in extra_messages or []:
+        changes.message(m, claim.state.round)
+    settle(changes, finish, run_id=claim.run["id"], round_=claim.state.round, ts=ts)
+    with rt.engine.begin() as conn:
+        applied = repo.apply(conn, claim.run["id"], version, changes,
+                             redrive_after=rt.settings.redrive_seconds, ts=ts)
+        if applied is None:
+            return RoundResult("lost")
+        if claim.usage_id is not None:  # no model call was made
+            conn.execute(sa.delete(usage).where(usage.c.id == claim.usage_id))
+        repo.delete_outbox(conn, outbox_id)
+    rt.publish(applied.outbox_ids)
+    return RoundResult("committed", "Finish")
+
+
+def fail_round(rt: Runtime, run_id: str, version: int, outbox_id: int | None, message: str) -> None:
+    """A fatal model error: the run fails with the provider's message."""
+    ts = repo.now()
+    changes = repo.Changes()
+    settle(changes, Fail(reason=message, code="model_error"), run_id=run_id, round_=0, ts=ts)
+    with rt.engine.begin() as conn:
+        applied = repo.apply(conn, run_id, version, changes, redrive_after=rt.settings.redrive_seconds, ts=ts)
+        if applied is not None:
+            repo.delete_outbox(conn, outbox_id)

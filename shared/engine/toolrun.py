@@ -1,0 +1,203 @@
+"""One external tool call (DESIGN §3 fan-out): claim the row, execute with a timeout, commit
+the result and the join in one transaction. Whoever brings ``open_calls`` to 0 appends the
+tool messages in call order and decides what comes next."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, RowMapping
+
+from shared.agent.compression import reduce_tool_result, tool_result_budget
+from shared.agent.spec import AgentSpec
+from shared.engine.afters import decode_after, flush_calls, settle
+from shared.engine.catalog import build_catalog
+from shared.engine.runtime import Runtime
+from shared.llm.profiles import resolve_profile
+from shared.store import repo
+from shared.store.tables import outbox, runs, tool_calls
+from shared.tools import ToolContext, ToolResult
+
+__all__ = ["execute_tool", "join_changes", "run_tool"]
+
+log = logging.getLogger("treadle.tool")
+
+
+def run_tool(rt: Runtime, run_id: str, call_id: str, version: int, outbox_id: int | None) -> str:
+    ts = repo.now()
+    with rt.engine.begin() as conn:
+        call = repo.claim_tool(conn, run_id, call_id, rt.settings.lease_seconds, ts)
+        if call is None:
+            _drop_if_finished(conn, run_id, call_id, outbox_id)
+            return "stale"
+        run = repo.get_run(conn, run_id)
+    if run is None or run["version"] != version:
+        return "stale"
+    spec = AgentSpec.model_validate(run["agent"])
+    with _lease_keeper(rt, run_id, call_id, call["attempts"]):
+        result = execute_tool(rt, spec, run, call)
+    return _commit(rt, spec, run, call, version, outbox_id, result)
+
+
+def _drop_if_finished(conn: Connection, run_id: str, call_id: str, outbox_id: int | None) -> None:
+    if outbox_id is None:
+        return
+    status = conn.execute(
+        sa.select(tool_calls.c.status).where(tool_calls.c.run_id == run_id, tool_calls.c.call_id == call_id)
+    ).scalar()
+    if status in (None, "done"):
+        conn.execute(sa.delete(outbox).where(outbox.c.id == outbox_id))
+
+
+@contextmanager
+def _lease_keeper(rt: Runtime, run_id: str, call_id: str, attempt: int) -> Iterator[None]:
+    stop = threading.Event()
+    lease = rt.settings.lease_seconds
+
+    def renew() -> None:
+        while not stop.wait(lease / 3):
+            try:
+                with rt.engine.begin() as conn:
+                    repo.renew_tool(conn, run_id, call_id, attempt, repo.now() + lease)
+            except Exception:
+                log.warning("tool lease renewal failed for %s/%s", run_id, call_id, exc_info=True)
+
+    threading.Thread(target=renew, daemon=True, name=f"lease-{call_id}").start()
+    try:
+        yield
+    finally:
+        stop.set()
+
+
+def execute_tool(rt: Runtime, spec: AgentSpec, run: RowMapping, call: RowMapping) -> ToolResult:
+    """Run the tool; any failure becomes its result text (SPEC L-5)."""
+    import json5
+
+    catalog = build_catalog(spec)
+    tool = catalog.tools.get(call["name"])
+    if tool is None:
+        return ToolResult(text=f"Tool not found: {call['name']}")
+    ctx = ToolContext(
+        run_id=run["id"], call_id=call["call_id"], tenant=run["tenant"],
+        deadline=run["deadline_at"],
+        allow_hosts=tuple(h.strip() for h in rt.settings.allow_hosts.split(",") if h.strip()),
+    )
+    try:
+        args = json5.loads(call["arguments"] or "{}")
+    except ValueError as exc:
+        return ToolResult(text=f"Invalid arguments for {call['name']}: {exc}")
+    return _with_timeout(lambda: tool.execute(args, ctx), rt.settings.tool_timeout)
+
+
+def _with_timeout(fn: Any, timeout: float) -> ToolResult:
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = fn()
+        except Exception as exc:  # tool failure is data (L-5)
+            box["error"] = exc
+
+    t = threading.Thread(target=target, daemon=True, name="tool-exec")
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        return ToolResult(text=f"Tool error: timed out after {timeout:g}s")
+    if "error" in box:
+        exc = box["error"]
+        return ToolResult(text=f"Tool error: {exc}" if str(exc) else f"Tool error: {type(exc).__name__}")
+    result: ToolResult = box["result"]
+    return result
+
+
+def _commit(
+    rt: Runtime, spec: AgentSpec, run: RowMapping, call: RowMapping, version: int,
+    outbox_id: int | None, result: ToolResult,
+) -> str:
+    ts = repo.now()
+    profile = resolve_profile(spec.model, rt.profiles)
+    budget = tool_result_budget(profile.context_window, spec.tool_result_max_tokens)
+    try:
+        items = _commit_txn(rt, spec, run, call, version, outbox_id, result, budget, ts)
+    except _Lost:
+        return "lost"
+    rt.publish(items)
+    return "committed"
+
+
+class _Lost(Exception):
+    """The commit lost a race: roll the whole transaction back."""
+
+
+def _commit_txn(
+    rt: Runtime, spec: AgentSpec, run: RowMapping, call: RowMapping, version: int,
+    outbox_id: int | None, result: ToolResult, budget: int, ts: float,
+) -> list[Any]:
+    with rt.engine.begin() as conn:
+        done = conn.execute(
+            sa.update(tool_calls)
+            .where(tool_calls.c.run_id == run["id"], tool_calls.c.call_id == call["call_id"],
+                   tool_calls.c.status == "running", tool_calls.c.attempts == call["attempts"])
+            .values(status="done", result=result.text,
+                    result_for_model=reduce_tool_result(result.text, budget), cost=result.cost,
+                    data=result.data, finished_at=ts, lease_until=None)
+        ).rowcount
+        if done != 1:
+            raise _Lost
+        changes = repo.Changes(bump_version=False)
+        changes.values.update(open_calls=runs.c.open_calls - 1, cost=runs.c.cost + result.cost)
+        changes.event("tool.finished", call_id=call["call_id"], name=call["name"],
+                      preview=result.text[:300], cost=result.cost)
+        nxt = _next_pending(conn, run["id"], call["round"])
+        if nxt is not None:
+            changes.outbox.append(("tool", {"call_id": nxt}))
+        applied = repo.apply(conn, run["id"], version, changes,
+                             redrive_after=rt.settings.redrive_seconds, ts=ts)
+        if applied is None:
+            raise _Lost
+        items = list(applied.outbox_ids)
+        if applied.row["open_calls"] == 0:
+            joined = repo.apply(conn, run["id"], version,
+                                join_changes(conn, applied.row, call["round"], spec, ts),
+                                redrive_after=rt.settings.redrive_seconds, ts=ts)
+            items += joined.outbox_ids if joined else []
+        repo.delete_outbox(conn, outbox_id)
+    return items
+
+
+def _next_pending(conn: Connection, run_id: str, round_: int) -> str | None:
+    """Serial or windowed batches: queue the next call that has not been dispatched."""
+    nxt = conn.execute(
+        sa.select(tool_calls.c.call_id)
+        .where(tool_calls.c.run_id == run_id, tool_calls.c.round == round_,
+               tool_calls.c.status == "pending")
+        .order_by(tool_calls.c.idx).limit(1)
+    ).scalar()
+    if nxt is not None:
+        conn.execute(sa.update(tool_calls)
+                     .where(tool_calls.c.run_id == run_id, tool_calls.c.call_id == nxt)
+                     .values(status="queued"))
+    return nxt
+
+
+def join_changes(
+    conn: Connection, run: RowMapping, round_: int, spec: AgentSpec, ts: float
+) -> repo.Changes:
+    """All calls of the batch are finished: append their messages and settle."""
+    calls = repo.list_tool_calls(conn, run["id"], round_)
+    msgs, flushed = flush_calls(calls)
+    if flushed:
+        conn.execute(sa.update(tool_calls)
+                     .where(tool_calls.c.run_id == run["id"], tool_calls.c.call_id.in_(flushed))
+                     .values(flushed=True))
+    changes = repo.Changes()
+    for m in msgs:
+        changes.message(m, round_)
+    settle(changes, decode_after(run["after_join"]), run_id=run["id"], round_=round_, ts=ts,
+           ask_timeout_s=spec.ask_timeout_s)
+    return changes

@@ -1,0 +1,88 @@
+"""One error tree for treadle.
+
+    TreadleError
+    ├── ConfigError            bad settings, unknown model profile
+    ├── SpecError              an agent spec or request that cannot run
+    ├── NotFound               a run, thread, file... that does not exist (for this tenant)
+    ├── Conflict               a state that forbids the operation (409)
+    ├── ModelError             a model call failed
+    │   ├── TransientModelError   429, 5xx, timeouts, broken streams: retry with backoff
+    │   └── FatalModelError       other 4xx, bad responses: fail the run
+    │       └── ToolsRejected     HTTP 400 to a request that carried tools (M-6)
+    └── ToolError              a tool failed (becomes the tool's result, SPEC L-5)
+
+Exceptions that cross Celery must pickle: each keeps its constructor arguments in ``args``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "Conflict",
+    "FatalModelError",
+    "ModelError",
+    "NotFound",
+    "SpecError",
+    "ToolError",
+    "ToolsRejected",
+    "TransientModelError",
+    "TreadleError",
+]
+
+
+class TreadleError(Exception):
+    """Root of every error treadle raises on purpose."""
+
+    code = "error"
+
+    def __init__(self, message: str = "", *args: object) -> None:
+        super().__init__(message, *args)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConfigError(TreadleError):
+    code = "config_error"
+
+
+class SpecError(TreadleError):
+    code = "invalid_spec"
+
+
+class NotFound(TreadleError):
+    code = "not_found"
+
+
+class Conflict(TreadleError):
+    code = "conflict"
+
+
+class ModelError(TreadleError):
+    """A model call failed. ``status`` is the HTTP status when there was one."""
+
+    code = "model_error"
+
+    def __init__(
+        self, message: str = "", status: int | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message, status, retry_after)
+        self.status = status
+        self.retry_after = retry_after
+
+
+class TransientModelError(ModelError):
+    code = "model_transient"
+
+
+class FatalModelError(ModelError):
+    code = "model_fatal"
+
+
+class ToolsRejected(FatalModelError):
+    code = "tools_rejected"
+
+
+class ToolError(TreadleError):
+    code = "tool_error"

@@ -1,0 +1,125 @@
+"""Model profiles: load them from a file, resolve a spec's ``model``, build the ``ChatModel``.
+
+A profile file is TOML (``[profiles.NAME]`` tables) or YAML/JSON (``profiles: {NAME: {...}}``);
+each entry becomes ``ModelProfile(name=NAME, ...)``. ``demo`` is built in. HTTP clients are
+shared per base URL and per process (a forked worker never reuses its parent's sockets).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from pydantic import ValidationError
+
+from shared.agent.spec import ModelProfile
+from shared.errors import ConfigError
+from shared.llm.base import ChatModel
+from shared.llm.openai_compat import OpenAICompatModel
+from shared.llm.scripted import DemoModel, ScriptedModel
+
+__all__ = [
+    "DEMO_PROFILE",
+    "close_http_clients",
+    "http_client",
+    "load_profiles",
+    "make_model",
+    "parse_profiles",
+    "resolve_profile",
+]
+
+DEMO_PROFILE = ModelProfile(name="demo", provider="demo")
+
+_clients: dict[tuple[int, str], httpx.Client] = {}
+_clients_lock = threading.Lock()
+_LIMITS = httpx.Limits(max_connections=256, max_keepalive_connections=64, keepalive_expiry=30.0)
+
+
+def _read_document(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read model profiles file {path}: {exc}") from exc
+    try:
+        if path.suffix.lower() == ".toml":
+            return tomllib.loads(text)
+        if path.suffix.lower() == ".json":
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError, ValueError) as exc:
+        raise ConfigError(f"model profiles file {path} is not valid: {exc}") from exc
+
+
+def parse_profiles(document: Any, source: str = "profiles") -> dict[str, ModelProfile]:
+    """``{"profiles": {NAME: {...}}}`` → ``{NAME: ModelProfile}`` (``ConfigError`` if bad)."""
+    table = document.get("profiles") if isinstance(document, Mapping) else None
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{source}: expected a `profiles` table of NAME → profile")
+    profiles: dict[str, ModelProfile] = {}
+    for name, fields in table.items():
+        if not isinstance(fields, Mapping):
+            raise ConfigError(f"{source}: profile {name!r} must be a table")
+        try:
+            profiles[str(name)] = ModelProfile.model_validate({**fields, "name": str(name)})
+        except ValidationError as exc:
+            raise ConfigError(f"{source}: profile {name!r} is invalid: {exc}") from exc
+    return profiles
+
+
+def load_profiles(path: str | os.PathLike[str]) -> dict[str, ModelProfile]:
+    """Load the model profiles in a TOML, YAML or JSON file."""
+    file = Path(path)
+    return parse_profiles(_read_document(file), str(file))
+
+
+def resolve_profile(
+    model: str | ModelProfile, profiles: Mapping[str, ModelProfile]
+) -> ModelProfile:
+    """A spec's ``model`` (a profile name, or an inline profile) → the profile to use."""
+    if isinstance(model, ModelProfile):
+        return model
+    if model in profiles:
+        return profiles[model]
+    if model == DEMO_PROFILE.name:
+        return DEMO_PROFILE
+    known = ", ".join(sorted({*profiles, DEMO_PROFILE.name}))
+    raise ConfigError(f"unknown model profile {model!r}; known profiles: {known}")
+
+
+def http_client(base_url: str) -> httpx.Client:
+    """The shared, thread-safe ``httpx.Client`` for a base URL in this process."""
+    key = (os.getpid(), base_url.rstrip("/"))
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None or client.is_closed:
+            client = _clients[key] = httpx.Client(limits=_LIMITS)
+        return client
+
+
+def close_http_clients() -> None:
+    """Close every shared client (worker shutdown, tests)."""
+    with _clients_lock:
+        clients = list(_clients.values())
+        _clients.clear()
+    for client in clients:
+        client.close()
+
+
+def make_model(profile: ModelProfile) -> ChatModel:
+    """The ``ChatModel`` for a profile: demo, scripted, or an OpenAI-compatible endpoint."""
+    if profile.provider == "demo":
+        return DemoModel()
+    if profile.provider == "scripted":
+        if not profile.replies:
+            raise ConfigError(f"scripted model profile {profile.name!r} has no replies")
+        return ScriptedModel(profile.replies, name=profile.name)
+    if not profile.base_url:
+        raise ConfigError(f"model profile {profile.name!r} has no base_url")
+    return OpenAICompatModel(profile, client=http_client(profile.base_url))

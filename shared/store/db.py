@@ -1,0 +1,91 @@
+"""Engines: PostgreSQL (psycopg 3) or SQLite (WAL, ``BEGIN IMMEDIATE`` writes)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+__all__ = ["get_engine", "is_sqlite", "make_engine", "migrate", "reset_engines"]
+
+_engines: dict[str, Engine] = {}
+_lock = threading.Lock()
+
+
+def is_sqlite(engine: Engine) -> bool:
+    return engine.dialect.name == "sqlite"
+
+
+def _sqlite_engine(url: str, pool_size: int) -> Engine:
+    path = url.removeprefix("sqlite:///")
+    if path and path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(
+        url,
+        connect_args={"timeout": 30, "check_same_thread": False, "isolation_level": None},
+        pool_size=pool_size,
+        max_overflow=pool_size,
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _rec: Any) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        # take the write lock up front: no deadlock when a reader upgrades to a writer
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def make_engine(url: str, pool_size: int = 20) -> Engine:
+    if url.startswith("sqlite"):
+        return _sqlite_engine(url, pool_size)
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+    return sa.create_engine(
+        url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, pool_recycle=1800
+    )
+
+
+def get_engine(url: str | None = None) -> Engine:
+    """The process-wide engine for ``url`` (default: the configured database)."""
+    if url is None:
+        from shared.config import get_settings
+
+        url = get_settings().database_url
+    with _lock:
+        engine = _engines.get(url)
+        if engine is None:
+            engine = _engines[url] = make_engine(url)
+        return engine
+
+
+def reset_engines() -> None:
+    with _lock:
+        for engine in _engines.values():
+            engine.dispose()
+        _engines.clear()
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest Alembic revision."""
+    from alembic import command
+    from alembic.config import Config
+
+    here = Path(__file__).parent / "migrations"
+    cfg = Config()
+    cfg.set_main_option("script_location", str(here))
+    cfg.attributes["connection_engine"] = engine
+    with _lock:
+        command.upgrade(cfg, "head")

@@ -1,0 +1,29 @@
+"""Alembic environment: runs against the engine handed in by ``shared.store.db.migrate``."""
+
+from __future__ import annotations
+
+from alembic import context
+
+from shared.store.tables import metadata
+
+config = context.config
+
+
+def run() -> None:
+    engine = config.attributes.get("connection_engine")
+    if engine is None:
+        from shared.store.db import get_engine
+
+        engine = get_engine()
+    with engine.connect() as conn:
+        context.configure(
+            connection=conn,
+            target_metadata=metadata,
+            render_as_batch=conn.dialect.name == "sqlite",
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+        conn.commit()
+
+
+run()

@@ -1,0 +1,55 @@
+"""Tools: the protocol, the registry, built-ins, inline HTTP tools and the SSRF guard.
+
+Importing the package registers the built-in tools (``calculator``, ``current_time``,
+``http_get``, ``stop``); plugins come from the ``treadle.tools`` entry-point group.
+"""
+
+from shared.tools import builtins as builtins
+from shared.tools.base import (
+    FunctionTool,
+    InvalidToolArguments,
+    Tool,
+    ToolContext,
+    ToolFunction,
+    ToolResult,
+    json_schema_of,
+    validation_message,
+)
+from shared.tools.http_tool import HttpTool, fill_url
+from shared.tools.netguard import SafeResponse, check_url, deny_reason, safe_request
+from shared.tools.registry import (
+    ENTRY_POINT_GROUP,
+    REGISTRY,
+    Registry,
+    get,
+    load_entry_points,
+    resolve,
+    tool,
+    tool_defs,
+)
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "REGISTRY",
+    "FunctionTool",
+    "HttpTool",
+    "InvalidToolArguments",
+    "Registry",
+    "SafeResponse",
+    "Tool",
+    "ToolContext",
+    "ToolFunction",
+    "ToolResult",
+    "builtins",
+    "check_url",
+    "deny_reason",
+    "fill_url",
+    "get",
+    "json_schema_of",
+    "load_entry_points",
+    "resolve",
+    "safe_request",
+    "tool",
+    "tool_defs",
+    "validation_message",
+]

@@ -1,0 +1,350 @@
+"""SSRF guard for tools that fetch URLs.
+
+``check_url`` refuses non-http(s) URLs and hosts that resolve to any private, loopback,
+link-local, multicast, reserved, unspecified or cloud-metadata address, unless the host is
+allow-listed (``"host"``, ``"host:port"`` or ``"*.domain"``).
+
+``safe_request`` checks every hop (redirects are followed by hand) and connects to the very
+address it checked: the URL's host is replaced by that IP, while the ``Host`` header and the
+TLS server name (SNI, certificate check) keep the real host name. A DNS answer that changes
+between check and connect (rebinding) therefore cannot redirect the connection. Connections
+are not kept alive (they are pooled by IP, and one verified for one name must not serve
+another).
+
+Limits: the body is streamed and cut at ``max_bytes``; ``timeout`` caps the whole exchange
+(connect, redirects, body), a watchdog shuts the socket when it runs out. DNS resolution itself
+uses the system resolver and its own timeouts. Proxies from the environment are not used.
+"""
+
+from __future__ import annotations
+
+import codecs
+import functools
+import ipaddress
+import json as jsonlib
+import re
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from shared.errors import ToolError
+
+__all__ = [
+    "MAX_REDIRECTS",
+    "METADATA_ADDRESSES",
+    "SafeResponse",
+    "check_url",
+    "deny_reason",
+    "safe_request",
+]
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+MAX_REDIRECTS = 5
+METADATA_ADDRESSES: frozenset[IPAddress] = frozenset(
+    ipaddress.ip_address(a) for a in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200")
+)
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+# headers that may follow a redirect to another origin; credentials and the like do not
+_CROSS_ORIGIN_HEADERS = frozenset({"accept", "accept-language", "content-type", "user-agent"})
+_CHARSET = re.compile(r"charset=[\"']?([\w.:-]+)", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class SafeResponse:
+    """A fully read response. ``content`` is decoded (gzip...) and at most ``max_bytes``."""
+
+    status_code: int
+    headers: httpx.Headers
+    content: bytes
+    url: str  # the final URL, after redirects
+
+    @property
+    def content_type(self) -> str:
+        value: str = self.headers.get("content-type", "")
+        return value.split(";", 1)[0].strip().lower()
+
+    @property
+    def text(self) -> str:
+        found = _CHARSET.search(self.headers.get("content-type", ""))
+        encoding = found.group(1) if found else "utf-8"
+        try:
+            codecs.lookup(encoding)
+        except LookupError:
+            encoding = "utf-8"
+        return self.content.decode(encoding, errors="replace")
+
+
+def check_url(url: str, allow_hosts: Sequence[str] = ()) -> None:
+    """Raise ToolError unless ``url`` is http(s) and its host is public or allow-listed."""
+    _checked_address(_parse(url), allow_hosts)
+
+
+def deny_reason(ip: IPAddress) -> str | None:
+    """Why ``ip`` must not be reached (e.g. ``"loopback"``), or None for a public address."""
+    if ip in METADATA_ADDRESSES:
+        return "cloud metadata"
+    embedded = _embedded_v4(ip)
+    reason = deny_reason(embedded) if embedded is not None else None
+    checks = (
+        ("loopback", ip.is_loopback),
+        ("unspecified", ip.is_unspecified),
+        ("link-local", ip.is_link_local),
+        ("multicast", ip.is_multicast),
+        ("private", ip.is_private),
+        ("reserved", ip.is_reserved),
+        ("non-public", not ip.is_global),
+    )
+    return reason or next((label for label, hit in checks if hit), None)
+
+
+def _embedded_v4(ip: IPAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 address inside an IPv4-mapped, NAT64 or 6to4 IPv6 address."""
+    if isinstance(ip, ipaddress.IPv4Address):
+        return None
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip in _NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return ip.sixtofour
+
+
+def _parse(url: str | httpx.URL) -> httpx.URL:
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError) as exc:
+        raise ToolError(f"invalid URL: {exc}") from None
+    if parsed.scheme not in ("http", "https"):
+        raise ToolError(f"only http and https URLs are allowed, not {parsed.scheme or 'none'!r}")
+    if not parsed.raw_host:
+        raise ToolError("the URL has no host")
+    return parsed
+
+
+def _host(url: httpx.URL) -> str:
+    return url.raw_host.decode("ascii").lower().rstrip(".")
+
+
+def _port(url: httpx.URL) -> int:
+    return url.port or (443 if url.scheme == "https" else 80)
+
+
+def _allowed(url: httpx.URL, allow_hosts: Sequence[str]) -> bool:
+    host = _host(url)
+    netloc_host = f"[{host}]" if ":" in host else host
+    candidates = {host, f"{netloc_host}:{_port(url)}"}
+    for entry in (e.strip().lower() for e in allow_hosts):
+        if entry in candidates or (entry.startswith("*.") and host.endswith(entry[1:])):
+            return True
+    return False
+
+
+def _checked_address(url: httpx.URL, allow_hosts: Sequence[str]) -> str:
+    """The address to connect to, after checking every address the host resolves to."""
+    host = _host(url)
+    addresses = _resolve(host, _port(url))
+    if not _allowed(url, allow_hosts):
+        for ip in addresses:
+            reason = deny_reason(ip)
+            if reason is not None:
+                where = host if host == str(ip) else f"{host} resolves to {ip}"
+                raise ToolError(f"blocked URL: {where} ({reason} address; not allow-listed)")
+    return str(addresses[0])
+
+
+def _resolve(host: str, port: int) -> list[IPAddress]:
+    try:
+        return [ipaddress.ip_address(host)]
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise ToolError(f"cannot resolve host {host}: {exc}") from None
+    found = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
+    if not found:
+        raise ToolError(f"cannot resolve host {host}")
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class _Hop:
+    method: str
+    url: httpx.URL
+    headers: httpx.Headers
+    body: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    timeout: float
+    deadline: float  # time.monotonic()
+    max_bytes: int
+    allow_hosts: tuple[str, ...]
+
+    def remaining(self) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise ToolError(f"request timed out after {self.timeout:g}s")
+        return left
+
+
+def safe_request(
+    method: str,
+    url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    params: Mapping[str, Any] | None = None,
+    json: Any = None,
+    timeout: float = 30.0,
+    max_bytes: int = 1_000_000,
+    allow_hosts: Sequence[str] = (),
+    client: httpx.Client | None = None,
+) -> SafeResponse:
+    """One guarded HTTP exchange; every failure is a ToolError with a readable message."""
+    limits = _Limits(timeout, time.monotonic() + timeout, max_bytes, tuple(allow_hosts))
+    hop = _first_hop(method, url, headers, params, json)
+    if client is not None:
+        return _exchange(client, hop, limits)
+    with httpx.Client(trust_env=False, verify=_tls_context()) as own:
+        return _exchange(own, hop, limits)
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """One verifying TLS context for all calls: building one costs ~50 ms (CA bundle)."""
+    return httpx.create_ssl_context()
+
+
+def _first_hop(
+    method: str,
+    url: str,
+    headers: Mapping[str, str] | None,
+    params: Mapping[str, Any] | None,
+    json: Any,
+) -> _Hop:
+    parsed = _parse(url)
+    if params:
+        parsed = parsed.copy_merge_params(dict(params))
+    hop_headers = httpx.Headers(headers)
+    body = None
+    if json is not None:
+        body = jsonlib.dumps(json, ensure_ascii=False).encode()
+        hop_headers.setdefault("Content-Type", "application/json")
+    return _Hop(method.upper(), parsed, hop_headers, body)
+
+
+def _exchange(client: httpx.Client, hop: _Hop, limits: _Limits) -> SafeResponse:
+    for _ in range(MAX_REDIRECTS + 1):
+        response = _send(client, hop, limits)
+        try:
+            location = response.headers.get("location")
+            if response.status_code not in _REDIRECTS or not location:
+                return _read(response, hop.url, limits)
+            hop = _redirected(hop, response.status_code, location)
+        finally:
+            response.close()
+    raise ToolError(f"too many redirects (more than {MAX_REDIRECTS})")
+
+
+def _send(client: httpx.Client, hop: _Hop, limits: _Limits) -> httpx.Response:
+    address = _checked_address(hop.url, limits.allow_hosts)
+    headers = hop.headers.copy()
+    headers["Host"] = hop.url.netloc.decode("ascii")
+    # Pooled connections are keyed by the pinned IP, not by the TLS name they were verified
+    # for: never leave one open for a request to another host name to reuse.
+    headers["Connection"] = "close"
+    request = client.build_request(
+        hop.method,
+        hop.url.copy_with(host=address),  # connect to the checked address (no rebinding)
+        headers=headers,
+        content=hop.body,
+        timeout=limits.remaining(),
+        extensions=_tls_name(hop.url),
+    )
+    try:
+        return client.send(request, stream=True, follow_redirects=False)
+    except httpx.TimeoutException:
+        raise ToolError(f"request timed out after {limits.timeout:g}s") from None
+    except httpx.HTTPError as exc:
+        raise ToolError(f"request to {_host(hop.url)} failed: {exc}") from None
+
+
+def _tls_name(url: httpx.URL) -> dict[str, Any]:
+    """SNI and certificate check against the real host name, not the pinned address."""
+    host = _host(url)
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return {"sni_hostname": host} if url.scheme == "https" else {}
+    return {}
+
+
+def _redirected(hop: _Hop, status: int, location: str) -> _Hop:
+    try:
+        url = _parse(hop.url.join(location))
+    except httpx.InvalidURL as exc:
+        raise ToolError(f"invalid redirect location: {exc}") from None
+    method, body, headers = hop.method, hop.body, hop.headers.copy()
+    if (status == 303 and method != "HEAD") or (status in (301, 302) and method == "POST"):
+        method, body = "GET", None
+        headers.pop("content-type", None)
+    if (url.scheme, _host(url), _port(url)) != (hop.url.scheme, _host(hop.url), _port(hop.url)):
+        headers = httpx.Headers({k: v for k, v in headers.items() if k in _CROSS_ORIGIN_HEADERS})
+    return _Hop(method, url, headers, body)
+
+
+def _read(response: httpx.Response, url: httpx.URL, limits: _Limits) -> SafeResponse:
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limits.max_bytes:
+        raise _too_large(limits)
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        with _watchdog(response, limits):
+            for chunk in response.iter_bytes():
+                size += len(chunk)
+                if size > limits.max_bytes:
+                    raise _too_large(limits)
+                chunks.append(chunk)
+                limits.remaining()
+    except httpx.HTTPError as exc:
+        limits.remaining()  # a watchdog shutdown surfaces as a broken stream: say "timed out"
+        raise ToolError(f"reading the response failed: {exc}") from None
+    return SafeResponse(response.status_code, response.headers, b"".join(chunks), str(url))
+
+
+def _too_large(limits: _Limits) -> ToolError:
+    return ToolError(f"response too large (limit {limits.max_bytes} bytes)")
+
+
+@contextmanager
+def _watchdog(response: httpx.Response, limits: _Limits) -> Iterator[None]:
+    """Shut the socket down at the deadline, so a slow trickle cannot outlive ``timeout``."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if not isinstance(sock, socket.socket):
+        yield
+        return
+    timer = threading.Timer(limits.remaining(), _shutdown, (sock,))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def _shutdown(sock: socket.socket) -> None:
+    try:
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)  # the base method, also for SSL sockets
+    except OSError:
+        pass

@@ -1,0 +1,106 @@
+"""Fixtures: SQLite + stub broker for fast tests; PostgreSQL, Redis and real Celery worker
+processes for the production-mode tests (missing services fail in CI, skip locally)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from shared.config import Settings
+from shared.engine.runtime import Runtime
+from shared.engine.testing import StubBroker
+from shared.store.db import make_engine, migrate
+from shared.store.tables import metadata
+from tests.support import PG_ADMIN, REDIS_BASE, WorkerProcs, need_service
+
+
+@pytest.fixture
+def stub() -> StubBroker:
+    return StubBroker()
+
+
+@pytest.fixture
+def sqlite_rt(tmp_path: Path, stub: StubBroker) -> Iterator[Runtime]:
+    url = f"sqlite:///{tmp_path / 'treadle.db'}"
+    engine = make_engine(url)
+    migrate(engine)
+    settings = Settings(database_url=url, broker_url="memory://", redrive_seconds=15.0)
+    yield Runtime(engine=engine, settings=settings, publish=stub)
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    name = f"treadle_t_{uuid.uuid4().hex[:10]}"
+    try:
+        admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:
+        need_service("PostgreSQL", exc)
+    url = PG_ADMIN.rsplit("/", 1)[0] + f"/{name}"
+    engine = make_engine(url)
+    migrate(engine)
+    engine.dispose()
+    yield url
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture
+def pg_engine(pg_url: str) -> Iterator[sa.engine.Engine]:
+    engine = make_engine(pg_url)
+    with engine.begin() as conn:
+        for table in reversed(metadata.sorted_tables):
+            conn.execute(table.delete())
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def redis_url() -> str:
+    import redis
+
+    url = f"{REDIS_BASE}/11"
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=3)
+        client.flushdb()
+        client.close()
+    except Exception as exc:
+        need_service("Redis", exc)
+    return url
+
+
+@pytest.fixture
+def prod_rt(pg_url: str, pg_engine: sa.engine.Engine, redis_url: str) -> Iterator[Runtime]:
+    """A Runtime on PostgreSQL + Redis that publishes to real Celery workers."""
+    from worker.app import make_app
+    from worker.runtime import CeleryPublisher
+
+    settings = Settings(database_url=pg_url, broker_url=redis_url, redrive_seconds=15.0)
+    celery_app = make_app(settings)
+    yield Runtime(engine=pg_engine, settings=settings, publish=CeleryPublisher(celery_app))
+    celery_app.close()
+
+
+@pytest.fixture
+def call_log(tmp_path: Path) -> Path:
+    return tmp_path / "model_calls.log"
+
+
+@pytest.fixture
+def workers(tmp_path: Path, pg_url: str, redis_url: str, call_log: Path) -> Iterator[WorkerProcs]:
+    env = {
+        "TREADLE_DATABASE_URL": pg_url,
+        "TREADLE_BROKER_URL": redis_url,
+        "TREADLE_MODEL_CALL_LOG": str(call_log),
+        "TREADLE_REDRIVE_SECONDS": "15",
+    }
+    procs = WorkerProcs(env, tmp_path)
+    yield procs
+    procs.stop_all()

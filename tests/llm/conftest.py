@@ -1,0 +1,29 @@
+"""Fixtures for the model-client tests: learnt tool modes reset, one fake server a module."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from shared.llm.fake_server import FakeLLMServer
+from shared.llm.openai_compat import reset_tool_modes
+
+
+@pytest.fixture(autouse=True)
+def _fresh_tool_modes() -> Iterator[None]:
+    reset_tool_modes()
+    yield
+    reset_tool_modes()
+
+
+@pytest.fixture(scope="module")
+def _server() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer() as server:
+        yield server
+
+
+@pytest.fixture
+def fake(_server: FakeLLMServer) -> FakeLLMServer:
+    _server.reset()
+    return _server

@@ -1,0 +1,182 @@
+"""Inline HTTP tools (DESIGN §8) and the http_get built-in, against a real local server."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from shared.agent.spec import InlineTool
+from shared.errors import SpecError, ToolError
+from shared.tools import HttpTool, InvalidToolArguments, ToolContext, fill_url, get
+
+from .conftest import LocalServer
+
+TOKEN = "Bearer s3cret-value"
+
+
+def make_tool(
+    server: LocalServer, method: str, path: str, *, read_only: bool | None = None, **http: Any
+) -> HttpTool:
+    spec: dict[str, Any] = {
+        "name": "remote",
+        "description": "A remote tool.",
+        "parameters": {
+            "type": "object",
+            "properties": {"id": {"type": "string"}},
+            "required": ["id"],
+        },
+        "http": {"method": method, "url": server.url(path), **http},
+    }
+    if read_only is not None:
+        spec["read_only"] = read_only
+    return HttpTool(InlineTool.model_validate(spec))
+
+
+def context(server: LocalServer, **kw: Any) -> ToolContext:
+    kw.setdefault("env", {})
+    return ToolContext(run_id="run-7", call_id="call_3", allow_hosts=(server.host_port,), **kw)
+
+
+def echoed(text: str) -> Any:
+    return json.loads(text)
+
+
+def test_post_fills_the_url_and_sends_the_rest_as_json(server: LocalServer) -> None:
+    remote = make_tool(server, "POST", "/items/{id}/notes")
+    result = remote.execute({"id": "a b/c?", "text": "hello", "n": 2}, context(server))
+    echo = echoed(result.text)
+    assert echo["method"] == "POST"
+    assert server.requests[0].path == "/items/a%20b%2Fc%3F/notes"
+    assert echoed(echo["body"]) == {"text": "hello", "n": 2}
+    assert echo["headers"]["content-type"] == "application/json"
+    assert echo["headers"]["idempotency-key"] == "run-7:call_3"
+    assert result.data == {"status": 200}
+    assert remote.read_only is False  # N-5: not declared, so a write
+
+
+def test_get_sends_the_rest_as_query_parameters(server: LocalServer) -> None:
+    remote = make_tool(server, "GET", "/items/{id}", read_only=True)
+    args = {"id": "7", "tags": ["a", "b"], "deep": {"k": 1}, "flag": True, "none": None}
+    echo = echoed(remote.execute(args, context(server)).text)
+    assert echo["path"] == "/items/7"
+    assert echo["query"] == {"tags": ["a", "b"], "deep": ['{"k": 1}'], "flag": ["true"]}
+    assert echo["body"] == ""
+
+
+def test_idempotency_key_only_where_a_write_may_happen(server: LocalServer) -> None:
+    ctx = context(server)
+    read = make_tool(server, "GET", "/r/{id}", read_only=True)
+    assert "idempotency-key" not in echoed(read.execute({"id": "1"}, ctx).text)["headers"]
+    undeclared = make_tool(server, "GET", "/r/{id}")
+    assert echoed(undeclared.execute({"id": "1"}, ctx).text)["headers"]["idempotency-key"]
+    for method in ("PUT", "PATCH", "DELETE"):
+        tool = make_tool(server, method, "/w/{id}", read_only=True)
+        echo = echoed(tool.execute({"id": "1"}, ctx).text)
+        assert (echo["method"], echo["headers"]["idempotency-key"]) == (method, "run-7:call_3")
+
+
+def test_headers_come_from_env_at_call_time(
+    server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    remote = make_tool(server, "GET", "/h/{id}", headers_env={"Authorization": "TREADLE_T_TOK"})
+    ctx = ToolContext(run_id="r", call_id="c", allow_hosts=(server.host_port,))  # os.environ
+    monkeypatch.setenv("TREADLE_T_TOK", TOKEN)
+    assert echoed(remote.execute({"id": "1"}, ctx).text)["headers"]["authorization"] == TOKEN
+    monkeypatch.setenv("TREADLE_T_TOK", "Bearer rotated")
+    assert echoed(remote.execute({"id": "1"}, ctx).text)["headers"]["authorization"] == (
+        "Bearer rotated"
+    )
+
+
+def test_missing_env_names_the_variable_never_a_value(server: LocalServer) -> None:
+    remote = make_tool(
+        server, "POST", "/h", headers_env={"Authorization": "TICKETS_TOKEN", "X-Other": "OTHER"}
+    )
+    ctx = context(server, env={"OTHER": TOKEN})
+    with pytest.raises(ToolError) as info:
+        remote.execute({"id": "1"}, ctx)
+    assert "TICKETS_TOKEN" in str(info.value) and "s3cret" not in str(info.value)
+    assert server.requests == []
+
+
+@pytest.mark.parametrize("status", [400, 404, 500])
+def test_error_statuses_become_tool_errors(server: LocalServer, status: int) -> None:
+    remote = make_tool(server, "GET", f"/status/{status}")
+    with pytest.raises(
+        ToolError, match=rf"^HTTP {status}: error {status}: the detail second line$"
+    ):
+        remote.execute({"id": "1"}, context(server))
+
+
+def test_arguments_are_checked(server: LocalServer) -> None:
+    remote = make_tool(server, "POST", "/x/{slot}")
+    with pytest.raises(InvalidToolArguments, match="missing required id"):
+        remote.execute({"slot": "1"}, context(server))
+    with pytest.raises(InvalidToolArguments, match="missing URL argument"):
+        remote.execute({"id": "1"}, context(server))
+    assert server.requests == []
+
+
+def test_not_allow_listed_means_blocked(server: LocalServer) -> None:
+    remote = make_tool(server, "GET", "/x/{id}")
+    with pytest.raises(ToolError, match="blocked URL"):
+        remote.execute({"id": "1"}, ToolContext(run_id="r", call_id="c", env={}))
+    assert server.requests == []
+
+
+def test_deadline_is_respected(server: LocalServer) -> None:
+    remote = make_tool(server, "GET", "/x/{id}")
+    with pytest.raises(ToolError, match="deadline exceeded"):
+        remote.execute({"id": "1"}, context(server, deadline=time.time() - 1))
+    slow = make_tool(server, "GET", "/slow?id={id}", timeout_s=0.5)
+    with pytest.raises(ToolError, match="timed out"):
+        slow.execute({"id": "1"}, context(server))
+
+
+def test_response_text_is_capped(server: LocalServer) -> None:
+    spec = InlineTool.model_validate(
+        {"name": "big", "http": {"method": "GET", "url": server.url("/big?n={n}")}}
+    )
+    ctx = context(server)
+    assert len(HttpTool(spec, max_bytes=100).execute({"n": 100}, ctx).text) == 100
+    with pytest.raises(ToolError, match="response too large"):
+        HttpTool(spec, max_bytes=100).execute({"n": 101}, ctx)
+
+
+def test_fill_url() -> None:
+    assert fill_url("https://x.test/{a}/{b}", {"a": "1/2", "b": 3, "c": True}) == (
+        "https://x.test/1%2F2/3",
+        {"c": True},
+    )
+    with pytest.raises(SpecError, match="absolute http"):
+        HttpTool(InlineTool.model_validate({"name": "t", "http": {"url": "/relative/{x}"}}))
+
+
+def test_http_get_fetches_text(server: LocalServer) -> None:
+    http_get = get("http_get")
+    assert http_get.read_only and not http_get.internal
+    result = http_get.execute({"url": server.url("/echo?q=1")}, context(server))
+    assert echoed(result.text)["query"] == {"q": ["1"]}
+    assert "idempotency-key" not in echoed(result.text)["headers"]
+    assert result.data == {
+        "status": 200,
+        "url": server.url("/echo?q=1"),
+        "type": "application/json",
+    }
+
+
+def test_http_get_limits(server: LocalServer) -> None:
+    http_get = get("http_get")
+    with pytest.raises(ToolError, match="blocked URL"):
+        http_get.execute({"url": server.url("/echo")}, ToolContext(run_id="r", call_id="c"))
+    with pytest.raises(ToolError, match="^HTTP 404"):
+        http_get.execute({"url": server.url("/status/404")}, context(server))
+    with pytest.raises(ToolError, match="response too large"):
+        http_get.execute({"url": server.url("/big?n=1000001")}, context(server))
+    binary = http_get.execute({"url": server.url("/binary")}, context(server))
+    assert binary.text == "(binary content: image/png, 108 bytes; not shown)"
+    with pytest.raises(InvalidToolArguments, match="url: Field required"):
+        http_get.execute({}, context(server))

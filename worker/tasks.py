@@ -1,0 +1,49 @@
+"""Thin Celery tasks with explicit names. Ids in, nothing out (no result backend)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from sqlalchemy.exc import OperationalError
+
+from shared.engine.reaper import reap
+from shared.engine.round import RetryRound, run_round
+from shared.engine.toolrun import run_tool
+from worker.app import app
+from worker.runtime import get_runtime
+
+__all__ = ["reap_task", "round_task", "tool_task"]
+
+log = logging.getLogger("treadle.tasks")
+_DB_RETRY = {"countdown": 2, "max_retries": 5}
+
+
+@app.task(name="treadle.round", bind=True, acks_late=True, reject_on_worker_lost=True,
+          max_retries=None)
+def round_task(self: Any, run_id: str, version: int, outbox_id: int | None = None) -> None:
+    try:
+        run_round(get_runtime(), run_id, int(version), outbox_id, attempt=self.request.retries)
+    except RetryRound as r:
+        log.info("round %s v%s retry in %.1fs: %s", run_id, version, r.delay, r.cause)
+        raise self.retry(countdown=r.delay, max_retries=None) from None
+    except OperationalError as exc:  # database down: retry soon; the reaper re-drives anyway
+        if self.request.retries < _DB_RETRY["max_retries"]:
+            raise self.retry(countdown=_DB_RETRY["countdown"], max_retries=None) from exc
+        log.warning("round %s: database unavailable; leaving it to the reaper", run_id)
+
+
+@app.task(name="treadle.tool", bind=True, acks_late=True, reject_on_worker_lost=True,
+          max_retries=None)
+def tool_task(self: Any, run_id: str, call_id: str, version: int, outbox_id: int | None = None) -> None:
+    try:
+        run_tool(get_runtime(), run_id, call_id, int(version), outbox_id)
+    except OperationalError as exc:
+        if self.request.retries < _DB_RETRY["max_retries"]:
+            raise self.retry(countdown=_DB_RETRY["countdown"], max_retries=None) from exc
+        log.warning("tool %s/%s: database unavailable; leaving it to the reaper", run_id, call_id)
+
+
+@app.task(name="treadle.reap", ignore_result=True)
+def reap_task() -> None:
+    reap(get_runtime())
