@@ -89,7 +89,8 @@ def worker(ctx: typer.Context,
 
     conc = concurrency or get_settings().worker_concurrency
     celery_app.worker_main(["worker", "-P", pool, "-c", str(conc), "-E", "--without-mingle",
-                            "--without-gossip", "-Q", "treadle.rounds,treadle.tools", *ctx.args])
+                            "--without-gossip", "-Q", "treadle.rounds,treadle.tools,treadle.webhooks",
+                            *ctx.args])
 
 
 @app.command()

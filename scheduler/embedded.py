@@ -20,12 +20,12 @@ def start_worker_thread(concurrency: int = 8) -> Any:
     """A Celery worker (threads pool) in a daemon thread of this process."""
     from celery.worker import WorkController
 
-    from worker.app import ROUNDS_QUEUE, TOOLS_QUEUE, app
+    from worker.app import ALL_QUEUES, app
 
-    app.amqp.queues.select([ROUNDS_QUEUE, TOOLS_QUEUE])
+    app.amqp.queues.select(list(ALL_QUEUES))
     worker = WorkController(app=app, pool_cls="threads", concurrency=concurrency,
                             without_mingle=True, without_gossip=True, without_heartbeat=True,
-                            loglevel="WARNING", queues=[ROUNDS_QUEUE, TOOLS_QUEUE])
+                            loglevel="WARNING", queues=list(ALL_QUEUES))
     threading.Thread(target=worker.start, daemon=True, name="treadle-worker").start()
     return worker
 

@@ -10,11 +10,11 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from shared.errors import ConfigError, Conflict, NotFound, SpecError, TreadleError
+from shared.errors import ConfigError, Conflict, NotFound, SpecError, TreadleError, Unauthorized
 
 __all__ = ["error_body", "install_error_handlers"]
 
-_STATUS = {NotFound: 404, Conflict: 409, SpecError: 422, ConfigError: 422}
+_STATUS = {NotFound: 404, Conflict: 409, SpecError: 422, ConfigError: 422, Unauthorized: 401}
 
 
 def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
@@ -36,7 +36,8 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(TreadleError)
     async def _treadle(_: Request, exc: TreadleError) -> JSONResponse:
         status = next((s for t, s in _STATUS.items() if isinstance(exc, t)), 400)
-        return JSONResponse(error_body(exc.code, str(exc)), status_code=status)
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        return JSONResponse(error_body(exc.code, str(exc)), status_code=status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:

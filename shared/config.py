@@ -47,6 +47,28 @@ class Settings(BaseSettings):
         default="", description="Comma-separated hosts http tools may reach despite SSRF rules"
     )
     log_level: str = Field(default="INFO", description="Logging level")
+    webhook_url: str | None = Field(
+        default=None, description="Default webhook of runs submitted without one (default tenant)"
+    )
+    webhook_secret_env: str | None = Field(
+        default=None, description="Env var holding the default webhook's secret (whsec_...)"
+    )
+    webhook_timeout: float = Field(default=10.0, description="Wall limit of one webhook POST")
+    webhook_retry_base: float = Field(
+        default=5.0, description="First webhook retry delay; x3 each time, at most 4 h apart"
+    )
+    webhook_retry_for: float = Field(
+        default=86400.0, description="A webhook delivery is retried for this long, then failed"
+    )
+    plugins: str = Field(
+        default="", description="Comma-separated modules imported at start (tools, handlers)"
+    )
+
+    def load_plugins(self) -> None:
+        import importlib
+
+        for name in filter(None, (p.strip() for p in self.plugins.split(","))):
+            importlib.import_module(name)
 
     @property
     def embedded(self) -> bool:

@@ -5,6 +5,7 @@
     ├── SpecError              an agent spec or request that cannot run
     ├── NotFound               a run, thread, file... that does not exist (for this tenant)
     ├── Conflict               a state that forbids the operation (409)
+    ├── Unauthorized           missing or invalid credentials (401)
     ├── ModelError             a model call failed
     │   ├── TransientModelError   429, 5xx, timeouts, broken streams: retry with backoff
     │   └── FatalModelError       other 4xx, bad responses: fail the run
@@ -27,6 +28,7 @@ __all__ = [
     "ToolsRejected",
     "TransientModelError",
     "TreadleError",
+    "Unauthorized",
 ]
 
 
@@ -57,6 +59,10 @@ class NotFound(TreadleError):
 
 class Conflict(TreadleError):
     code = "conflict"
+
+
+class Unauthorized(TreadleError):
+    code = "unauthorized"
 
 
 class ModelError(TreadleError):

@@ -55,9 +55,12 @@ def pg_url() -> Iterator[str]:
 @pytest.fixture
 def pg_engine(pg_url: str) -> Iterator[sa.engine.Engine]:
     engine = make_engine(pg_url)
+    migrate(engine)
+    present = set(sa.inspect(engine).get_table_names())
     with engine.begin() as conn:
         for table in reversed(metadata.sorted_tables):
-            conn.execute(table.delete())
+            if table.name in present:
+                conn.execute(table.delete())
     yield engine
     engine.dispose()
 
@@ -100,6 +103,8 @@ def workers(tmp_path: Path, pg_url: str, redis_url: str, call_log: Path) -> Iter
         "TREADLE_BROKER_URL": redis_url,
         "TREADLE_MODEL_CALL_LOG": str(call_log),
         "TREADLE_REDRIVE_SECONDS": "15",
+        "TREADLE_PLUGINS": "tests.plugins",
+        "TREADLE_TEST_EFFECTS": str(tmp_path / "effects.log"),
     }
     procs = WorkerProcs(env, tmp_path)
     yield procs

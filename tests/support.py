@@ -50,7 +50,7 @@ class WorkerProcs:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self, name: str | None = None, concurrency: int = 8, queues: str =
-              "treadle.rounds,treadle.tools") -> str:
+              "treadle.rounds,treadle.tools,treadle.webhooks") -> str:
         name = name or f"w{len(self.procs) + 1}-{uuid.uuid4().hex[:4]}"
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
         cmd = [sys.executable, "-m", "celery", "-A", "worker.app", "worker", "-P", "threads",

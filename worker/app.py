@@ -8,10 +8,12 @@ from celery import Celery
 
 from shared.config import Settings, get_settings
 
-__all__ = ["ROUNDS_QUEUE", "TOOLS_QUEUE", "app", "celery_config"]
+__all__ = ["ALL_QUEUES", "ROUNDS_QUEUE", "TOOLS_QUEUE", "WEBHOOKS_QUEUE", "app", "celery_config"]
 
 ROUNDS_QUEUE = "treadle.rounds"
 TOOLS_QUEUE = "treadle.tools"
+WEBHOOKS_QUEUE = "treadle.webhooks"  # outbound webhooks: a slow receiver never delays a round
+ALL_QUEUES = (ROUNDS_QUEUE, TOOLS_QUEUE, WEBHOOKS_QUEUE)
 
 
 def _transport_options(settings: Settings) -> dict[str, Any]:
@@ -50,6 +52,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             "treadle.round": {"queue": ROUNDS_QUEUE},
             "treadle.tool": {"queue": TOOLS_QUEUE},
             "treadle.reap": {"queue": ROUNDS_QUEUE},
+            "treadle.webhook": {"queue": WEBHOOKS_QUEUE},
         },
         "beat_schedule": {
             "treadle-reaper": {"task": "treadle.reap", "schedule": settings.reaper_interval},

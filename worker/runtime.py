@@ -24,7 +24,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("treadle.publish")
-TASK_NAMES = {"round": "treadle.round", "tool": "treadle.tool"}
+TASK_NAMES = {"round": "treadle.round", "tool": "treadle.tool", "webhook": "treadle.webhook"}
 _runtime: Runtime | None = None
 _lock = threading.Lock()
 
@@ -32,6 +32,8 @@ _lock = threading.Lock()
 def task_args(kind: str, payload: dict[str, Any], outbox_id: int) -> list[Any]:
     if kind == "tool":
         return [payload["run_id"], payload["call_id"], payload["version"], outbox_id]
+    if kind == "webhook":
+        return [payload["delivery_id"], outbox_id]
     return [payload["run_id"], payload["version"], outbox_id]
 
 
@@ -76,6 +78,7 @@ def get_runtime() -> Runtime:
         if _runtime is None:
             settings = get_settings()
             settings.ensure_dirs()
+            settings.load_plugins()
             profiles = load_profiles(settings.profiles_file) if settings.profiles_file else {}
             _runtime = Runtime(engine=get_engine(settings.database_url), settings=settings,
                                publish=publish, live=_make_bus(), profiles=profiles)

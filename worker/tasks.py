@@ -10,10 +10,11 @@ from sqlalchemy.exc import OperationalError
 from shared.engine.reaper import reap
 from shared.engine.round import RetryRound, run_round
 from shared.engine.toolrun import run_tool
+from shared.engine.webhooks import deliver
 from worker.app import app
 from worker.runtime import get_runtime
 
-__all__ = ["reap_task", "round_task", "tool_task"]
+__all__ = ["reap_task", "round_task", "tool_task", "webhook_task"]
 
 log = logging.getLogger("treadle.tasks")
 _DB_RETRY = {"countdown": 2, "max_retries": 5}
@@ -42,6 +43,18 @@ def tool_task(self: Any, run_id: str, call_id: str, version: int, outbox_id: int
         if self.request.retries < _DB_RETRY["max_retries"]:
             raise self.retry(countdown=_DB_RETRY["countdown"], max_retries=None) from exc
         log.warning("tool %s/%s: database unavailable; leaving it to the reaper", run_id, call_id)
+
+
+@app.task(name="treadle.webhook", bind=True, acks_late=True, reject_on_worker_lost=True,
+          max_retries=None)
+def webhook_task(self: Any, delivery_id: str, outbox_id: int | None = None) -> None:
+    """One try of one webhook delivery; its retries are scheduled in the database."""
+    try:
+        deliver(get_runtime(), delivery_id, outbox_id)
+    except OperationalError as exc:
+        if self.request.retries < _DB_RETRY["max_retries"]:
+            raise self.retry(countdown=_DB_RETRY["countdown"], max_retries=None) from exc
+        log.warning("webhook %s: database unavailable; leaving it to the reaper", delivery_id)
 
 
 @app.task(name="treadle.reap", ignore_result=True)

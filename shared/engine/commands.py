@@ -17,9 +17,13 @@ from shared.agent.decisions import Continue, Fail
 from shared.agent.messages import Message
 from shared.agent.spec import AgentSpec, WebhookSpec
 from shared.engine.afters import flush_calls, settle
+from shared.engine.resume import pause_is_current, spend_resume_token
+from shared.engine import threads
 from shared.engine.runtime import OutboxItem, Runtime
 from shared.errors import Conflict, NotFound, SpecError
 from shared.store import repo
+from shared.store import threads as thread_store
+from shared.store.deliveries import DURABLE_EVENTS
 from shared.store.tables import outbox, tool_calls
 
 __all__ = [
@@ -69,6 +73,23 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:24]}"
 
 
+def webhook_config(rt: Runtime, req: RunInput) -> dict[str, Any] | None:
+    """The run's webhook: its own, else the default tenant's (``TREADLE_WEBHOOK_URL``) for a
+    top-level run. Unknown event names are refused (deltas are live only, never webhooks)."""
+    if req.webhook is not None:
+        if not req.webhook.url.startswith(("http://", "https://")):
+            raise SpecError("webhook.url must be an http(s) URL")
+        unknown = sorted(set(req.webhook.events or ()) - DURABLE_EVENTS - {"*"})
+        if unknown:
+            raise SpecError(f"webhook.events: unknown event types {', '.join(unknown)}; "
+                            f"one of {', '.join(sorted(DURABLE_EVENTS))} or '*'")
+        return req.webhook.model_dump()
+    url = rt.settings.webhook_url
+    if url and req.tenant == "default" and req.parent_run_id is None:
+        return {"url": url, "events": None, "secret_env": rt.settings.webhook_secret_env}
+    return None
+
+
 def submit_run(rt: Runtime, req: RunInput) -> tuple[RowMapping, bool]:
     """Create a queued run and its first round message; an Idempotency-Key replay returns the
     run it created the first time (``created`` False)."""
@@ -85,18 +106,12 @@ def submit_run(rt: Runtime, req: RunInput) -> tuple[RowMapping, bool]:
         "id": run_id, "tenant": req.tenant, "kind": req.agent.kind,
         "agent": req.agent.model_dump(mode="json", exclude_none=True), "status": "queued",
         "thread_id": req.thread_id, "idempotency_key": req.idempotency_key,
-        "meta": req.metadata, "webhook": req.webhook.model_dump() if req.webhook else None,
+        "meta": req.metadata, "webhook": webhook_config(rt, req),
         "inputs": req.inputs or None, "deadline_at": deadline,
         "parent_run_id": req.parent_run_id, "parent_call_id": req.parent_call_id,
     }
     try:
-        with rt.engine.begin() as conn:
-            repo.insert_run(conn, row, msgs, ts)
-            changes = repo.Changes(bump_version=False)
-            changes.event("run.queued", kind=req.agent.kind)
-            changes.outbox.append(("round", {}))
-            applied = repo.apply(conn, run_id, 0, changes, redrive_after=rt.settings.redrive_seconds, ts=ts)
-            assert applied is not None
+        return _guarded(rt, run_id, lambda conn: _create(rt, conn, req, row, msgs, ts)), True
     except IntegrityError:
         if not req.idempotency_key:
             raise
@@ -105,19 +120,85 @@ def submit_run(rt: Runtime, req: RunInput) -> tuple[RowMapping, bool]:
         if found is None:
             raise
         return found, False
-    rt.publish(applied.outbox_ids)
-    return applied.row, True
 
 
-def _guarded(rt: Runtime, op: Callable[[Connection], tuple[T, list[OutboxItem]] | None]) -> T:
-    """Run ``op`` in a transaction; ``None`` = lost a version race: read again and retry."""
+def _create(
+    rt: Runtime, conn: Connection, req: RunInput, row: dict[str, Any], msgs: list[Message],
+    ts: float,
+) -> tuple[RowMapping, list[OutboxItem]] | None:
+    """Insert the run and queue its first round. On a thread it starts with the thread's
+    history, or is held (no round yet) behind the active run. None = lost a race."""
+    admitted = _admit(rt, conn, req, row["id"], ts) if req.thread_id else threads.Admission(
+        inputs=dict(req.inputs))
+    if admitted is None:
+        return None
+    first = [*admitted.history, *msgs]
+    if admitted.held:
+        held_inputs = {**req.inputs, threads.QUEUED_INPUT: [m.to_dict() for m in msgs]}
+        row, first = {**row, "held": True, "inputs": held_inputs}, []
+    else:
+        row = {**row, "inputs": admitted.inputs or None}
+    repo.insert_run(conn, row, first, ts)
+    changes = repo.Changes(bump_version=False)
+    changes.event("run.queued", kind=req.agent.kind, **({"held": True} if admitted.held else {}))
+    if not admitted.held:
+        changes.outbox.append(("round", {}))
+    applied = repo.apply(conn, row["id"], 0, changes, redrive_after=rt.settings.redrive_seconds,
+                         ts=ts)
+    assert applied is not None
+    return applied.row, [*admitted.items, *applied.outbox_ids]
+
+
+def _admit(
+    rt: Runtime, conn: Connection, req: RunInput, run_id: str, ts: float
+) -> threads.Admission | None:
+    """One active run per thread; on a busy thread the thread's ``multitask`` policy decides:
+    reject (409), enqueue (held until the active run ends) or interrupt (cancel it, start)."""
+    assert req.thread_id is not None
+    thread = threads.lock(conn, req.thread_id, ts, req.tenant)  # first: lock order
+    assert thread is not None
+    active = thread_store.active_run(conn, req.thread_id)
+    items: list[OutboxItem] = []
+    if active is not None or thread_store.next_held(conn, req.thread_id) is not None:
+        policy = thread["multitask"]
+        if policy == "reject":
+            busy = f"run {active['id']}" if active is not None else "queued runs"
+            raise Conflict(f"thread {req.thread_id} is busy with {busy}")
+        if policy == "enqueue" or active is None:
+            return threads.Admission(held=True)
+        applied = _cancel(rt, conn, active, ts, release=False, interrupted_by=run_id)
+        if applied is None:
+            return None
+        items = applied.outbox_ids
+    return threads.Admission(
+        history=threads.history(conn, req.thread_id),
+        inputs=threads.start_inputs(conn, req.thread_id, req.agent.kind, req.inputs),
+        items=items,
+    )
+
+
+class _LostRace(Exception):
+    """Roll the transaction back: what ``op`` wrote before losing must not stay."""
+
+
+def _guarded(
+    rt: Runtime, run_id: str, op: Callable[[Connection], tuple[T, list[OutboxItem]] | None]
+) -> T:
+    """Run ``op`` in a transaction; ``None`` = lost a version race: roll back, read again and
+    retry. After the commit: publish, and wake the run's SSE tails."""
     for _ in range(20):
-        with rt.engine.begin() as conn:
-            out = op(conn)
-        if out is not None:
-            value, items = out
-            rt.publish(items)
-            return value
+        try:
+            with rt.engine.begin() as conn:
+                out = op(conn)
+                if out is None:
+                    raise _LostRace
+        except _LostRace:
+            continue
+        assert out is not None
+        value, items = out
+        rt.publish(items)
+        rt.wake(run_id)
+        return value
     raise Conflict("the run kept changing; try again")
 
 
@@ -134,19 +215,33 @@ def cancel_run(rt: Runtime, tenant: str, run_id: str) -> RowMapping:
         if run["status"] in FINAL:
             raise Conflict(f"run {run_id} is already {run['status']}")
         ts = repo.now()
-        changes = repair_changes(conn, run, CANCELLED_TEXT)
-        changes.values.update(status="cancelled", stop_reason="cancelled", pending=None,
-                              after_join=None, open_calls=0, lease_until=None,
-                              lease_owner=None, wake_at=None)
-        changes.event("run.cancelled")
-        applied = repo.apply(conn, run_id, run["version"], changes,
-                             redrive_after=rt.settings.redrive_seconds, ts=ts)
+        threads.lock(conn, run["thread_id"], ts)  # lock order: the thread, then the run's rows
+        applied = _cancel(rt, conn, run, ts)
         if applied is None:
             return None
-        conn.execute(sa.delete(outbox).where(outbox.c.run_id == run_id))
-        return applied.row, []
+        return applied.row, applied.outbox_ids  # webhooks, and a released run of the thread
 
-    return _guarded(rt, op)
+    return _guarded(rt, run_id, op)
+
+
+def _cancel(
+    rt: Runtime, conn: Connection, run: RowMapping, ts: float, *, release: bool = True,
+    **event: Any,
+) -> repo.Applied | None:
+    """Cancel a non-final run: every dangling tool call gets a tool message, its queued work
+    is dropped. On a thread (``release``) the thread's next held run starts."""
+    changes = repair_changes(conn, run, CANCELLED_TEXT)
+    changes.values.update(status="cancelled", stop_reason="cancelled", pending=None,
+                          after_join=None, open_calls=0, lease_until=None,
+                          lease_owner=None, wake_at=None)
+    changes.event("run.cancelled", **event)
+    applied = threads.apply_final(conn, run["id"], run["version"], changes,
+                                  thread_id=run["thread_id"] if release else None,
+                                  redrive_after=rt.settings.redrive_seconds, ts=ts)
+    if applied is not None:
+        conn.execute(sa.delete(outbox).where(outbox.c.run_id == run["id"],
+                                              outbox.c.kind.in_(("round", "tool"))))
+    return applied
 
 
 def repair_changes(conn: Connection, run: RowMapping, text: str) -> repo.Changes:
@@ -193,13 +288,28 @@ def _resume_changes(conn: Connection, run: RowMapping, round_: int) -> repo.Chan
     return changes
 
 
-def answer_run(
-    rt: Runtime, tenant: str, run_id: str, ask_id: str, answers: list[str]
+def _load_for(
+    conn: Connection, tenant: str, run_id: str, token: str | None, kind: str, pause_id: str
 ) -> RowMapping:
-    """SPEC A-3: the answer becomes the ask's tool message; the next round is queued."""
+    """Load the run; with a resume token, spend it first (401/409, see shared.engine.resume)."""
+    if token is None:
+        return _load(conn, tenant, run_id)
+    spend_resume_token(conn, token, run_id=run_id, kind=kind, pause_id=pause_id, ts=repo.now())
+    run = _load(conn, tenant, run_id)
+    if not pause_is_current(run["pending"], run["status"], kind, pause_id):
+        raise Conflict(f"run {run_id} is no longer waiting on {kind} {pause_id}")
+    return run
+
+
+def answer_run(
+    rt: Runtime, tenant: str, run_id: str, ask_id: str, answers: list[str],
+    token: str | None = None,
+) -> RowMapping:
+    """SPEC A-3: the answer becomes the ask's tool message; the next round is queued.
+    ``token``: a resume token instead of an API key (single use, this ask only)."""
 
     def op(conn: Connection) -> tuple[RowMapping, list[OutboxItem]] | None:
-        run = _load(conn, tenant, run_id)
+        run = _load_for(conn, tenant, run_id, token, "ask", ask_id)
         pending = run["pending"] or {}
         if run["status"] != "waiting" or pending.get("kind") != "ask":
             return _already_answered(conn, run, ask_id, answers)
@@ -208,7 +318,7 @@ def answer_run(
         text = ask_mod.render_answer(ask_mod.Ask.from_dict(pending), answers)
         return _finish_ask(rt, conn, run, ask_id, text, {"answers": answers})
 
-    return _guarded(rt, op)
+    return _guarded(rt, run_id, op)
 
 
 def _already_answered(
@@ -248,28 +358,31 @@ def expire_ask(rt: Runtime, run_id: str) -> None:
             return None, []
         spec = AgentSpec.model_validate(run["agent"])
         if spec.ask_timeout_action == "fail":
+            threads.lock(conn, run["thread_id"], repo.now())  # lock order: the thread first
             changes = repair_changes(conn, run, ask_mod.TIMEOUT_TEXT)
             settle(changes, Fail(reason="the ask expired without an answer", code="ask_timeout"),
                    run_id=run_id, round_=run["round"], ts=repo.now())
-            applied = repo.apply(conn, run_id, run["version"], changes,
-                                 redrive_after=rt.settings.redrive_seconds)
-            return (None, []) if applied else None
+            applied = threads.apply_final(conn, run_id, run["version"], changes,
+                                          thread_id=run["thread_id"],
+                                          redrive_after=rt.settings.redrive_seconds)
+            return (None, applied.outbox_ids) if applied else None
         out = _finish_ask(rt, conn, run, run["pending"]["ask_id"], ask_mod.TIMEOUT_TEXT,
                           {"timed_out": True})
         return None if out is None else (None, out[1])
 
-    _guarded(rt, op)
+    _guarded(rt, run_id, op)
 
 
 def approve_run(
     rt: Runtime, tenant: str, run_id: str, approval_id: str,
     approve: list[str] | str, reject: list[str] | None = None, note: str | None = None,
+    token: str | None = None,
 ) -> RowMapping:
     """SPEC N-4: approved writes run (fan-out); rejected ones get ``Declined by user``; then
-    a separate summary round."""
+    a separate summary round. ``token``: a resume token for this approval."""
 
     def op(conn: Connection) -> tuple[RowMapping, list[OutboxItem]] | None:
-        run = _load(conn, tenant, run_id)
+        run = _load_for(conn, tenant, run_id, token, "approval", approval_id)
         pending = run["pending"] or {}
         if run["status"] != "waiting" or pending.get("kind") != "approval":
             return _already_approved(conn, run, approval_id)
@@ -279,7 +392,7 @@ def approve_run(
         approved = _approved_ids(ids, approve, reject)
         return _apply_approval(rt, conn, run, ids, approved, approval_id, note)
 
-    return _guarded(rt, op)
+    return _guarded(rt, run_id, op)
 
 
 def _approved_ids(ids: list[str], approve: list[str] | str, reject: list[str] | None) -> list[str]:

@@ -85,4 +85,7 @@ class RedisBus:
             subs = list(self._subs.get(run_id, ()))
         event = json.loads(msg["data"])
         for cb in subs:
-            cb(event)
+            try:
+                cb(event)
+            except Exception:  # one broken subscriber must not stop the listener
+                log.warning("live subscriber failed for %s", run_id, exc_info=True)

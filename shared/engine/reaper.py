@@ -61,7 +61,7 @@ def _expire(rt: Runtime, ts: float) -> int:
 def _orphans(rt: Runtime, ts: float) -> int:
     """Running runs, no open tools, no live lease, no outbox row, idle past the redrive time."""
     stale = ts - rt.settings.redrive_seconds
-    has_msg = sa.exists().where(outbox.c.run_id == runs.c.id)
+    has_msg = sa.exists().where(outbox.c.run_id == runs.c.id, outbox.c.kind.in_(("round", "tool")))
     with rt.engine.begin() as conn:
         rows = conn.execute(
             sa.select(runs.c.id, runs.c.version)

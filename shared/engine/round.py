@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Iterator
@@ -13,7 +14,16 @@ import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
 
 from shared.agent.budget import check_budgets
-from shared.agent.compression import reduce_tool_result, tool_result_budget
+from shared.agent.compression import (
+    checkpoint_message,
+    checkpoint_request_messages,
+    clean_checkpoint_summary,
+    needs_checkpoint,
+    reduce_tool_result,
+    tool_result_budget,
+)
+from shared.agent.history import request_budget
+from shared.agent.plan import Plan
 from shared.agent.decisions import Fail, Finish, RunTools
 from shared.agent.messages import Message, Reply
 from shared.agent.pricing import price_call
@@ -102,6 +112,10 @@ def _claim(rt: Runtime, run_id: str, version: int, outbox_id: int | None) -> _Cl
                 input_tokens=sum(estimate_tokens(m.text) for m in history), created_at=ts,
             ).returning(usage.c.id)
         ).scalar_one()
+        hooks = repo.insert_event(conn, run, "round.started", {"round": state.round + 1}, ts,
+                                  rt.settings.redrive_seconds)
+    rt.publish(hooks)
+    rt.wake(run_id, run["event_seq"])
     return _Claim(run, spec, profile, state, history, usage_id, owner)
 
 
@@ -161,14 +175,55 @@ def _drive(
         if routed is not None:
             return routed
     catalog = build_catalog(spec)
+    checkpoint = _maybe_checkpoint(rt, claim, version, catalog, attempt)
+    history = claim.history + ([checkpoint.message] if checkpoint else [])
     req = plan_request(
-        spec, profile=claim.profile, state=state, messages=claim.history,
+        spec, profile=claim.profile, state=state, messages=history,
         catalog=catalog.entries, plan=run["plan"], inputs=run["inputs"] or {},
     )
     reply, latency = _call_model(rt, claim, version, req, attempt)
     result = step(spec, state, reply, catalog.entries, run["plan"],
                   call_cost=_price(claim.profile, reply))
-    return _commit_step(rt, claim, version, outbox_id, reply, result, catalog, latency)
+    return _commit_step(rt, claim, version, outbox_id, reply, result, catalog, latency, checkpoint)
+
+
+@dataclass(frozen=True)
+class _Checkpoint:
+    message: Message
+    usage: dict[str, Any]
+
+
+def _maybe_checkpoint(
+    rt: Runtime, claim: _Claim, version: int, catalog: Catalog, attempt: int
+) -> _Checkpoint | None:
+    """SPEC L-8: over 80% of the window → one model call summarizes the run so far into a
+    ``<context_checkpoint>``; later rounds send only system + checkpoint + what follows.
+    A failed compression keeps the original messages."""
+    spec, profile = claim.spec, claim.profile
+    if spec.kind != "agent":
+        return None
+    schema_tokens = sum(estimate_tokens(json.dumps(e.parameters)) + estimate_tokens(e.description)
+                        for e in catalog.entries.values())
+    if not needs_checkpoint(claim.history, profile.context_window, profile.max_tokens,
+                            extra_tokens=schema_tokens):
+        return None
+    plan = Plan.from_dict(claim.run["plan"]) if claim.run["plan"] else None
+    active = plan if plan is not None and not plan.finished else None
+    budget = max(1024, request_budget(profile.context_window, profile.max_tokens) // 2)
+    msgs = checkpoint_request_messages(claim.history, active, budget_tokens=budget)
+    req = RequestPlan(messages=tuple(msgs), max_tokens=profile.max_tokens)
+    try:
+        reply, latency = _call_model(rt, claim, version, req, attempt, live=False)
+    except _FatalRound:
+        log.warning("context checkpoint failed for %s; keeping the messages", claim.run["id"])
+        return None
+    summary = clean_checkpoint_summary(reply.text)
+    if summary is None:
+        return None
+    cost = _price(profile, reply)
+    usage_row = {"round": claim.state.round + 1, "purpose": "compress", "profile": profile.name,
+                 **_usage_values(claim, reply, cost, latency)}
+    return _Checkpoint(checkpoint_message(summary, active), usage_row)
 
 
 def _try_route(rt: Runtime, claim: _Claim, version: int, outbox_id: int | None) -> RoundResult | None:
@@ -193,13 +248,13 @@ def _to_model_request(req: RequestPlan) -> ModelRequest:
 
 
 def _call_model(
-    rt: Runtime, claim: _Claim, version: int, req: RequestPlan, attempt: int
+    rt: Runtime, claim: _Claim, version: int, req: RequestPlan, attempt: int, live: bool = True
 ) -> tuple[Reply, int]:
     run_id = claim.run["id"]
     model = make_model(claim.profile)
 
     def on_delta(d: Delta) -> None:
-        if d.kind in ("text", "reasoning") and d.text:
+        if live and d.kind in ("text", "reasoning") and d.text:
             rt.live.publish(run_id, {"type": f"{d.kind}.delta", "data": {"text": d.text,
                                                                           "round": claim.state.round + 1}})
 
@@ -250,13 +305,19 @@ def _usage_values(claim: _Claim, reply: Reply, cost: float, latency: int) -> dic
 
 def _commit_step(
     rt: Runtime, claim: _Claim, version: int, outbox_id: int | None, reply: Reply,
-    result: StepResult, catalog: Catalog, latency: int,
+    result: StepResult, catalog: Catalog, latency: int, checkpoint: _Checkpoint | None = None,
 ) -> RoundResult:
     run_id, ts = claim.run["id"], repo.now()
     round_ = result.state.round
     changes = repo.Changes()
+    if checkpoint is not None:
+        changes.message(checkpoint.message, round_)
+        changes.usage.append(checkpoint.usage)
+        changes.values["view_start"] = claim.run["msg_seq"] + 1
+        changes.values["cost"] = result.state.cost + checkpoint.usage["cost"]
     changes.message(result.message, round_)
-    changes.values.update(_totals(result.state), plan=result.plan, round=round_)
+    changes.values = {**_totals(result.state), **changes.values, "plan": result.plan,
+                      "round": round_}
     if result.plan != claim.run["plan"]:
         changes.event("plan.updated", plan=result.plan)
     tool_rows: list[dict[str, Any]] = []
@@ -275,6 +336,8 @@ def _commit_step(
         _finish_usage(conn, claim, reply, result.state.cost - claim.state.cost, latency)
         repo.delete_outbox(conn, outbox_id)
     rt.publish(applied.outbox_ids)
+    if applied.events:
+        rt.wake(run_id, applied.row["event_seq"])
     return RoundResult("committed", type(decision).__name__)
 
 
@@ -351,6 +414,7 @@ def _commit_final(
             conn.execute(sa.delete(usage).where(usage.c.id == claim.usage_id))
         repo.delete_outbox(conn, outbox_id)
     rt.publish(applied.outbox_ids)
+    rt.wake(claim.run["id"], applied.row["event_seq"])
     return RoundResult("committed", "Finish")
 
 
@@ -361,5 +425,8 @@ def fail_round(rt: Runtime, run_id: str, version: int, outbox_id: int | None, me
     settle(changes, Fail(reason=message, code="model_error"), run_id=run_id, round_=0, ts=ts)
     with rt.engine.begin() as conn:
         applied = repo.apply(conn, run_id, version, changes, redrive_after=rt.settings.redrive_seconds, ts=ts)
-        if applied is not None:
-            repo.delete_outbox(conn, outbox_id)
+        if applied is None:
+            return
+        repo.delete_outbox(conn, outbox_id)
+    rt.publish(applied.outbox_ids)  # webhooks for run.failed
+    rt.wake(run_id, applied.row["event_seq"])

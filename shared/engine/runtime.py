@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -15,8 +16,10 @@ from sqlalchemy.engine import Engine
 from shared.agent.spec import ModelProfile
 from shared.config import Settings
 
-__all__ = ["InProcessBus", "LiveBus", "OutboxItem", "Publisher", "Runtime", "worker_id"]
+__all__ = ["WAKE", "InProcessBus", "LiveBus", "OutboxItem", "Publisher", "Runtime", "worker_id"]
 
+log = logging.getLogger("treadle.live")
+WAKE = "wake"  # a live message: durable events up to ``seq`` were committed (SSE tails fetch)
 OutboxItem = tuple[int, str, dict[str, Any]]  # (outbox id, kind, payload)
 
 
@@ -43,7 +46,10 @@ class InProcessBus:
         with self._lock:
             subs = list(self._subs.get(run_id, ()))
         for cb in subs:
-            cb(event)
+            try:
+                cb(event)
+            except Exception:  # a broken subscriber never breaks the publisher (a round)
+                log.warning("live subscriber failed for %s", run_id, exc_info=True)
 
     def subscribe(self, run_id: str, callback: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
         with self._lock:
@@ -70,3 +76,11 @@ class Runtime:
     publish: Publisher
     live: LiveBus = field(default_factory=InProcessBus)
     profiles: dict[str, ModelProfile] = field(default_factory=dict)
+
+    def wake(self, run_id: str, seq: int | None = None) -> None:
+        """After a commit that wrote durable events (up to ``seq``; None = unknown): wake the
+        run's SSE tails so they read them at once instead of at their next poll."""
+        try:
+            self.live.publish(run_id, {"type": WAKE, "seq": seq})
+        except Exception:
+            log.warning("wake failed for %s", run_id, exc_info=True)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from shared.engine.round import RetryRound, run_round
 from shared.engine.runtime import OutboxItem, Runtime
 from shared.engine.toolrun import run_tool
+from shared.engine.webhooks import deliver
 
 __all__ = ["StubBroker"]
 
@@ -36,6 +37,8 @@ class StubBroker:
         attempt = self.attempts.get(outbox_id, 0)
         if kind == "tool":
             return run_tool(rt, payload["run_id"], payload["call_id"], payload["version"], outbox_id)
+        if kind == "webhook":
+            return deliver(rt, payload["delivery_id"], outbox_id)
         try:
             return run_round(rt, payload["run_id"], payload["version"], outbox_id, attempt).status
         except RetryRound as r:

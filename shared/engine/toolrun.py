@@ -29,19 +29,43 @@ log = logging.getLogger("treadle.tool")
 
 
 def run_tool(rt: Runtime, run_id: str, call_id: str, version: int, outbox_id: int | None) -> str:
-    ts = repo.now()
-    with rt.engine.begin() as conn:
-        call = repo.claim_tool(conn, run_id, call_id, rt.settings.lease_seconds, ts)
-        if call is None:
-            _drop_if_finished(conn, run_id, call_id, outbox_id)
-            return "stale"
-        run = repo.get_run(conn, run_id)
-    if run is None or run["version"] != version:
+    claimed = _claim(rt, run_id, call_id, version, outbox_id)
+    if claimed is None:
         return "stale"
+    run, call = claimed
     spec = AgentSpec.model_validate(run["agent"])
     with _lease_keeper(rt, run_id, call_id, call["attempts"]):
         result = execute_tool(rt, spec, run, call)
     return _commit(rt, spec, run, call, version, outbox_id, result)
+
+
+class _Stale(Exception):
+    """The run moved past the message's version: roll the tool claim back."""
+
+
+def _claim(
+    rt: Runtime, run_id: str, call_id: str, version: int, outbox_id: int | None
+) -> tuple[RowMapping, RowMapping] | None:
+    """Claim the call and write ``tool.started`` in one transaction; (run, call) or None."""
+    ts = repo.now()
+    try:
+        with rt.engine.begin() as conn:
+            call = repo.claim_tool(conn, run_id, call_id, rt.settings.lease_seconds, ts)
+            if call is None:
+                _drop_if_finished(conn, run_id, call_id, outbox_id)
+                return None
+            run = repo.bump_event_seq(conn, run_id, version)
+            if run is None:
+                raise _Stale
+            data = {"call_id": call_id, "name": call["name"], "round": call["round"],
+                    "attempt": call["attempts"]}
+            hooks = repo.insert_event(conn, run, "tool.started", data, ts,
+                                      rt.settings.redrive_seconds)
+    except _Stale:
+        return None
+    rt.publish(hooks)
+    rt.wake(run_id, run["event_seq"])
+    return run, call
 
 
 def _drop_if_finished(conn: Connection, run_id: str, call_id: str, outbox_id: int | None) -> None:
@@ -127,6 +151,7 @@ def _commit(
     except _Lost:
         return "lost"
     rt.publish(items)
+    rt.wake(run["id"])
     return "committed"
 
 

@@ -390,7 +390,38 @@ async def _send_body(
     await send({"type": "http.response.body", "body": data, "more_body": False})
 
 
-async def _send_stream(spec: ReplySpec, body: dict[str, Any], send: Send) -> None:
+class _ClientGone(Exception):
+    """The client went away while the reply slept: stop serving it."""
+
+
+class _Connection:
+    """Watches for the client's disconnect so injected sleeps end with the connection."""
+
+    def __init__(self, receive: Receive) -> None:
+        self._gone = asyncio.Event()
+        self._task = asyncio.create_task(self._watch(receive))
+
+    async def _watch(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self._gone.set()
+
+    async def sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        try:
+            await asyncio.wait_for(self._gone.wait(), timeout=seconds)
+        except TimeoutError:
+            return
+        raise _ClientGone
+
+    def close(self) -> None:
+        self._task.cancel()
+
+
+async def _send_stream(
+    spec: ReplySpec, body: dict[str, Any], send: Send, conn: _Connection
+) -> None:
     headers = [
         (b"content-type", b"text/event-stream; charset=utf-8"),
         (b"cache-control", b"no-cache"),
@@ -399,10 +430,10 @@ async def _send_stream(spec: ReplySpec, body: dict[str, Any], send: Send) -> Non
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     for i, piece in enumerate(_rechunk(sse_events(spec, body), spec.chunk_bytes)):
         if i and spec.chunk_latency:
-            await asyncio.sleep(spec.chunk_latency)
+            await conn.sleep(spec.chunk_latency)
         await send({"type": "http.response.body", "body": piece, "more_body": True})
         if i == 0 and spec.hang:
-            await asyncio.sleep(spec.hang)
+            await conn.sleep(spec.hang)
     if spec.cut_after is not None:
         raise StreamCut("fake server cut the stream")
     await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -416,9 +447,10 @@ def _default_error(status: int) -> dict[str, Any]:
     return {"error": {"message": f"fake error {status}", "type": "fake_error", "code": status}}
 
 
-async def _serve(state: FakeState, spec: ReplySpec, body: dict[str, Any], send: Send) -> None:
-    if spec.first_byte_latency:
-        await asyncio.sleep(spec.first_byte_latency)
+async def _serve(
+    state: FakeState, spec: ReplySpec, body: dict[str, Any], send: Send, conn: _Connection
+) -> None:
+    await conn.sleep(spec.first_byte_latency)
     if (state.reject_tools or spec.reject_tools) and _carries_tools(body):
         await _send_body(send, 400, TOOLS_REJECTED_BODY)
     elif spec.status != 200:
@@ -427,7 +459,7 @@ async def _serve(state: FakeState, spec: ReplySpec, body: dict[str, Any], send: 
     elif spec.stream is False or not body.get("stream"):
         await _send_body(send, 200, completion_body(spec, body), spec.headers)
     else:
-        await _send_stream(spec, body, send)
+        await _send_stream(spec, body, send, conn)
 
 
 class _ChatEndpoint:
@@ -448,9 +480,13 @@ class _ChatEndpoint:
             return
         self.state.record(RecordedRequest(request.url.path, body, dict(request.headers)))
         self.state.enter()
+        conn = _Connection(receive)
         try:
-            await _serve(self.state, self.state.next_spec(body), body, send)
+            await _serve(self.state, self.state.next_spec(body), body, send, conn)
+        except _ClientGone:
+            return
         finally:
+            conn.close()
             self.state.leave()
 
 
@@ -602,6 +638,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--chunk-latency", type=float, default=0.0, help="seconds per chunk")
     parser.add_argument("--first-byte-latency", type=float, default=0.0, help="seconds")
+    parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
 
     def responder(body: dict[str, Any]) -> ReplySpec:
@@ -613,7 +650,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
 
     logging.getLogger("uvicorn.error").addFilter(_QUIET)
-    uvicorn.run(create_app(FakeState(responder)), host=args.host, port=args.port)
+    app = create_app(FakeState(responder))
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
 
 
 if __name__ == "__main__":

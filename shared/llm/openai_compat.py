@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -235,7 +235,11 @@ def _combine(replies: Sequence[Reply]) -> Reply:
         text="".join(r.text for r in replies),
         reasoning="".join(r.reasoning for r in replies),
         usage=_sum_usage(usages),
-        extra={**last.extra, "continuations": len(replies) - 1, "call_usages": usages},
+        extra={
+            **last.extra,
+            "continuations": len(replies) - 1,
+            "call_usages": [u.to_dict() for u in usages],
+        },
     )
 
 
@@ -308,8 +312,6 @@ def _json_chunk(data: str) -> Any:
 
 # --------------------------------------------------------------------------- the model
 
-_Sink = Callable[[Delta], None]
-
 
 def _noop(_: Delta) -> None:
     return None
@@ -338,7 +340,7 @@ class OpenAICompatModel:
     # -- public
 
     def complete(self, request: ModelRequest, on_delta: DeltaSink | None = None) -> Reply:
-        sink: _Sink = on_delta or _noop
+        sink: DeltaSink = on_delta or _noop
         mode = self._mode()
         if mode == "prompt":
             return self._prompt_turn(request, sink)
@@ -356,7 +358,7 @@ class OpenAICompatModel:
         return remembered_tool_mode(self.profile) or "native"
 
     def _without_tools(
-        self, request: ModelRequest, mode: WireMode, first: ToolsRejected, sink: _Sink
+        self, request: ModelRequest, mode: WireMode, first: ToolsRejected, sink: DeltaSink
     ) -> Reply:
         """SPEC M-6/M-7: resend once without tools (``auto``: in prompt mode, remembered).
 
@@ -376,7 +378,7 @@ class OpenAICompatModel:
             raise first from second
         return replace(reply, extra={**reply.extra, "tools_rejected": first.message})
 
-    def _prompt_turn(self, request: ModelRequest, sink: _Sink) -> Reply:
+    def _prompt_turn(self, request: ModelRequest, sink: DeltaSink) -> Reply:
         """SPEC M-7 prompt mode: tools in the system prompt, reply parsed for ``0:``/``1:``."""
         offered = bool(_prompt_tools(request))
         gate = PromptDeltaGate(tools_offered=offered)
@@ -390,7 +392,7 @@ class OpenAICompatModel:
         raw = self._turn(request, "prompt", gated)
         if rest := gate.finish():
             sink(Delta(kind="text", text=rest))
-        digest = hashlib.sha1(f"{len(request.messages)}:{raw.text}".encode()).hexdigest()
+        digest = hashlib.sha256(f"{len(request.messages)}:{raw.text}".encode()).hexdigest()
         parsed = parse_prompt_reply(raw.text, f"call_{digest[:16]}", tools_offered=offered)
         extra: dict[str, Any] = {**raw.extra, "tool_mode": "prompt"}
         if parsed.error:
@@ -401,7 +403,7 @@ class OpenAICompatModel:
         sink(Delta(kind="tool", index=0, name=call.name, text=call.arguments))
         return replace(raw, text="", tool_calls=(call,), finish_reason="tool_calls", extra=extra)
 
-    def _turn(self, request: ModelRequest, mode: WireMode, sink: _Sink) -> Reply:
+    def _turn(self, request: ModelRequest, mode: WireMode, sink: DeltaSink) -> Reply:
         """One model turn in a wire mode, with length continuations (SPEC M-10)."""
         replies = [self._call(build_body(self.profile, request, mode), sink)]
         while self._should_continue(replies):
@@ -422,7 +424,7 @@ class OpenAICompatModel:
 
     # -- one HTTP call
 
-    def _call(self, body: dict[str, Any], sink: _Sink) -> Reply:
+    def _call(self, body: dict[str, Any], sink: DeltaSink) -> Reply:
         deadline = time.monotonic() + self.profile.timeout_total
         try:
             if body.get("stream"):
@@ -435,7 +437,7 @@ class OpenAICompatModel:
             reply = replace(reply, usage=_estimate_usage(body, reply))
         return reply
 
-    def _stream(self, body: dict[str, Any], sink: _Sink, deadline: float) -> Reply:
+    def _stream(self, body: dict[str, Any], sink: DeltaSink, deadline: float) -> Reply:
         with connect_sse(
             self._client, "POST", self._url(), json=body, **self._http_options(deadline)
         ) as source:
@@ -450,7 +452,7 @@ class OpenAICompatModel:
             response.stream = _DeadlineStream(response.stream, deadline)  # type: ignore[arg-type]
             return _consume(source, sink, deadline)
 
-    def _post(self, body: dict[str, Any], sink: _Sink, deadline: float) -> Reply:
+    def _post(self, body: dict[str, Any], sink: DeltaSink, deadline: float) -> Reply:
         response = self._client.post(self._url(), json=body, **self._http_options(deadline))
         self._check(response, body)
         return self._from_completion(response, sink)
@@ -461,7 +463,7 @@ class OpenAICompatModel:
             raise _http_error(response, _has_tools(body))
 
     @staticmethod
-    def _from_completion(response: httpx.Response, sink: _Sink) -> Reply:
+    def _from_completion(response: httpx.Response, sink: DeltaSink) -> Reply:
         payload = _body_of(response)
         if not isinstance(payload, dict):
             raise FatalModelError(f"model endpoint returned a non-JSON body: {payload!r:.200}")
@@ -493,7 +495,7 @@ class OpenAICompatModel:
         return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-def _consume(source: EventSource, sink: _Sink, deadline: float) -> Reply:
+def _consume(source: EventSource, sink: DeltaSink, deadline: float) -> Reply:
     """SPEC M-2: read SSE events until ``[DONE]`` or the end of the body."""
     acc = StreamAccumulator()
     done = False

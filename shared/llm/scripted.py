@@ -14,27 +14,52 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from shared.agent.compression import CHECKPOINT_KIND, CHECKPOINT_SYSTEM_PROMPT
 from shared.agent.messages import Message, Reply, ToolCall, Usage
+from shared.agent.tokens import estimate_tokens
 from shared.llm.base import Delta, DeltaSink, ModelRequest
 
 __all__ = ["DemoModel", "ScriptedModel", "estimate_tokens", "round_index"]
-
-
-def estimate_tokens(text: str) -> int:
-    """A cheap, deterministic token estimate: about 4 characters a token, CJK 1 each."""
-    if not text:
-        return 0
-    cjk = len(re.findall(r"[\u3000-\u9fff\uac00-\ud7af]", text))
-    return max(1, (len(text) - cjk + 3) // 4 + cjk)
 
 
 def _request_tokens(request: ModelRequest) -> int:
     return sum(estimate_tokens(m.text) + 4 for m in request.messages)
 
 
+_ROUNDS_MARK = re.compile(r"scripted-rounds=(\d+)")
+
+
 def round_index(messages: Sequence[Message]) -> int:
-    """How many assistant turns the run already made (the scripted reply to give next)."""
-    return sum(1 for m in messages if m.role == "assistant" and not m.kind)
+    """How many assistant turns the run already made (the scripted reply to give next).
+
+    Rounds summarized into a context checkpoint are carried in it as ``scripted-rounds=N``.
+    """
+    before = max(
+        (
+            int(x)
+            for m in messages
+            if m.kind == CHECKPOINT_KIND
+            for x in _ROUNDS_MARK.findall(m.text)
+        ),
+        default=0,
+    )
+    return before + sum(1 for m in messages if m.role == "assistant" and not m.kind)
+
+
+def _is_checkpoint_request(request: ModelRequest) -> bool:
+    first = request.messages[0] if request.messages else None
+    return first is not None and first.role == "system" and first.text == CHECKPOINT_SYSTEM_PROMPT
+
+
+def _checkpoint_reply(request: ModelRequest) -> Reply:
+    """A scripted summary that remembers how many rounds it covers."""
+    transcript = request.messages[-1].text
+    earlier = max((int(x) for x in _ROUNDS_MARK.findall(transcript)), default=0)
+    rounds = earlier + transcript.count("[assistant]")
+    text = (
+        f"<context_checkpoint>Work so far (scripted). scripted-rounds={rounds}</context_checkpoint>"
+    )
+    return Reply(text=text, finish_reason="stop")
 
 
 def _log_call(name: str) -> None:
@@ -60,6 +85,22 @@ def _reply_from_dict(d: dict[str, Any], idx: int) -> Reply:
         reasoning=str(d.get("reasoning", "")),
         tool_calls=calls,
         finish_reason="tool_calls" if calls else "stop",
+    )
+
+
+def _with_usage(reply: Reply, request: ModelRequest, name: str) -> Reply:
+    usage = Usage(
+        input_tokens=_request_tokens(request),
+        output_tokens=estimate_tokens(reply.text + reply.reasoning) + 1,
+        estimated=True,
+    )
+    return Reply(
+        text=reply.text,
+        reasoning=reply.reasoning,
+        tool_calls=reply.tool_calls,
+        finish_reason=reply.finish_reason,
+        usage=usage,
+        raw_model=name,
     )
 
 
@@ -90,6 +131,8 @@ class ScriptedModel:
 
     def complete(self, request: ModelRequest, on_delta: DeltaSink | None = None) -> Reply:
         _log_call(self.name)
+        if _is_checkpoint_request(request):
+            return _with_usage(_checkpoint_reply(request), request, self.name)
         idx = min(round_index(request.messages), len(self.replies) - 1)
         spec = self.replies[idx]
         if spec.get("sleep"):

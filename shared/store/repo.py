@@ -14,17 +14,20 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
 
 from shared.agent.messages import Message
+from shared.store.deliveries import record_webhooks
 from shared.store.tables import events, messages, outbox, runs, tool_calls, usage
 
 __all__ = [
     "Changes",
     "apply",
+    "bump_event_seq",
     "claim_round",
     "claim_tool",
     "delete_outbox",
     "due_outbox",
     "find_idempotent",
     "get_run",
+    "insert_event",
     "insert_run",
     "list_events",
     "list_messages",
@@ -66,6 +69,7 @@ class Applied:
     version: int
     outbox_ids: list[tuple[int, str, dict[str, Any]]]  # (id, kind, payload)
     row: RowMapping
+    events: int = 0  # durable events written (SSE tails are woken after the commit)
 
 
 def insert_run(conn: Connection, row: dict[str, Any], msgs: Sequence[Message], ts: float) -> None:
@@ -177,14 +181,39 @@ def _insert_messages(
 
 
 def _insert_events(
-    conn: Connection, run_id: str, first_seq: int, evs: Sequence[tuple[str, dict[str, Any]]], ts: float
-) -> None:
-    if evs:
-        rows = [
-            {"run_id": run_id, "seq": first_seq + i, "type": t, "data": d, "created_at": ts}
-            for i, (t, d) in enumerate(evs)
-        ]
-        conn.execute(sa.insert(events), rows)
+    conn: Connection, run: RowMapping, first_seq: int, evs: Sequence[tuple[str, dict[str, Any]]],
+    ts: float, redrive_after: float,
+) -> list[tuple[int, str, dict[str, Any]]]:
+    """The event rows, and the webhook deliveries they fire (outbox items to publish)."""
+    if not evs:
+        return []
+    numbered = [(first_seq + i, t, d) for i, (t, d) in enumerate(evs)]
+    conn.execute(sa.insert(events), [
+        {"run_id": run["id"], "seq": seq, "type": t, "data": d, "created_at": ts}
+        for seq, t, d in numbered
+    ])
+    return record_webhooks(conn, run, numbered, ts, redrive_after) if run["webhook"] else []
+
+
+def insert_event(
+    conn: Connection, run: RowMapping, type_: str, data: dict[str, Any], ts: float,
+    redrive_after: float,
+) -> list[tuple[int, str, dict[str, Any]]]:
+    """One event at ``run["event_seq"]``, a seq the caller's UPDATE of ``runs`` already took
+    (``claim_round``, ``bump_event_seq``). Returns webhook outbox items to publish."""
+    return _insert_events(conn, run, run["event_seq"], [(type_, data)], ts, redrive_after)
+
+
+def bump_event_seq(conn: Connection, run_id: str, version: int) -> RowMapping | None:
+    """Take the next event seq of a run still at ``version`` (row lock until commit, so seqs
+    commit in order); None = the run moved on."""
+    stmt = (
+        sa.update(runs)
+        .where(runs.c.id == run_id, runs.c.version == version)
+        .values(event_seq=runs.c.event_seq + 1)
+        .returning(*runs.c)
+    )
+    return conn.execute(stmt).mappings().first()
 
 
 def apply(
@@ -216,11 +245,13 @@ def apply(
     if row is None:
         return None
     _insert_messages(conn, run_id, row["msg_seq"] - len(changes.messages) + 1, changes.messages, ts)
-    _insert_events(conn, run_id, row["event_seq"] - len(changes.events) + 1, changes.events, ts)
+    hooks = _insert_events(conn, row, row["event_seq"] - len(changes.events) + 1, changes.events,
+                           ts, redrive_after)
     if changes.usage:
         conn.execute(sa.insert(usage), [{"run_id": run_id, "created_at": ts, **u} for u in changes.usage])
     ids = _insert_outbox(conn, run_id, row["version"], changes.outbox, ts + redrive_after, ts)
-    return Applied(version=row["version"], outbox_ids=ids, row=row)
+    return Applied(version=row["version"], outbox_ids=ids + hooks, row=row,
+                   events=len(changes.events))
 
 
 def _insert_outbox(
@@ -261,7 +292,8 @@ def postpone_outbox(conn: Connection, ids: Sequence[int], until: float) -> None:
 def claim_round(
     conn: Connection, run_id: str, version: int, owner: str, lease: float, ts: float
 ) -> RowMapping | None:
-    """Take the round: the run is at ``version``, runnable, no tools open, no live lease."""
+    """Take the round: the run is at ``version``, runnable, no tools open, no live lease.
+    The same UPDATE takes an event seq for ``round.started`` (see ``insert_event``)."""
     stmt = (
         sa.update(runs)
         .where(
@@ -271,7 +303,8 @@ def claim_round(
             runs.c.open_calls == 0,
             sa.or_(runs.c.lease_until.is_(None), runs.c.lease_until < ts),
         )
-        .values(status="running", lease_owner=owner, lease_until=ts + lease, updated_at=ts)
+        .values(status="running", lease_owner=owner, lease_until=ts + lease, updated_at=ts,
+                event_seq=runs.c.event_seq + 1)
         .returning(*runs.c)
     )
     return conn.execute(stmt).mappings().first()

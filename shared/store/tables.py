@@ -15,8 +15,12 @@ __all__ = [
     "messages",
     "outbox",
     "runs",
+    "resume_tokens",
+    "threads",
     "tool_calls",
     "usage",
+    "webhook_attempts",
+    "webhook_deliveries",
 ]
 
 metadata = sa.MetaData()
@@ -56,6 +60,9 @@ runs = sa.Table(
     sa.Column("inputs", sa.JSON, nullable=True),  # quotes, attachments: what the run was given
     sa.Column("meta", sa.JSON, nullable=True),
     sa.Column("webhook", sa.JSON, nullable=True),
+    # a queued run on a busy thread (multitask enqueue): not published until its thread's
+    # active run ends; stays true on a run cancelled before it started (migration 0002)
+    sa.Column("held", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("updated_at", sa.Float, nullable=False),
     sa.UniqueConstraint("tenant", "idempotency_key", name="uq_runs_idempotency"),
@@ -140,8 +147,72 @@ outbox = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("run_id", sa.String(40), nullable=False, index=True),
-    sa.Column("kind", sa.String(16), nullable=False),  # round | tool
+    sa.Column("kind", sa.String(16), nullable=False),  # round | tool | webhook
     sa.Column("payload", sa.JSON, nullable=False),
     sa.Column("available_at", sa.Float, nullable=False, index=True),
     sa.Column("created_at", sa.Float, nullable=False),
 )
+
+# --- webhooks (issue #9): one delivery per (run, event); one attempt row per HTTP try ------
+webhook_deliveries = sa.Table(
+    "webhook_deliveries",
+    metadata,
+    sa.Column("id", sa.String(40), primary_key=True),  # the webhook-id header (msg_...)
+    sa.Column("run_id", sa.String(40), nullable=False),
+    sa.Column("tenant", sa.String(64), nullable=False),
+    sa.Column("event_seq", sa.Integer, nullable=False),
+    sa.Column("event_type", sa.String(32), nullable=False),
+    sa.Column("url", sa.Text, nullable=False),
+    sa.Column("secret_env", sa.String(128), nullable=True),  # the env var name, never the secret
+    sa.Column("body", sa.Text, nullable=False),  # the exact JSON that is signed and sent
+    # pending | sending | delivered | failed
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("next_attempt_at", sa.Float, nullable=True),
+    sa.Column("lease_until", sa.Float, nullable=True),
+    sa.Column("last_status_code", sa.Integer, nullable=True),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Column("delivered_at", sa.Float, nullable=True),
+    sa.UniqueConstraint("run_id", "event_seq", name="uq_webhook_deliveries_event"),
+)
+
+webhook_attempts = sa.Table(
+    "webhook_attempts",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("delivery_id", sa.String(40), nullable=False, index=True),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("started_at", sa.Float, nullable=False),
+    sa.Column("duration_ms", sa.Integer, nullable=False),
+    sa.Column("status_code", sa.Integer, nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("response", sa.Text, nullable=True),  # the first 500 characters
+)
+
+# a per-pause credential for /answer or /approval, delivered only in the run.waiting webhook
+resume_tokens = sa.Table(
+    "resume_tokens",
+    metadata,
+    sa.Column("token_hash", sa.String(64), primary_key=True),  # sha256 hex of the token
+    sa.Column("run_id", sa.String(40), nullable=False, index=True),
+    sa.Column("kind", sa.String(16), nullable=False),  # ask | approval
+    sa.Column("pause_id", sa.String(200), nullable=False),  # the ask_id or approval_id
+    sa.Column("expires_at", sa.Float, nullable=True),
+    sa.Column("used_at", sa.Float, nullable=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+threads = sa.Table(
+    "threads",
+    metadata,
+    sa.Column("id", sa.String(40), primary_key=True),
+    sa.Column("tenant", sa.String(64), nullable=False, server_default="default"),
+    sa.Column("meta", sa.JSON, nullable=True),  # the client's metadata
+    # what a new run on a busy thread does: reject | enqueue | interrupt
+    sa.Column("multitask", sa.String(16), nullable=False, server_default="enqueue"),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+sa.Index("ix_threads_tenant_created", threads.c.tenant, threads.c.created_at)

@@ -40,7 +40,6 @@ __all__ = [
     "ToolContext",
     "ToolFunction",
     "ToolResult",
-    "builtins",
     "check_url",
     "deny_reason",
     "fill_url",

@@ -89,6 +89,8 @@ class HttpTool:
         return ToolResult(text=text, data={"status": response.status_code})
 
     def _require(self, args: dict[str, Any]) -> None:
+        if not isinstance(args, dict):
+            raise InvalidToolArguments(f"Invalid arguments for {self.name}: expected an object")
         required = self.parameters.get("required") or []
         missing = [str(k) for k in required if k not in args]
         if missing:

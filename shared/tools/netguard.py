@@ -19,6 +19,7 @@ uses the system resolver and its own timeouts. Proxies from the environment are 
 from __future__ import annotations
 
 import codecs
+import contextlib
 import functools
 import ipaddress
 import json as jsonlib
@@ -160,11 +161,17 @@ def _checked_address(url: httpx.URL, allow_hosts: Sequence[str]) -> str:
     return str(addresses[0])
 
 
-def _resolve(host: str, port: int) -> list[IPAddress]:
+def _literal(host: str) -> IPAddress | None:
     try:
-        return [ipaddress.ip_address(host)]
+        return ipaddress.ip_address(host)
     except ValueError:
-        pass
+        return None
+
+
+def _resolve(host: str, port: int) -> list[IPAddress]:
+    literal = _literal(host)
+    if literal is not None:
+        return [literal]
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as exc:
@@ -281,11 +288,9 @@ def _send(client: httpx.Client, hop: _Hop, limits: _Limits) -> httpx.Response:
 def _tls_name(url: httpx.URL) -> dict[str, Any]:
     """SNI and certificate check against the real host name, not the pinned address."""
     host = _host(url)
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return {"sni_hostname": host} if url.scheme == "https" else {}
-    return {}
+    if url.scheme != "https" or _literal(host) is not None:
+        return {}
+    return {"sni_hostname": host}
 
 
 def _redirected(hop: _Hop, status: int, location: str) -> _Hop:
@@ -344,7 +349,5 @@ def _watchdog(response: httpx.Response, limits: _Limits) -> Iterator[None]:
 
 
 def _shutdown(sock: socket.socket) -> None:
-    try:
+    with contextlib.suppress(OSError):
         socket.socket.shutdown(sock, socket.SHUT_RDWR)  # the base method, also for SSL sockets
-    except OSError:
-        pass

@@ -81,5 +81,5 @@ def test_events_are_durable_and_ordered(sqlite_rt: Runtime, stub: StubBroker) ->
     stub.drain(sqlite_rt)
     with sqlite_rt.engine.connect() as conn:
         evs = repo.list_events(conn, row["id"])
-    assert [e["type"] for e in evs] == ["run.queued", "run.completed"]
-    assert [e["seq"] for e in evs] == [1, 2]
+    assert [e["type"] for e in evs] == ["run.queued", "round.started", "run.completed"]
+    assert [e["seq"] for e in evs] == [1, 2, 3]

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
 from shared.agent.messages import Message
 from shared.agent.spec import ModelProfile
 from shared.llm.base import ModelRequest, ToolDef

@@ -52,7 +52,9 @@ def _error_for(name: str, *, tools: bool = False, headers: dict[str, str] | None
     ctype = "application/json" if name.endswith(".json") else "text/plain"
 
     def handler(_: httpx.Request) -> httpx.Response:
-        return httpx.Response(status, content=body, headers={"content-type": ctype, **(headers or {})})
+        return httpx.Response(
+            status, content=body, headers={"content-type": ctype, **(headers or {})}
+        )
 
     model = mock_model(handler, tool_mode="native")
     req = request(tools=(CALC,)) if tools else request()
@@ -152,7 +154,9 @@ def test_stream_broken_after_some_chunks_is_transient() -> None:
 
 def test_malformed_chunk_is_a_broken_stream() -> None:
     def handler(_: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=b"data: {not json\n\n", headers={"content-type": "text/event-stream"})
+        return httpx.Response(
+            200, content=b"data: {not json\n\n", headers={"content-type": "text/event-stream"}
+        )
 
     with pytest.raises(TransientModelError, match="malformed"):
         mock_model(handler).complete(request())
@@ -170,7 +174,9 @@ def test_event_error_with_plain_text_data() -> None:
 
 def test_200_with_unexpected_content_type_is_fatal() -> None:
     def handler(_: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=b"<html>login</html>", headers={"content-type": "text/html"})
+        return httpx.Response(
+            200, content=b"<html>login</html>", headers={"content-type": "text/html"}
+        )
 
     with pytest.raises(FatalModelError, match="content-type"):
         mock_model(handler).complete(request())
@@ -185,8 +191,16 @@ def test_200_with_unexpected_content_type_is_fatal() -> None:
         ({"detail": "fastapi"}, "fastapi"),
         ({"message": "top"}, "top"),
         ("  text body  ", "text body"),
-        ({"error": {"code": 429, "message": "Provider returned error", "metadata": {"raw": "why"}}},
-         "Provider returned error: why"),
+        (
+            {
+                "error": {
+                    "code": 429,
+                    "message": "Provider returned error",
+                    "metadata": {"raw": "why"},
+                }
+            },
+            "Provider returned error: why",
+        ),
     ],
 )
 def test_provider_message_shapes(body: object, message: str) -> None:

@@ -31,7 +31,9 @@ def sse(*chunks: dict[str, Any], done: bool = True) -> bytes:
 
 
 def text_chunk(text: str, finish: str | None = None, usage: dict | None = None) -> dict:
-    chunk: dict[str, Any] = {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]}
+    chunk: dict[str, Any] = {
+        "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]
+    }
     if usage:
         chunk["usage"] = usage
     return chunk
@@ -115,7 +117,9 @@ def test_auto_falls_back_to_prompt_mode_and_remembers() -> None:
     assert json.loads(first.tool_calls[0].arguments) == {"expression": "6*7"}
     assert first.finish_reason == "tool_calls" and first.extra["tool_mode"] == "prompt"
     assert remembered_tool_mode(model.profile) == "prompt"
-    assert "tools" not in script.bodies[1] and "<tools>" in script.bodies[1]["messages"][0]["content"]
+    assert (
+        "tools" not in script.bodies[1] and "<tools>" in script.bodies[1]["messages"][0]["content"]
+    )
 
     second = model.complete(request(user("again"), tools=(CALC,)))  # straight to prompt mode
     assert second.text == "42" and second.tool_calls == ()
@@ -232,7 +236,10 @@ def test_missing_usage_is_estimated_and_marked() -> None:
 
 
 def test_reported_usage_is_not_estimated() -> None:
-    body = sse(text_chunk("x", "stop"), {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3}})
+    body = sse(
+        text_chunk("x", "stop"),
+        {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3}},
+    )
     usage = mock_model(Script(sse_response(body))).complete(request()).usage
     assert usage == Usage(7, 3)
 
@@ -255,7 +262,13 @@ def test_events_after_done_are_ignored() -> None:
 
 def test_json_reply_to_a_streaming_request_is_accepted() -> None:
     completion = {
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "whole"}, "finish_reason": "stop"}],
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "whole"},
+                "finish_reason": "stop",
+            }
+        ],
         "usage": {"prompt_tokens": 2, "completion_tokens": 1},
     }
     reply = mock_model(Script(httpx.Response(200, json=completion))).complete(request())
@@ -270,7 +283,13 @@ def test_non_streaming_profile_posts_and_parses_json() -> None:
                 "message": {
                     "role": "assistant",
                     "content": None,
-                    "tool_calls": [{"id": "x", "type": "function", "function": {"name": "calculator", "arguments": "{}"}}],
+                    "tool_calls": [
+                        {
+                            "id": "x",
+                            "type": "function",
+                            "function": {"name": "calculator", "arguments": "{}"},
+                        }
+                    ],
                 },
                 "finish_reason": "tool_calls",
             }

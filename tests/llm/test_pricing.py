@@ -45,7 +45,9 @@ def test_summing_calls_is_not_pricing_summed_tokens() -> None:
 def test_cached_input_price_replaces_the_input_price_for_cached_tokens() -> None:
     # SPEC M-9: cached-input price where given
     usage = Usage(input_tokens=50_000, output_tokens=0, cached_input_tokens=20_000)
-    assert price_call(TIERED, usage, own_key=False) == pytest.approx((30_000 * 3 + 20_000 * 0.5) / 1000)
+    assert price_call(TIERED, usage, own_key=False) == pytest.approx(
+        (30_000 * 3 + 20_000 * 0.5) / 1000
+    )
 
 
 def test_cached_tokens_without_a_cached_price_are_billed_as_input() -> None:

@@ -41,7 +41,7 @@ def test_tool_call_prefix() -> None:
         "The score was 1:0",
         "0.5 is half",
         "1",
-        "Answer:\n1: {\"name\": \"calculator\"}",
+        'Answer:\n1: {"name": "calculator"}',
     ],
 )
 def test_only_an_anchored_prefix_counts(text: str) -> None:
@@ -52,9 +52,13 @@ def test_only_an_anchored_prefix_counts(text: str) -> None:
 
 def test_tolerant_json_and_fences() -> None:
     fenced = '1: ```json\n{"name": "calculator", "arguments": {"expression": "1"}}\n```'
-    assert parse_prompt_reply(fenced, "c").call == ToolCall("c", "calculator", '{"expression": "1"}')
+    assert parse_prompt_reply(fenced, "c").call == ToolCall(
+        "c", "calculator", '{"expression": "1"}'
+    )
     json5ish = "1: {'name': 'calculator', 'arguments': {'expression': '3',},}"
-    assert parse_prompt_reply(json5ish, "c").call == ToolCall("c", "calculator", '{"expression": "3"}')
+    assert parse_prompt_reply(json5ish, "c").call == ToolCall(
+        "c", "calculator", '{"expression": "3"}'
+    )
 
 
 def test_parameters_key_and_string_arguments() -> None:
@@ -113,7 +117,16 @@ def test_history_rewrite() -> None:
     ]
     out = to_prompt_messages(history, [CALC])
     roles = [m.role for m in out]
-    assert roles == ["system", "user", "assistant", "user", "assistant", "user", "assistant", "user"]
+    assert roles == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+    ]
     assert out[0].text.startswith("Be brief.\n\n") and '"name": "calculator"' in out[0].text
     assert json.loads(out[2].text[3:]) == {"name": "calculator", "arguments": {"expression": "2+2"}}
     assert out[3].text == '<tool_response name="calculator">\n4\n</tool_response>'

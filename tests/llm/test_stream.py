@@ -17,7 +17,9 @@ def chunk(delta: dict[str, Any] | None = None, finish: str | None = None, **top:
     return {"object": "chat.completion.chunk", "choices": choices, **top}
 
 
-def tool(index: int | None, id: str | None = None, name: str | None = None, args: str | None = None):
+def tool(
+    index: int | None, id: str | None = None, name: str | None = None, args: str | None = None
+):
     function: dict[str, Any] = {}
     if name is not None:
         function["name"] = name
@@ -168,9 +170,7 @@ def test_tool_calls_ordered_by_index() -> None:
 def test_tool_deltas_report_progress() -> None:
     acc = StreamAccumulator()
     assert acc.feed(tool(0, "i", "calc", "")) == [Delta(kind="tool", index=0, name="calc")]
-    assert acc.feed(tool(0, args='{"x"')) == [
-        Delta(kind="tool", index=0, name="calc", text='{"x"')
-    ]
+    assert acc.feed(tool(0, args='{"x"')) == [Delta(kind="tool", index=0, name="calc", text='{"x"')]
     assert acc.feed(tool(0, id="i")) == []
 
 
@@ -210,7 +210,9 @@ def test_error_chunk_raises_typed_error_with_message() -> None:
         ({"message": "bad", "code": "tool_use_failed", "status_code": 400}, FatalModelError, 400),
     ],
 )
-def test_error_chunk_status_mapping(error: dict, kind: type[ModelError], status: int | None) -> None:
+def test_error_chunk_status_mapping(
+    error: dict, kind: type[ModelError], status: int | None
+) -> None:
     # SPEC M-8 applied to in-stream errors
     with pytest.raises(kind) as info:
         StreamAccumulator().feed({"error": error})
@@ -230,7 +232,11 @@ def test_non_streaming_completion() -> None:
                     "reasoning_content": "r",
                     "tool_calls": [
                         {"id": "a", "type": "function", "function": {"name": "f", "arguments": ""}},
-                        {"id": "b", "type": "function", "function": {"name": "g", "arguments": "{}"}},
+                        {
+                            "id": "b",
+                            "type": "function",
+                            "function": {"name": "g", "arguments": "{}"},
+                        },
                     ],
                 },
                 "finish_reason": "tool_calls",

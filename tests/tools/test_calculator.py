@@ -108,8 +108,9 @@ def test_huge_or_invalid_math_is_refused(expression: str, message: str) -> None:
 
 
 def test_nesting_within_the_limit_works() -> None:
-    assert evaluate("-" * 100 + "1") == 1
+    assert evaluate("-" * 200 + "1") == 1
     assert evaluate("(" * 90 + "2" + ")" * 90) == 2
+    assert evaluate(" + ".join(str(i) for i in range(1, 151))) == 11325  # a long flat sum
 
 
 def test_tool_returns_formatted_text_and_value() -> None:

@@ -117,6 +117,8 @@ def test_arguments_are_checked(server: LocalServer) -> None:
         remote.execute({"slot": "1"}, context(server))
     with pytest.raises(InvalidToolArguments, match="missing URL argument"):
         remote.execute({"id": "1"}, context(server))
+    with pytest.raises(InvalidToolArguments, match="expected an object"):
+        remote.execute(["1"], context(server))  # type: ignore[arg-type]
     assert server.requests == []
 
 

@@ -1,0 +1,45 @@
+"""A thread's earlier turns as the history of a new run on it (pure).
+
+A run on a thread starts with copies of the messages of the thread's earlier runs, marked
+``kind="history"``: the compression policy (L-8) does not count them as the run's own, the
+scripted model does not count them as rounds, and the request builder trims them (C-3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from shared.agent.messages import Message
+
+__all__ = ["HISTORY_KIND", "thread_history"]
+
+HISTORY_KIND = "history"
+
+
+def thread_history(runs: Sequence[Sequence[Message]]) -> list[Message]:
+    """The history a new run takes from its thread's earlier runs (oldest run first).
+
+    Of each run only its own conversation is taken: no system prompts (the new run has its
+    own), no context checkpoints or hidden messages, no history it copied itself. A tool call
+    without its result, or a result without its call, is left out: a dangling tool call is a
+    400 at most providers. Pairs are matched within a run (ids repeat across runs).
+    """
+    out: list[Message] = []
+    for messages in runs:
+        out.extend(_run_history(messages))
+    return out
+
+
+def _run_history(messages: Sequence[Message]) -> list[Message]:
+    own = [m for m in messages if m.role != "system" and not m.kind and not m.hidden]
+    answered = {m.tool_call_id for m in own if m.role == "tool"}
+    called = {c.id for m in own for c in m.tool_calls}
+    out: list[Message] = []
+    for m in own:
+        if m.role == "tool" and m.tool_call_id not in called:
+            continue
+        if m.tool_calls:
+            m = replace(m, tool_calls=tuple(c for c in m.tool_calls if c.id in answered))
+        out.append(replace(m, kind=HISTORY_KIND))
+    return out

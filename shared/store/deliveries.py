@@ -1,0 +1,224 @@
+"""Webhook deliveries and resume tokens (issue #9), inside the caller's transaction.
+
+A durable event that the run's webhook wants becomes a ``webhook_deliveries`` row (the exact
+body that is signed and sent, a stable ``webhook-id``) and an outbox row of kind ``webhook``,
+in the same transaction that wrote the event: a crash never loses a callback, and a retry
+sends the same ``webhook-id`` so receivers can deduplicate.
+
+A ``run.waiting`` delivery carries a fresh resume token for that pause; only its SHA-256 is
+stored (``resume_tokens``), and only the webhook body holds the token itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, RowMapping
+
+from shared.store.tables import outbox, resume_tokens, webhook_attempts, webhook_deliveries
+
+__all__ = [
+    "DEFAULT_EVENTS",
+    "DURABLE_EVENTS",
+    "TOKEN_PREFIX",
+    "Attempt",
+    "claim_delivery",
+    "finish_attempt",
+    "get_delivery",
+    "get_token",
+    "hash_token",
+    "list_deliveries",
+    "record_webhooks",
+    "use_token",
+    "wants",
+]
+
+DURABLE_EVENTS = frozenset({
+    "run.queued", "round.started", "tool.started", "tool.finished", "plan.updated",
+    "run.waiting", "run.resumed", "run.completed", "run.failed", "run.cancelled",
+})
+DEFAULT_EVENTS = frozenset({"run.waiting", "run.completed", "run.failed", "run.cancelled"})
+TOKEN_PREFIX = "rtk_"
+OutboxItem = tuple[int, str, dict[str, Any]]
+Event = tuple[int, str, Mapping[str, Any]]  # (seq, type, data)
+
+
+def wants(cfg: Mapping[str, Any] | None, type_: str) -> bool:
+    """Does a run's webhook config (``{url, events?, secret_env?}``) fire on ``type_``?"""
+    if not cfg or not cfg.get("url"):
+        return False
+    events = cfg.get("events") or DEFAULT_EVENTS
+    return type_ in events or ("*" in events and type_ in DURABLE_EVENTS)
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat().replace("+00:00", "Z")
+
+
+def record_webhooks(
+    conn: Connection, run: Mapping[str, Any], events: Sequence[Event], ts: float,
+    redrive_after: float,
+) -> list[OutboxItem]:
+    """Queue a delivery for each event the run's webhook wants; returns outbox items."""
+    cfg = run.get("webhook")
+    return [_enqueue(conn, run, cfg, ev, ts, redrive_after) for ev in events if wants(cfg, ev[1])]
+
+
+def _enqueue(
+    conn: Connection, run: Mapping[str, Any], cfg: Mapping[str, Any], event: Event, ts: float,
+    redrive_after: float,
+) -> OutboxItem:
+    seq, type_, data = event
+    delivery_id = f"msg_{uuid.uuid4().hex}"
+    payload: dict[str, Any] = {"run_id": run["id"], "seq": seq, "status": run["status"], **data}
+    if run.get("meta"):
+        payload["metadata"] = run["meta"]
+    if type_ == "run.waiting":
+        resume = _mint_token(conn, run["id"], data.get("pending") or {}, ts)
+        if resume is not None:
+            payload["resume"] = resume
+    body = json.dumps({"type": type_, "timestamp": _iso(ts), "data": payload}, ensure_ascii=False)
+    conn.execute(sa.insert(webhook_deliveries).values(
+        id=delivery_id, run_id=run["id"], tenant=run["tenant"], event_seq=seq, event_type=type_,
+        url=cfg["url"], secret_env=cfg.get("secret_env"), body=body, status="pending",
+        next_attempt_at=ts, created_at=ts, updated_at=ts,
+    ))
+    msg = {"run_id": run["id"], "version": run["version"], "delivery_id": delivery_id}
+    outbox_id = conn.execute(
+        sa.insert(outbox).values(run_id=run["id"], kind="webhook", payload=msg,
+                                 available_at=ts + redrive_after, created_at=ts)
+        .returning(outbox.c.id)
+    ).scalar_one()
+    return int(outbox_id), "webhook", msg
+
+
+def _mint_token(
+    conn: Connection, run_id: str, pending: Mapping[str, Any], ts: float
+) -> dict[str, Any] | None:
+    kind = pending.get("kind")
+    pause_id = pending.get("ask_id") if kind == "ask" else pending.get("approval_id")
+    if kind not in ("ask", "approval") or not pause_id:
+        return None
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    expires_at = pending.get("expires_at")
+    conn.execute(sa.insert(resume_tokens).values(
+        token_hash=hash_token(token), run_id=run_id, kind=kind, pause_id=pause_id,
+        expires_at=expires_at, created_at=ts,
+    ))
+    path = f"/v1/runs/{run_id}/{'answer' if kind == 'ask' else 'approval'}"
+    return {"token": token, "kind": kind, "pause_id": pause_id, "expires_at": expires_at,
+            "path": path}
+
+
+# --- the sender's side --------------------------------------------------------------------
+
+
+def claim_delivery(conn: Connection, delivery_id: str, ts: float, lease: float) -> RowMapping | None:
+    """Take a delivery that is due (or whose sender's lease ran out); counts the attempt."""
+    d = webhook_deliveries.c
+    stmt = (
+        sa.update(webhook_deliveries)
+        .where(d.id == delivery_id, sa.or_(
+            sa.and_(d.status == "pending", d.next_attempt_at <= ts + 1.0),
+            sa.and_(d.status == "sending", d.lease_until < ts),
+        ))
+        .values(status="sending", attempts=d.attempts + 1, lease_until=ts + lease, updated_at=ts)
+        .returning(*webhook_deliveries.c)
+    )
+    return conn.execute(stmt).mappings().first()
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What one HTTP try did."""
+
+    started_at: float
+    duration_ms: int
+    status_code: int | None = None
+    error: str | None = None
+    response: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.status_code is not None and 200 <= self.status_code < 300
+
+
+def finish_attempt(
+    conn: Connection, delivery: Mapping[str, Any], attempt: Attempt, next_at: float | None,
+    outbox_id: int | None, ts: float,
+) -> str:
+    """Log the try; then delivered, failed (no ``next_at``), or pending until ``next_at`` (the
+    outbox row waits until then, and the reaper re-sends it). Returns the new status."""
+    conn.execute(sa.insert(webhook_attempts).values(
+        delivery_id=delivery["id"], attempt=delivery["attempts"], started_at=attempt.started_at,
+        duration_ms=attempt.duration_ms, status_code=attempt.status_code, error=attempt.error,
+        response=(attempt.response or "")[:500] or None,
+    ))
+    status = "delivered" if attempt.ok else ("pending" if next_at is not None else "failed")
+    d = webhook_deliveries.c
+    conn.execute(
+        sa.update(webhook_deliveries)
+        .where(d.id == delivery["id"], d.status == "sending", d.attempts == delivery["attempts"])
+        .values(status=status, lease_until=None, updated_at=ts, next_attempt_at=next_at,
+                last_status_code=attempt.status_code, last_error=attempt.error,
+                delivered_at=ts if attempt.ok else None)
+    )
+    if outbox_id is not None:
+        if status == "pending":
+            assert next_at is not None
+            conn.execute(sa.update(outbox).where(outbox.c.id == outbox_id)
+                         .values(available_at=next_at))
+        else:
+            conn.execute(sa.delete(outbox).where(outbox.c.id == outbox_id))
+    return status
+
+
+def get_delivery(conn: Connection, delivery_id: str) -> RowMapping | None:
+    q = sa.select(webhook_deliveries).where(webhook_deliveries.c.id == delivery_id)
+    return conn.execute(q).mappings().first()
+
+
+def list_deliveries(conn: Connection, run_id: str) -> list[dict[str, Any]]:
+    """The run's deliveries in event order, each with its attempts (oldest first)."""
+    rows = conn.execute(
+        sa.select(webhook_deliveries).where(webhook_deliveries.c.run_id == run_id)
+        .order_by(webhook_deliveries.c.event_seq)
+    ).mappings().all()
+    ids = [r["id"] for r in rows]
+    attempts: dict[str, list[dict[str, Any]]] = {i: [] for i in ids}
+    if ids:
+        for a in conn.execute(
+            sa.select(webhook_attempts).where(webhook_attempts.c.delivery_id.in_(ids))
+            .order_by(webhook_attempts.c.id)
+        ).mappings():
+            attempts[a["delivery_id"]].append(dict(a))
+    return [{**dict(r), "attempt_log": attempts[r["id"]]} for r in rows]
+
+
+# --- resume tokens --------------------------------------------------------------------------
+
+
+def get_token(conn: Connection, token: str) -> RowMapping | None:
+    q = sa.select(resume_tokens).where(resume_tokens.c.token_hash == hash_token(token))
+    return conn.execute(q).mappings().first()
+
+
+def use_token(conn: Connection, token: str, ts: float) -> bool:
+    """Spend the token (once): False when it was already used."""
+    t = resume_tokens.c
+    stmt = (sa.update(resume_tokens)
+            .where(t.token_hash == hash_token(token), t.used_at.is_(None))
+            .values(used_at=ts))
+    return conn.execute(stmt).rowcount == 1

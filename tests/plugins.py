@@ -1,0 +1,83 @@
+"""Tools for tests, loaded in worker processes with ``TREADLE_PLUGINS=tests.plugins``."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from pydantic import BaseModel, Field
+
+from shared.errors import ToolError
+from shared.tools import ToolContext, ToolResult, tool
+
+
+class SleepArgs(BaseModel):
+    seconds: float = Field(default=1.0, ge=0, le=30)
+    label: str = ""
+
+
+@tool(read_only=True)
+def sleepy(args: SleepArgs, ctx: ToolContext) -> ToolResult:
+    """Sleep, then report when it started and ended (epoch seconds)."""
+    start = time.time()
+    time.sleep(args.seconds)
+    return ToolResult(text=f"slept {args.seconds:g}s {args.label}".strip(),
+                      data={"start": start, "end": time.time(), "pid": os.getpid()})
+
+
+class EchoArgs(BaseModel):
+    text: str
+
+
+@tool(read_only=True)
+def echo(args: EchoArgs, ctx: ToolContext) -> ToolResult:
+    """Return the text."""
+    return ToolResult(text=args.text)
+
+
+class Nothing(BaseModel):
+    pass
+
+
+@tool(read_only=True)
+def boom(args: Nothing, ctx: ToolContext) -> ToolResult:
+    """Always fails."""
+    raise ToolError("the flux capacitor is cold")
+
+
+class BigArgs(BaseModel):
+    size: int = Field(default=1_000_000, ge=1, le=5_000_000)
+
+
+@tool(read_only=True)
+def big(args: BigArgs, ctx: ToolContext) -> ToolResult:
+    """Return a large result."""
+    line = "lorem ipsum dolor sit amet, consectetur adipiscing elit. "
+    return ToolResult(text=(line * (args.size // len(line) + 1))[: args.size])
+
+
+class PricedArgs(BaseModel):
+    cost: float = 0.01
+
+
+@tool(read_only=True)
+def priced(args: PricedArgs, ctx: ToolContext) -> ToolResult:
+    """A tool that reports a cost."""
+    return ToolResult(text="paid", cost=args.cost)
+
+
+class WriteArgs(BaseModel):
+    item: str
+    seconds: float = Field(default=0.0, ge=0, le=30)
+
+
+@tool(read_only=False)
+def write_thing(args: WriteArgs, ctx: ToolContext) -> ToolResult:
+    """A write with an external effect, recorded once per idempotency key (like a real API)."""
+    if args.seconds:
+        time.sleep(args.seconds)
+    path = os.environ.get("TREADLE_TEST_EFFECTS")
+    if path:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(f"{ctx.idempotency_key} {args.item}\n")
+    return ToolResult(text=f"wrote {args.item}")
