@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from shared.agent.spec import AgentSpec
+from shared.agent.spec import AgentSpec, InlineTool
 from shared.errors import NotFound, SpecError
 
 __all__ = ["BUILTIN_AGENTS", "agent_names", "load_agent_file", "resolve_agent"]
@@ -58,9 +58,34 @@ def agent_names() -> list[str]:
 
 
 def resolve_agent(agent: AgentSpec | str) -> AgentSpec:
+    """A spec, or a registered agent by name. Agent tools naming a registered agent get its
+    spec now: the run stores a self-contained spec (workers do not read the agents file)."""
     if isinstance(agent, AgentSpec):
-        return agent
+        return _resolve_tool_agents(agent)
     spec = _registered().get(agent)
     if spec is None:
         raise NotFound(f"no registered agent named {agent!r}; known: {', '.join(agent_names())}")
-    return AgentSpec.model_validate(spec)
+    return _resolve_tool_agents(AgentSpec.model_validate(spec))
+
+
+def _resolve_tool_agents(spec: AgentSpec) -> AgentSpec:
+    if not any(isinstance(t, InlineTool) and isinstance(t.agent, str) for t in spec.tools):
+        return spec
+    tools: list[str | InlineTool] = []
+    for tool in spec.tools:
+        if isinstance(tool, InlineTool) and isinstance(tool.agent, str):
+            tool = tool.model_copy(update={"agent": _tool_agent(tool.name, tool.agent)})
+        tools.append(tool)
+    return spec.model_copy(update={"tools": tools})
+
+
+def _tool_agent(tool: str, name: str) -> AgentSpec:
+    raw = _registered().get(name)
+    if raw is None:
+        raise SpecError(f"tool {tool!r}: no registered agent named {name!r}; "
+                        f"known: {', '.join(agent_names())}")
+    sub = AgentSpec.model_validate(raw)
+    if sub.kind == "agent":
+        raise SpecError(f"tool {tool!r}: agent {name!r} is a tool agent; an agent tool must be "
+                        "a chat or helper agent (one model call)")
+    return sub

@@ -10,6 +10,7 @@ from fastapi import APIRouter, FastAPI, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from scheduler.agents import resolve_agent
+from scheduler.deliveries import delivery_view, resume_token
 from scheduler.errors import install_error_handlers
 from scheduler.schemas import (
     AnswerBody,
@@ -21,10 +22,11 @@ from scheduler.schemas import (
     run_view,
 )
 from scheduler.sse import event_stream
+from scheduler.threads_api import threads_router
 from shared.engine import commands
 from shared.engine.runtime import Runtime
 from shared.errors import NotFound, SpecError
-from shared.store import repo
+from shared.store import deliveries, repo
 
 __all__ = ["create_app"]
 
@@ -110,25 +112,50 @@ def _runs_router(get_rt: Callable[[], Runtime]) -> APIRouter:
         return run_view(commands.cancel_run(get_rt(), TENANT, run_id))
 
     @r.post("/runs/{run_id}/answer", response_model=RunView)
-    def answer(run_id: str, body: AnswerBody) -> RunView:
-        return run_view(commands.answer_run(get_rt(), TENANT, run_id, body.ask_id, body.answers))
+    def answer(run_id: str, body: AnswerBody,
+               authorization: Annotated[str | None, Header()] = None,
+               x_resume_token: Annotated[str | None, Header()] = None) -> RunView:
+        """Answer an ask. Auth: the API key, or the ask's resume token (from the run.waiting
+        webhook) as ``X-Resume-Token`` or ``Authorization: Bearer rtk_...``."""
+        token = resume_token(authorization, x_resume_token)
+        return run_view(commands.answer_run(get_rt(), TENANT, run_id, body.ask_id, body.answers,
+                                            token=token))
 
     @r.post("/runs/{run_id}/approval", response_model=RunView)
-    def approval(run_id: str, body: ApprovalBody) -> RunView:
+    def approval(run_id: str, body: ApprovalBody,
+                 authorization: Annotated[str | None, Header()] = None,
+                 x_resume_token: Annotated[str | None, Header()] = None) -> RunView:
+        """Approve or reject writes. Auth: the API key, or the approval's resume token."""
+        token = resume_token(authorization, x_resume_token)
         row = commands.approve_run(get_rt(), TENANT, run_id, body.approval_id, body.approve,
-                                   body.reject, body.note)
+                                   body.reject, body.note, token=token)
         return run_view(row)
 
-    @r.get("/runs/{run_id}/events")
-    def events(run_id: str, after: Annotated[int | None, Query(ge=0)] = None,
-               last_event_id: Annotated[str | None, Header()] = None) -> StreamingResponse:
-        rt = get_rt()
-        with rt.engine.connect() as conn:
+    @r.get("/runs/{run_id}/webhook-deliveries")
+    def webhook_deliveries(run_id: str) -> dict[str, Any]:
+        """Outbound webhook deliveries of the run, each with its attempt log."""
+        with get_rt().engine.connect() as conn:
             if repo.get_run(conn, run_id, TENANT) is None:
                 raise NotFound(f"run {run_id} not found")
+            rows = deliveries.list_deliveries(conn, run_id)
+        return {"deliveries": [delivery_view(d) for d in rows]}
+
+    @r.get("/runs/{run_id}/events", response_model=None)
+    def events(run_id: str, after: Annotated[int | None, Query(ge=0)] = None,
+               last_event_id: Annotated[str | None, Header()] = None) -> Response:
+        """SSE: durable events after ``Last-Event-ID`` (or ``?after=``), then live; ends after
+        the terminal event. 204 when the run is over and the client has seen its last event
+        (an EventSource stops reconnecting on 204)."""
+        rt = get_rt()
+        with rt.engine.connect() as conn:
+            run = repo.get_run(conn, run_id, TENANT)
+        if run is None:
+            raise NotFound(f"run {run_id} not found")
         start = after or 0
-        if last_event_id and last_event_id.isdigit():
-            start = int(last_event_id)
+        if last_event_id and last_event_id.strip().isdigit():
+            start = int(last_event_id.strip())
+        if run["status"] in commands.FINAL and start >= run["event_seq"]:
+            return Response(status_code=204)
         return StreamingResponse(event_stream(rt, run_id, start), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
@@ -180,6 +207,7 @@ def create_app(get_rt: Callable[[], Runtime] | None = None) -> FastAPI:
                   description="Durable, distributed execution of LLM agents on Celery.")
     install_error_handlers(app)
     app.include_router(_runs_router(get_rt))
+    app.include_router(threads_router(get_rt, TENANT))
     app.include_router(_ops_router(get_rt))
 
     @app.middleware("http")

@@ -88,9 +88,10 @@ def worker(ctx: typer.Context,
     from worker.app import app as celery_app
 
     conc = concurrency or get_settings().worker_concurrency
+    from worker.app import ALL_QUEUES
+
     celery_app.worker_main(["worker", "-P", pool, "-c", str(conc), "-E", "--without-mingle",
-                            "--without-gossip", "-Q", "treadle.rounds,treadle.tools,treadle.webhooks",
-                            *ctx.args])
+                            "--without-gossip", "-Q", ",".join(ALL_QUEUES), *ctx.args])
 
 
 @app.command()

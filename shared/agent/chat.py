@@ -29,6 +29,7 @@ __all__ = [
     "join_system_prompt",
     "quote_goes_to_user",
     "render_quotes",
+    "stream_enabled",
 ]
 
 SYSTEM_PROMPT_SEPARATOR = "\n\n===---===---===\n\n"
@@ -170,6 +171,17 @@ def build_chat_messages_for_spec(
         quote_template=spec.quote_template,
         quote_prompt=spec.quote_prompt,
     )
+
+
+def stream_enabled(spec: AgentSpec, delta_kind: str) -> bool:
+    """SPEC C-4: whether live deltas of a kind are streamed: ``reasoning`` behind
+    ``stream_reasoning``, answer ``text`` behind ``stream_answer`` (both default true). The
+    answer is the run's text either way; the flags only gate what is published live."""
+    if delta_kind == "reasoning":
+        return spec.stream_reasoning
+    if delta_kind == "text":
+        return spec.stream_answer
+    return True
 
 
 def _fill_quote_prompt(prompt: str, quote_text: str, question: str, *, need_question: bool) -> str:

@@ -77,7 +77,7 @@ def plan_request(
         return RequestPlan(tuple(_chat_messages(spec, profile, messages, inputs)),
                            max_tokens=profile.max_tokens)
     if spec.kind in ("classify", "extract", "expand_query"):
-        return _helper_request(spec, profile, messages)
+        return _helper_request(spec, profile, messages, inputs.get("last_result"))
     return RequestPlan(
         messages=tuple(_agent_messages(spec, profile, messages)),
         tools=tuple(catalog.values()),
@@ -86,9 +86,16 @@ def plan_request(
     )
 
 
-def _helper_request(spec: AgentSpec, profile: ModelProfile, messages: Sequence[Message]) -> RequestPlan:
+def _helper_request(
+    spec: AgentSpec, profile: ModelProfile, messages: Sequence[Message],
+    last_result: dict[str, Any] | None,
+) -> RequestPlan:
+    """SPEC H-1..H-3: one call; the thread's previous result of the kind as context (H-1);
+    ``response_format`` json_schema for extract where the profile supports it (H-2)."""
     history, question = split_question(model_view(messages))
     built = kinds.helper_request(spec, question=question, history=history,
-                                 json_schema=profile.json_schema)
-    return RequestPlan(messages=tuple(built.messages), max_tokens=profile.max_tokens,
+                                 json_schema=profile.json_schema, last_result=last_result)
+    trimmed = trim_history(built.messages, request_budget(profile.context_window,
+                                                          profile.max_tokens))
+    return RequestPlan(messages=tuple(trimmed), max_tokens=profile.max_tokens,
                        response_format=built.response_format)

@@ -78,7 +78,15 @@ class InlineTool(_Strict):
         default_factory=lambda: {"type": "object", "properties": {}}
     )
     http: HttpToolSpec | None = None
-    agent: AgentSpec | str | None = None  # a sub-agent used as a tool
+    agent: AgentSpec | str | None = None  # a sub-agent used as a tool (C-4)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> InlineTool:
+        if self.http is not None and self.agent is not None:
+            raise ValueError("an inline tool has `http` or `agent`, not both")
+        if isinstance(self.agent, AgentSpec) and self.agent.kind == "agent":
+            raise ValueError("an agent tool must be a chat or helper agent (one model call)")
+        return self
 
 
 class RouterRule(_Strict):

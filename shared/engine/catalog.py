@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from shared.agent import ask as ask_mod
 from shared.agent import plan as plan_mod
-from shared.agent.spec import AgentSpec
+from shared.agent.spec import AgentSpec, ModelProfile
 from shared.agent.state import CatalogEntry
 from shared.agent.step import INTERNAL_TOOLS
 from shared.tools import Tool, resolve
+from shared.tools.agent_tool import AgentTool
 
 __all__ = ["Catalog", "build_catalog"]
 
@@ -45,15 +47,16 @@ def _internal_entries(spec: AgentSpec) -> list[CatalogEntry]:
     return out
 
 
-def build_catalog(spec: AgentSpec) -> Catalog:
-    """SPEC P-5: a business tool named like an internal one is dropped, with a warning."""
+def build_catalog(spec: AgentSpec, profiles: Mapping[str, ModelProfile] | None = None) -> Catalog:
+    """SPEC P-5: a business tool named like an internal one is dropped, with a warning.
+    Inline tools with ``agent:`` become ``AgentTool``s (model profiles by name: ``profiles``)."""
     if spec.kind != "agent":
         return Catalog(entries={}, tools={})
     entries: dict[str, CatalogEntry] = {}
     tools: dict[str, Tool] = {}
     warnings: list[str] = []
     internal = {e.name: e for e in _internal_entries(spec)}
-    for tool in resolve(spec.tools):
+    for tool in resolve(spec.tools, lambda item: AgentTool(item, profiles)):
         if tool.name == "stop" and getattr(tool, "internal", False):
             entries["stop"] = _STOP
         elif tool.name in _RESERVED:
@@ -66,3 +69,4 @@ def build_catalog(spec: AgentSpec) -> Catalog:
             tools[tool.name] = tool
     entries.update(internal)
     return Catalog(entries=entries, tools=tools, warnings=tuple(warnings))
+

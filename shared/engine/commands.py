@@ -16,9 +16,10 @@ from shared.agent import ask as ask_mod
 from shared.agent.decisions import Continue, Fail
 from shared.agent.messages import Message
 from shared.agent.spec import AgentSpec, WebhookSpec
-from shared.engine.afters import flush_calls, settle
-from shared.engine.resume import pause_is_current, spend_resume_token
 from shared.engine import threads
+from shared.engine.afters import flush_calls, settle
+from shared.engine.catalog import build_catalog
+from shared.engine.resume import pause_is_current, spend_resume_token
 from shared.engine.runtime import OutboxItem, Runtime
 from shared.errors import Conflict, NotFound, SpecError
 from shared.store import repo
@@ -94,6 +95,7 @@ def submit_run(rt: Runtime, req: RunInput) -> tuple[RowMapping, bool]:
     """Create a queued run and its first round message; an Idempotency-Key replay returns the
     run it created the first time (``created`` False)."""
     msgs = _input_messages(req.input)
+    build_catalog(req.agent)  # unknown tools, bad inline tools: a clear error now, not mid-run
     ts = repo.now()
     if req.idempotency_key:
         with rt.engine.connect() as conn:

@@ -2,7 +2,8 @@
 
 Each pass: (1) re-sends outbox messages nobody consumed in time, (2) expires asks, (3) gives
 a round message to any running run that has none and no live lease (belt and braces: the
-outbox should already cover it).
+outbox should already cover it), (4) releases held runs of threads left without an active run
+(belt and braces too: the transaction that ends a run releases its thread's next run).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from shared.engine import threads
 from shared.engine.commands import expire_ask
 from shared.engine.runtime import Runtime
 from shared.store import repo
@@ -27,6 +29,7 @@ class ReapReport:
     resent: int = 0
     expired_asks: int = 0
     orphans: int = 0
+    released: int = 0
 
 
 def reap(rt: Runtime) -> ReapReport:
@@ -34,9 +37,11 @@ def reap(rt: Runtime) -> ReapReport:
     resent = _resend(rt, ts)
     expired = _expire(rt, ts)
     orphans = _orphans(rt, ts)
-    if resent or expired or orphans:
-        log.info("reaper: resent=%d expired_asks=%d orphans=%d", resent, expired, orphans)
-    return ReapReport(resent, expired, orphans)
+    released = threads.release_stalled(rt)
+    if resent or expired or orphans or released:
+        log.info("reaper: resent=%d expired_asks=%d orphans=%d released=%d", resent, expired,
+                 orphans, released)
+    return ReapReport(resent, expired, orphans, released)
 
 
 def _resend(rt: Runtime, ts: float) -> int:
@@ -67,7 +72,7 @@ def _orphans(rt: Runtime, ts: float) -> int:
             sa.select(runs.c.id, runs.c.version)
             .where(runs.c.status.in_(("queued", "running")), runs.c.open_calls == 0,
                    sa.or_(runs.c.lease_until.is_(None), runs.c.lease_until < ts),
-                   runs.c.updated_at < stale, ~has_msg)
+                   runs.c.held == sa.false(), runs.c.updated_at < stale, ~has_msg)
             .limit(200)
         ).all()
         items = []

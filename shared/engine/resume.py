@@ -13,12 +13,15 @@ no longer waiting on it).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from sqlalchemy.engine import Connection
 
 from shared.errors import Conflict, Unauthorized
 from shared.store import deliveries
 
-__all__ = ["spend_resume_token"]
+__all__ = ["pause_is_current", "spend_resume_token"]
 
 
 def spend_resume_token(
@@ -39,7 +42,10 @@ def spend_resume_token(
         raise Conflict("this resume token was already used")
 
 
-def pause_is_current(pending: dict[str, object] | None, status: str, kind: str, pause_id: str) -> bool:
+def pause_is_current(
+    pending: Mapping[str, Any] | None, status: str, kind: str, pause_id: str
+) -> bool:
+    """Is the run still waiting on this very pause?"""
     p = pending or {}
     key = "ask_id" if kind == "ask" else "approval_id"
     return status == "waiting" and p.get("kind") == kind and p.get(key) == pause_id

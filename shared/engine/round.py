@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
 
 from shared.agent.budget import check_budgets
+from shared.agent.chat import stream_enabled
 from shared.agent.compression import (
     checkpoint_message,
     checkpoint_request_messages,
@@ -25,14 +26,15 @@ from shared.agent.compression import (
 from shared.agent.history import request_budget
 from shared.agent.plan import Plan
 from shared.agent.decisions import Fail, Finish, RunTools
-from shared.agent.messages import Message, Reply
+from shared.agent.messages import Message, Reply, Usage
 from shared.agent.pricing import price_call
-from shared.agent.request import RequestPlan, plan_request
+from shared.agent.request import RequestPlan, plan_request, split_question
 from shared.agent.router import route
 from shared.agent.spec import AgentSpec, ModelProfile
 from shared.agent.state import LoopState
 from shared.agent.step import StepResult, step
 from shared.agent.tokens import estimate_tokens
+from shared.engine import threads
 from shared.engine.afters import encode_after, flush_calls, settle
 from shared.engine.catalog import Catalog, build_catalog
 from shared.engine.handlers import run_handler
@@ -174,7 +176,7 @@ def _drive(
         routed = _try_route(rt, claim, version, outbox_id)
         if routed is not None:
             return routed
-    catalog = build_catalog(spec)
+    catalog = build_catalog(spec, rt.profiles)
     checkpoint = _maybe_checkpoint(rt, claim, version, catalog, attempt)
     history = claim.history + ([checkpoint.message] if checkpoint else [])
     req = plan_request(
@@ -183,7 +185,7 @@ def _drive(
     )
     reply, latency = _call_model(rt, claim, version, req, attempt)
     result = step(spec, state, reply, catalog.entries, run["plan"],
-                  call_cost=_price(claim.profile, reply))
+                  call_cost=_price(claim.profile, reply), question=split_question(history)[1])
     return _commit_step(rt, claim, version, outbox_id, reply, result, catalog, latency, checkpoint)
 
 
@@ -254,7 +256,9 @@ def _call_model(
     model = make_model(claim.profile)
 
     def on_delta(d: Delta) -> None:
-        if live and d.kind in ("text", "reasoning") and d.text:
+        # SPEC C-4: reasoning and answer deltas each stream behind their flag
+        streamed = d.kind in ("text", "reasoning") and stream_enabled(claim.spec, d.kind)
+        if live and streamed and d.text:
             rt.live.publish(run_id, {"type": f"{d.kind}.delta", "data": {"text": d.text,
                                                                           "round": claim.state.round + 1}})
 
@@ -286,6 +290,12 @@ def _raise_retry(rt: Runtime, claim: _Claim, version: int, exc: TransientModelEr
 
 
 def _price(profile: ModelProfile, reply: Reply) -> float:
+    """SPEC M-9: each call priced on its own (a continued reply holds several calls)."""
+    calls = reply.extra.get("call_usages") if reply.extra else None
+    if calls:
+        return sum(price_call(profile.pricing, Usage(**{k: v for k, v in u.items()
+                                                         if k in Usage.__slots__}),
+                              profile.own_key) for u in calls)
     if reply.usage is None:
         return 0.0
     return price_call(profile.pricing, reply.usage, profile.own_key)
@@ -328,7 +338,9 @@ def _commit_step(
     elif isinstance(decision, (Finish, Fail)):
         settle(changes, decision, run_id=run_id, round_=round_, ts=ts)
     with rt.engine.begin() as conn:
-        applied = repo.apply(conn, run_id, version, changes, redrive_after=rt.settings.redrive_seconds, ts=ts)
+        applied = threads.apply_final(conn, run_id, version, changes,
+                                      thread_id=claim.run["thread_id"],
+                                      redrive_after=rt.settings.redrive_seconds, ts=ts)
         if applied is None:
             return RoundResult("lost")
         if tool_rows:
@@ -406,8 +418,9 @@ def _commit_final(
         changes.message(m, claim.state.round)
     settle(changes, finish, run_id=claim.run["id"], round_=claim.state.round, ts=ts)
     with rt.engine.begin() as conn:
-        applied = repo.apply(conn, claim.run["id"], version, changes,
-                             redrive_after=rt.settings.redrive_seconds, ts=ts)
+        applied = threads.apply_final(conn, claim.run["id"], version, changes,
+                                      thread_id=claim.run["thread_id"],
+                                      redrive_after=rt.settings.redrive_seconds, ts=ts)
         if applied is None:
             return RoundResult("lost")
         if claim.usage_id is not None:  # no model call was made
@@ -424,7 +437,10 @@ def fail_round(rt: Runtime, run_id: str, version: int, outbox_id: int | None, me
     changes = repo.Changes()
     settle(changes, Fail(reason=message, code="model_error"), run_id=run_id, round_=0, ts=ts)
     with rt.engine.begin() as conn:
-        applied = repo.apply(conn, run_id, version, changes, redrive_after=rt.settings.redrive_seconds, ts=ts)
+        run = repo.get_run(conn, run_id)
+        thread_id = run["thread_id"] if run is not None else None
+        applied = threads.apply_final(conn, run_id, version, changes, thread_id=thread_id,
+                                      redrive_after=rt.settings.redrive_seconds, ts=ts)
         if applied is None:
             return
         repo.delete_outbox(conn, outbox_id)

@@ -14,14 +14,17 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
 
 from shared.agent.compression import reduce_tool_result, tool_result_budget
+from shared.agent.decisions import Fail, Finish
 from shared.agent.spec import AgentSpec
+from shared.engine import threads
 from shared.engine.afters import decode_after, flush_calls, settle
 from shared.engine.catalog import build_catalog
 from shared.engine.runtime import Runtime
 from shared.llm.profiles import resolve_profile
 from shared.store import repo
 from shared.store.tables import outbox, runs, tool_calls
-from shared.tools import ToolContext, ToolResult
+from shared.errors import ToolError
+from shared.tools import InvalidToolArguments, ToolContext, ToolResult
 
 __all__ = ["execute_tool", "join_changes", "run_tool"]
 
@@ -102,7 +105,7 @@ def execute_tool(rt: Runtime, spec: AgentSpec, run: RowMapping, call: RowMapping
     """Run the tool; any failure becomes its result text (SPEC L-5)."""
     import json5
 
-    catalog = build_catalog(spec)
+    catalog = build_catalog(spec, rt.profiles)
     tool = catalog.tools.get(call["name"])
     if tool is None:
         return ToolResult(text=f"Tool not found: {call['name']}")
@@ -119,6 +122,7 @@ def execute_tool(rt: Runtime, spec: AgentSpec, run: RowMapping, call: RowMapping
 
 
 def _with_timeout(fn: Any, timeout: float) -> ToolResult:
+    """Run ``fn`` in a thread, abandon it after ``timeout``; failures become results (L-5)."""
     box: dict[str, Any] = {}
 
     def target() -> None:
@@ -133,10 +137,17 @@ def _with_timeout(fn: Any, timeout: float) -> ToolResult:
     if t.is_alive():
         return ToolResult(text=f"Tool error: timed out after {timeout:g}s")
     if "error" in box:
-        exc = box["error"]
-        return ToolResult(text=f"Tool error: {exc}" if str(exc) else f"Tool error: {type(exc).__name__}")
+        return ToolResult(text=_error_text(box["error"]))
     result: ToolResult = box["result"]
     return result
+
+
+def _error_text(exc: Exception) -> str:
+    if isinstance(exc, InvalidToolArguments):
+        return str(exc)  # the validation message as is (L-5)
+    if not isinstance(exc, ToolError):
+        log.warning("tool raised %s", type(exc).__name__, exc_info=exc)
+    return f"Tool error: {exc}" if str(exc) else f"Tool error: {type(exc).__name__}"
 
 
 def _commit(
@@ -164,6 +175,8 @@ def _commit_txn(
     outbox_id: int | None, result: ToolResult, budget: int, ts: float,
 ) -> list[Any]:
     with rt.engine.begin() as conn:
+        if run["thread_id"] and _join_ends_run(run):
+            threads.lock(conn, run["thread_id"], ts)  # lock order: the thread first
         done = conn.execute(
             sa.update(tool_calls)
             .where(tool_calls.c.run_id == run["id"], tool_calls.c.call_id == call["call_id"],
@@ -187,12 +200,18 @@ def _commit_txn(
             raise _Lost
         items = list(applied.outbox_ids)
         if applied.row["open_calls"] == 0:
-            joined = repo.apply(conn, run["id"], version,
-                                join_changes(conn, applied.row, call["round"], spec, ts),
-                                redrive_after=rt.settings.redrive_seconds, ts=ts)
+            joined = threads.apply_final(conn, run["id"], version,
+                                         join_changes(conn, applied.row, call["round"], spec, ts),
+                                         thread_id=run["thread_id"],
+                                         redrive_after=rt.settings.redrive_seconds, ts=ts)
             items += joined.outbox_ids if joined else []
         repo.delete_outbox(conn, outbox_id)
     return items
+
+
+def _join_ends_run(run: RowMapping) -> bool:
+    """Whether the batch's join ends the run (a stop tool, a failure): it locks the thread."""
+    return isinstance(decode_after(run["after_join"]), (Finish, Fail))
 
 
 def _next_pending(conn: Connection, run_id: str, round_: int) -> str | None:

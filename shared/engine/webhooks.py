@@ -20,9 +20,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
 
 import httpx
 from sqlalchemy.engine import Connection
@@ -32,7 +30,7 @@ from shared.config import Settings
 from shared.engine.runtime import Runtime
 from shared.errors import ToolError
 from shared.store import deliveries, repo
-from shared.store.deliveries import Attempt
+from shared.store.deliveries import Attempt, Row
 from shared.store.tables import outbox
 from shared.tools.netguard import safe_request
 
@@ -46,7 +44,8 @@ USER_AGENT = "treadle-webhooks/1"
 def deliver(rt: Runtime, delivery_id: str, outbox_id: int | None) -> str:
     """One try of one delivery: delivered | pending (retry later) | failed | stale."""
     with rt.engine.begin() as conn:
-        d = deliveries.claim_delivery(conn, delivery_id, repo.now(), rt.settings.webhook_timeout + 30)
+        lease = rt.settings.webhook_timeout + 30
+        d = deliveries.claim_delivery(conn, delivery_id, repo.now(), lease)
         if d is None:
             _drop_if_settled(conn, delivery_id, outbox_id)
             return "stale"
@@ -71,7 +70,7 @@ def _drop_if_settled(conn: Connection, delivery_id: str, outbox_id: int | None) 
         conn.execute(outbox.delete().where(outbox.c.id == outbox_id))
 
 
-def next_attempt_at(d: Mapping[str, Any], attempt: Attempt, settings: Settings, ts: float) -> float | None:
+def next_attempt_at(d: Row, attempt: Attempt, settings: Settings, ts: float) -> float | None:
     """When to try again after try number ``d["attempts"]``; None = done (delivered, or out of
     time: ``webhook_retry_for`` after the delivery was created)."""
     if attempt.ok:
@@ -91,7 +90,7 @@ def sign_headers(delivery_id: str, ts: float, body: str, secret: str | None) -> 
     return headers
 
 
-def _secret(d: Mapping[str, Any]) -> str | None:
+def _secret(d: Row) -> str | None:
     name = d["secret_env"]
     if not name:
         return None
@@ -108,7 +107,7 @@ def _allow_hosts(settings: Settings) -> list[str]:
     return hosts
 
 
-def send(d: Mapping[str, Any], settings: Settings) -> Attempt:
+def send(d: Row, settings: Settings) -> Attempt:
     """POST the delivery's body, signed now. Never raises: a failure is the attempt's error."""
     started, t0 = repo.now(), time.monotonic()
     payload = json.loads(d["body"])

@@ -130,6 +130,7 @@ class RecordedRequest:
     path: str
     body: dict[str, Any]
     headers: dict[str, str]
+    at: float = field(default_factory=time.time)  # when it arrived (epoch seconds)
 
 
 class StreamCut(Exception):

@@ -49,6 +49,7 @@ DEFAULT_EVENTS = frozenset({"run.waiting", "run.completed", "run.failed", "run.c
 TOKEN_PREFIX = "rtk_"
 OutboxItem = tuple[int, str, dict[str, Any]]
 Event = tuple[int, str, Mapping[str, Any]]  # (seq, type, data)
+Row = Mapping[Any, Any]  # a RowMapping, or a dict in tests
 
 
 def wants(cfg: Mapping[str, Any] | None, type_: str) -> bool:
@@ -68,16 +69,17 @@ def _iso(ts: float) -> str:
 
 
 def record_webhooks(
-    conn: Connection, run: Mapping[str, Any], events: Sequence[Event], ts: float,
-    redrive_after: float,
+    conn: Connection, run: Row, events: Sequence[Event], ts: float, redrive_after: float,
 ) -> list[OutboxItem]:
     """Queue a delivery for each event the run's webhook wants; returns outbox items."""
     cfg = run.get("webhook")
+    if not cfg:
+        return []
     return [_enqueue(conn, run, cfg, ev, ts, redrive_after) for ev in events if wants(cfg, ev[1])]
 
 
 def _enqueue(
-    conn: Connection, run: Mapping[str, Any], cfg: Mapping[str, Any], event: Event, ts: float,
+    conn: Connection, run: Row, cfg: Mapping[str, Any], event: Event, ts: float,
     redrive_after: float,
 ) -> OutboxItem:
     seq, type_, data = event
@@ -125,7 +127,9 @@ def _mint_token(
 # --- the sender's side --------------------------------------------------------------------
 
 
-def claim_delivery(conn: Connection, delivery_id: str, ts: float, lease: float) -> RowMapping | None:
+def claim_delivery(
+    conn: Connection, delivery_id: str, ts: float, lease: float
+) -> RowMapping | None:
     """Take a delivery that is due (or whose sender's lease ran out); counts the attempt."""
     d = webhook_deliveries.c
     stmt = (
@@ -156,7 +160,7 @@ class Attempt:
 
 
 def finish_attempt(
-    conn: Connection, delivery: Mapping[str, Any], attempt: Attempt, next_at: float | None,
+    conn: Connection, delivery: Row, attempt: Attempt, next_at: float | None,
     outbox_id: int | None, ts: float,
 ) -> str:
     """Log the try; then delivered, failed (no ``next_at``), or pending until ``next_at`` (the

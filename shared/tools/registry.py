@@ -23,6 +23,7 @@ from shared.tools.http_tool import HttpTool
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "AgentToolFactory",
     "REGISTRY",
     "Registry",
     "get",
@@ -33,6 +34,8 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "treadle.tools"
+AgentToolFactory = Callable[[InlineTool], Tool]
+"""Makes the tool for an inline tool with ``agent:`` (a chat or helper agent as a tool)."""
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 log = logging.getLogger(__name__)
 
@@ -91,17 +94,24 @@ class Registry:
                 log.warning("tool entry point %r skipped: %s", ep.name, exc)
         return added
 
-    def resolve(self, spec_tools: Sequence[str | InlineTool]) -> list[Tool]:
-        """An agent spec's ``tools`` as tools: registry names and inline HTTP tools."""
-        tools = [self._resolve_one(item) for item in spec_tools]
+    def resolve(
+        self, spec_tools: Sequence[str | InlineTool], agent_tool: AgentToolFactory | None = None
+    ) -> list[Tool]:
+        """An agent spec's ``tools`` as tools: registry names, inline HTTP tools, and inline
+        agent tools (``agent:``) made by ``agent_tool`` (the engine supplies it)."""
+        tools = [self._resolve_one(item, agent_tool) for item in spec_tools]
         names = [t.name for t in tools]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise SpecError(f"duplicate tool names: {', '.join(dupes)}")
         return tools
 
-    def _resolve_one(self, item: str | InlineTool) -> Tool:
+    def _resolve_one(self, item: str | InlineTool, agent_tool: AgentToolFactory | None) -> Tool:
         if isinstance(item, InlineTool):
+            if item.agent is not None:
+                if agent_tool is None:
+                    raise SpecError(f"inline tool {item.name!r}: agent tools need the engine")
+                return agent_tool(item)
             if item.http is None:
                 raise SpecError(f"inline tool {item.name!r} has no `http` section")
             return HttpTool(item)
@@ -164,8 +174,10 @@ def load_entry_points() -> list[str]:
     return REGISTRY.load_entry_points()
 
 
-def resolve(spec_tools: Sequence[str | InlineTool]) -> list[Tool]:
-    return REGISTRY.resolve(spec_tools)
+def resolve(
+    spec_tools: Sequence[str | InlineTool], agent_tool: AgentToolFactory | None = None
+) -> list[Tool]:
+    return REGISTRY.resolve(spec_tools, agent_tool)
 
 
 def tool_defs(tools: Iterable[Tool]) -> list[ToolDef]:

@@ -1,0 +1,122 @@
+"""A chat or helper agent used as a tool of a tool agent (SPEC C-4: "the answer is also the
+run's text, so a chat agent can serve as a tool of another agent").
+
+An inline tool with ``agent: <spec>`` becomes an ``AgentTool``: each call makes ONE model call
+for the sub-agent, built by the same request builder and decided by the same ``step`` as a
+run of that kind, and returns its answer text (a helper kind: its structured result as JSON)
+with the call's cost as the tool's cost (L-10). It runs as an ordinary external tool call, so
+it is as durable as any: leased, re-run after a crash, its result committed with the join.
+Registered agent names are resolved by the API when the run is submitted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from shared.agent.decisions import Finish
+from shared.agent.messages import Message
+from shared.agent.pricing import price_call
+from shared.agent.request import plan_request
+from shared.agent.spec import AgentSpec, InlineTool, ModelProfile
+from shared.agent.state import LoopState
+from shared.agent.step import step
+from shared.errors import ConfigError, ToolError
+from shared.llm.base import ModelRequest
+from shared.llm.profiles import make_model, resolve_profile
+from shared.tools.base import ToolContext, ToolResult
+
+__all__ = ["INPUT_SCHEMA", "AgentTool", "agent_answer"]
+
+INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"input": {"type": "string", "description": "The question or text to handle."}},
+    "required": ["input"],
+}
+"""The parameters of an agent tool that declares none."""
+
+
+class AgentTool:
+    """A ``Tool`` that answers with one model call of a chat or helper agent."""
+
+    def __init__(
+        self, spec: InlineTool, profiles: Mapping[str, ModelProfile] | None = None
+    ) -> None:
+        if spec.agent is None:
+            raise ValueError(f"inline tool {spec.name!r} has no `agent`")
+        self._spec = spec
+        self._agent = spec.agent
+        self._profiles = dict(profiles or {})
+
+    @property
+    def name(self) -> str:
+        return self._spec.name
+
+    @property
+    def description(self) -> str:
+        return self._spec.description
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The declared parameters; ``INPUT_SCHEMA`` when none are declared."""
+        if self._spec.parameters.get("properties"):
+            return self._spec.parameters
+        return INPUT_SCHEMA
+
+    @property
+    def read_only(self) -> bool:
+        """As declared (N-5: the default is write; declare ``read_only: true`` so a guarded
+        agent runs it without approval)."""
+        return self._spec.read_only
+
+    @property
+    def internal(self) -> bool:
+        return False
+
+    def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        agent = self._agent_spec()
+        try:
+            profile = resolve_profile(agent.model, self._profiles)
+        except ConfigError as exc:
+            raise ToolError(str(exc)) from exc
+        question = _question(args)
+        reply = make_model(profile).complete(_request(agent, profile, question))
+        cost = price_call(profile.pricing, reply.usage, profile.own_key) if reply.usage else 0.0
+        decision = step(agent, LoopState(), reply, {}, call_cost=cost, question=question).decision
+        result = decision.result if isinstance(decision, Finish) else {}
+        return ToolResult(
+            text=agent_answer(agent, reply.text, result), cost=cost,
+            data={"agent_kind": agent.kind, "result": {"text": reply.text, **result},
+                  "usage": reply.usage.to_dict() if reply.usage else None},
+        )
+
+    def _agent_spec(self) -> AgentSpec:
+        if isinstance(self._agent, AgentSpec):
+            return self._agent
+        raise ToolError(f"agent {self._agent!r} was not resolved: registered agent names are "
+                        "resolved when the run is submitted through the API")
+
+
+def agent_answer(agent: AgentSpec, text: str, result: Mapping[str, Any]) -> str:
+    """What the calling model reads: a chat agent's answer text; a helper's structured result
+    as JSON (``{"category": ...}``, ``{"fields": ..., "success": ...}``, ``{"queries": ...}``)."""
+    if agent.kind == "chat":
+        return text
+    return json.dumps(dict(result), ensure_ascii=False)
+
+
+def _question(args: Mapping[str, Any]) -> str:
+    value = args.get("input")
+    if isinstance(value, str):
+        return value
+    return json.dumps(dict(args), ensure_ascii=False)
+
+
+def _request(agent: AgentSpec, profile: ModelProfile, question: str) -> ModelRequest:
+    messages = [Message(role="user", content=question)]
+    plan = plan_request(agent, profile=profile, state=LoopState(), messages=messages,
+                        catalog={}, plan=None, inputs={})
+    return ModelRequest(messages=plan.messages, max_tokens=plan.max_tokens,
+                        response_format=plan.response_format)
+
