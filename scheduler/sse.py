@@ -89,8 +89,11 @@ async def _next(q: asyncio.Queue[dict[str, Any]], timeout: float) -> dict[str, A
 
 
 async def event_stream(
-    rt: Runtime, run_id: str, after: int, *, heartbeat: float = HEARTBEAT_S, poll: float = POLL_S
+    rt: Runtime, run_id: str, after: int, *, heartbeat: float | None = None,
+    poll: float | None = None,
 ) -> AsyncIterator[str]:
+    heartbeat = heartbeat or HEARTBEAT_S
+    poll = poll or POLL_S
     loop = asyncio.get_running_loop()
     live: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=10_000)
     # subscribe before the first read: a commit between the two still wakes this tail

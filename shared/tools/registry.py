@@ -108,9 +108,7 @@ class Registry:
 
     def _resolve_one(self, item: str | InlineTool, agent_tool: AgentToolFactory | None) -> Tool:
         if isinstance(item, InlineTool):
-            if item.agent is not None:
-                if agent_tool is None:
-                    raise SpecError(f"inline tool {item.name!r}: agent tools need the engine")
+            if item.agent is not None and agent_tool is not None:
                 return agent_tool(item)
             if item.http is None:
                 raise SpecError(f"inline tool {item.name!r} has no `http` section")
