@@ -26,6 +26,9 @@ test: install services  ## the whole suite
 test-fast: install  ## without the real-service and end-to-end tests
 	@$(BIN)/pytest -q tests/unit tests/llm tests/tools tests/engine tests/api
 
+test-chaos: install services  ## the crash-safety storm alone (CHAOS_RUNS, CHAOS_KILLS, CHAOS_SEED)
+	@$(BIN)/pytest -q -s -p no:cacheprovider tests/chaos
+
 lint: install
 	@$(BIN)/ruff check shared worker scheduler tests bench
 	@$(BIN)/mypy

@@ -37,7 +37,7 @@ def sqlite_rt(tmp_path: Path, stub: StubBroker) -> Iterator[Runtime]:
 def pg_url() -> Iterator[str]:
     name = f"treadle_t_{uuid.uuid4().hex[:10]}"
     try:
-        admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+        admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
         with admin.connect() as conn:
             conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
     except Exception as exc:
@@ -80,15 +80,25 @@ def redis_url() -> str:
 
 
 @pytest.fixture
-def prod_rt(pg_url: str, pg_engine: sa.engine.Engine, redis_url: str) -> Iterator[Runtime]:
+def prod_rt(
+    pg_url: str, pg_engine: sa.engine.Engine, redis_url: str, fast_recovery: dict[str, str]
+) -> Iterator[Runtime]:
     """A Runtime on PostgreSQL + Redis that publishes to real Celery workers."""
     from worker.app import make_app
     from worker.runtime import CeleryPublisher
 
-    settings = Settings(database_url=pg_url, broker_url=redis_url, redrive_seconds=15.0)
+    overrides = {k.removeprefix("TREADLE_").lower(): v for k, v in fast_recovery.items()}
+    settings = Settings(**{"database_url": pg_url, "broker_url": redis_url,
+                           "redrive_seconds": 15.0, **overrides})
     celery_app = make_app(settings)
     yield Runtime(engine=pg_engine, settings=settings, publish=CeleryPublisher(celery_app))
     celery_app.close()
+
+
+@pytest.fixture
+def fast_recovery() -> dict[str, str]:
+    """Short leases and re-drive times, for tests about crashes (set in workers and API)."""
+    return {}
 
 
 @pytest.fixture
@@ -97,7 +107,9 @@ def call_log(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def workers(tmp_path: Path, pg_url: str, redis_url: str, call_log: Path) -> Iterator[WorkerProcs]:
+def workers(
+    tmp_path: Path, pg_url: str, redis_url: str, call_log: Path, fast_recovery: dict[str, str]
+) -> Iterator[WorkerProcs]:
     env = {
         "TREADLE_DATABASE_URL": pg_url,
         "TREADLE_BROKER_URL": redis_url,
@@ -105,6 +117,7 @@ def workers(tmp_path: Path, pg_url: str, redis_url: str, call_log: Path) -> Iter
         "TREADLE_REDRIVE_SECONDS": "15",
         "TREADLE_PLUGINS": "tests.plugins",
         "TREADLE_TEST_EFFECTS": str(tmp_path / "effects.log"),
+        **fast_recovery,
     }
     procs = WorkerProcs(env, tmp_path)
     yield procs

@@ -81,3 +81,62 @@ class WorkerProcs:
 
 def model_calls(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
+
+
+class EffectServer:
+    """A write endpoint that, like a well-behaved API, applies each Idempotency-Key once and
+    replays the stored response for repeats. ``effects[key]`` counts applied effects (must be
+    1); ``hits[key]`` counts requests (may be more after crashes)."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.delay = delay
+        self.effects: dict[str, int] = {}
+        self.hits: dict[str, int] = {}
+        self.responses: dict[str, bytes] = {}
+        self.received = threading.Event()
+        lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                key = self.headers.get("Idempotency-Key") or "(none)"
+                with lock:
+                    outer.hits[key] = outer.hits.get(key, 0) + 1
+                outer.received.set()
+                if outer.delay:
+                    time.sleep(outer.delay)
+                with lock:
+                    if key not in outer.responses:
+                        outer.effects[key] = outer.effects.get(key, 0) + 1
+                        item = json.loads(body or b"{}").get("item")
+                        outer.responses[key] = json.dumps({"recorded": item}).encode()
+                    payload = outer.responses[key]
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> EffectServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
