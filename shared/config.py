@@ -25,6 +25,9 @@ class Settings(BaseSettings):
     broker_url: str = Field(
         default="memory://", description="Celery broker. memory:// = embedded (one process)"
     )
+    broker_prefix: str = Field(
+        default="", description="Key prefix on a shared Redis broker (kombu global_keyprefix)"
+    )
     redis_url: str | None = Field(
         default=None,
         description="Redis for live deltas and fleet limits (defaults to the broker if redis)",

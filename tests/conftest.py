@@ -65,11 +65,15 @@ def pg_engine(pg_url: str) -> Iterator[sa.engine.Engine]:
     engine.dispose()
 
 
+SESSION = uuid.uuid4().hex[:8]
+REDIS_DB = 1 + int(SESSION, 16) % 15  # concurrent test sessions do not share a broker
+
+
 @pytest.fixture
 def redis_url() -> str:
     import redis
 
-    url = f"{REDIS_BASE}/11"
+    url = f"{REDIS_BASE}/{REDIS_DB}"
     try:
         client = redis.Redis.from_url(url, socket_timeout=3)
         client.flushdb()
@@ -89,7 +93,8 @@ def prod_rt(
 
     overrides = {k.removeprefix("TREADLE_").lower(): v for k, v in fast_recovery.items()}
     settings = Settings(**{"database_url": pg_url, "broker_url": redis_url,
-                           "redrive_seconds": 15.0, **overrides})
+                           "broker_prefix": f"t{SESSION}:", "redrive_seconds": 15.0,
+                           **overrides})
     celery_app = make_app(settings)
     yield Runtime(engine=pg_engine, settings=settings, publish=CeleryPublisher(celery_app))
     celery_app.close()
@@ -113,6 +118,7 @@ def workers(
     env = {
         "TREADLE_DATABASE_URL": pg_url,
         "TREADLE_BROKER_URL": redis_url,
+        "TREADLE_BROKER_PREFIX": f"t{SESSION}:",
         "TREADLE_MODEL_CALL_LOG": str(call_log),
         "TREADLE_REDRIVE_SECONDS": "15",
         "TREADLE_PLUGINS": "tests.plugins",

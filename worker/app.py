@@ -21,7 +21,9 @@ def _transport_options(settings: Settings) -> dict[str, Any]:
         # memory:// polls once a second by default (a 200-hop chain took 200 s)
         return {"polling_interval": 0.005}
     if settings.broker_url.startswith(("redis://", "rediss://")):
+        prefix = {"global_keyprefix": settings.broker_prefix} if settings.broker_prefix else {}
         return {
+            **prefix,
             "visibility_timeout": settings.visibility_timeout,
             "socket_timeout": 30,
             "socket_connect_timeout": 10,

@@ -134,6 +134,7 @@ def _create(
         inputs=dict(req.inputs))
     if admitted is None:
         return None
+    ts = admitted.stamp or ts
     first = [*admitted.history, *msgs]
     if admitted.held:
         held_inputs = {**req.inputs, threads.QUEUED_INPUT: [m.to_dict() for m in msgs]}
@@ -159,6 +160,7 @@ def _admit(
     assert req.thread_id is not None
     thread = threads.lock(conn, req.thread_id, ts, req.tenant)  # first: lock order
     assert thread is not None
+    stamp = float(thread["updated_at"])  # grows with each lock: the thread's run order
     active = thread_store.active_run(conn, req.thread_id)
     items: list[OutboxItem] = []
     if active is not None or thread_store.next_held(conn, req.thread_id) is not None:
@@ -167,12 +169,13 @@ def _admit(
             busy = f"run {active['id']}" if active is not None else "queued runs"
             raise Conflict(f"thread {req.thread_id} is busy with {busy}")
         if policy == "enqueue" or active is None:
-            return threads.Admission(held=True)
+            return threads.Admission(held=True, stamp=stamp)
         applied = _cancel(rt, conn, active, ts, release=False, interrupted_by=run_id)
         if applied is None:
             return None
         items = applied.outbox_ids
     return threads.Admission(
+        stamp=stamp,
         history=threads.history(conn, req.thread_id),
         inputs=threads.start_inputs(conn, req.thread_id, req.agent.kind, req.inputs),
         items=items,

@@ -57,6 +57,7 @@ class Admission:
     """How a new run joins its thread: held (enqueued) or started with this history."""
 
     held: bool = False
+    stamp: float | None = None  # the run's created_at: admission order on the thread
     history: list[Message] = field(default_factory=list)
     inputs: dict[str, Any] = field(default_factory=dict)
     items: list[OutboxItem] = field(default_factory=list)  # queued by an interrupt

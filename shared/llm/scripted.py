@@ -189,7 +189,7 @@ class DemoModel:
         msgs = request.messages
         question = next((m.text for m in reversed(msgs) if m.role == "user"), "")
         tool_names = {t.name for t in request.tools}
-        results = [m for m in msgs if m.role == "tool"]
+        results = [m for m in msgs if m.role == "tool" and not m.kind]  # not a thread's history
         if request.tool_choice != "none" and not results:
             calls = self._plan_calls(question, tool_names)
             if calls:

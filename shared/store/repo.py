@@ -301,7 +301,7 @@ def claim_round(
             runs.c.version == version,
             runs.c.status.in_(("queued", "running")),
             runs.c.open_calls == 0,
-            runs.c.held == sa.false(),  # a run held behind its thread's active run never starts
+            runs.c.held == sa.false(),  # held behind its thread's active run: never starts
             sa.or_(runs.c.lease_until.is_(None), runs.c.lease_until < ts),
         )
         .values(status="running", lease_owner=owner, lease_until=ts + lease, updated_at=ts,

@@ -23,6 +23,7 @@ __all__ = [
     "thread_runs",
 ]
 
+_TICK = 1e-6
 ACTIVE = ("queued", "running", "waiting")
 """Non-final statuses. A held run is queued too, but it is not the thread's active run."""
 
@@ -46,12 +47,14 @@ def lock_thread(
 
     Every transaction that submits a run to a thread or ends a run on one takes this lock
     first, before any run row: "is the thread busy?" and "the active run ended" are then
-    serialized, and the lock order (thread, then runs) cannot deadlock.
+    serialized, and the lock order (thread, then runs) cannot deadlock. The returned
+    ``updated_at`` grows strictly with each lock, so it orders the thread's runs as admitted.
     """
     stmt = sa.update(threads).where(threads.c.id == thread_id)
     if tenant is not None:
         stmt = stmt.where(threads.c.tenant == tenant)
-    stmt = stmt.values(updated_at=ts).returning(*threads.c)
+    stamp = sa.case((threads.c.updated_at >= ts, threads.c.updated_at + _TICK), else_=ts)
+    stmt = stmt.values(updated_at=stamp).returning(*threads.c)
     return conn.execute(stmt).mappings().first()
 
 

@@ -146,7 +146,8 @@ def test_classify_previous_result_on_the_thread_is_context(
     first, second = (b["messages"] for b in llm.bodies)
     assert "Previous result" not in first[0]["content"]
     assert "classified as: weather" in second[0]["content"]
-    assert [m["content"] for m in second[1:]] == ["Will it rain in Oslo?", "weather", "And tomorrow?"]
+    assert [m["content"] for m in second[1:]] == [
+        "Will it rain in Oslo?", "weather", "And tomorrow?"]
 
 
 def test_extract_result(sqlite_rt: Runtime, stub: StubBroker) -> None:

@@ -319,3 +319,16 @@ def test_the_reaper_releases_a_run_a_missed_ending_left_held(
     assert reap(sqlite_rt).released == 1
     stub.drain(sqlite_rt)
     assert _run(sqlite_rt, second)["status"] == "completed"
+
+
+def test_the_demo_agent_on_a_thread_calls_its_tools_again(
+    sqlite_rt: Runtime, stub: StubBroker
+) -> None:
+    # the earlier run's tool results are history, not this run's results
+    spec = AgentSpec.model_validate({"kind": "agent", "model": "demo", "tools": ["calculator"]})
+    tid = _thread(sqlite_rt)
+    _submit(sqlite_rt, spec, "What is 2+3?", tid)
+    stub.drain(sqlite_rt)
+    second = _submit(sqlite_rt, spec, "And 4*5?", tid)
+    stub.drain(sqlite_rt)
+    assert "calculator: 20" in _run(sqlite_rt, second)["result"]["text"]

@@ -61,9 +61,10 @@ def test_sse_across_processes_reconnect_exactly_once(
 ) -> None:
     workers.start("alpha")
     workers.start("beta")
-    calls = [call("sleepy", {"seconds": 0.1, "label": f"x{i}"}, f"s{i}") for i in range(3)]
-    spec = agent([{"sleep": 0.2, "tool_calls": calls}] * 3 + [{"sleep": 0.2, "text": "done"}],
-                 tools=["sleepy"], parallel_tools=3)
+    replies: list[dict[str, Any]] = [
+        {"sleep": 0.2, "tool_calls": [call("sleepy", {"seconds": 0.1}, f"r{r}s{i}")
+                                      for i in range(3)]} for r in range(3)]
+    spec = agent([*replies, {"sleep": 0.2, "text": "done"}], tools=["sleepy"], parallel_tools=3)
     run_id = _submit(api, {"agent": spec.model_dump(mode="json", exclude_none=True),
                            "input": "go"})
     url = f"{api}/v1/runs/{run_id}/events"

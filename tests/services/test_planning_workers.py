@@ -33,8 +33,12 @@ def _responder(body: dict[str, Any]) -> ReplySpec:
     return ReplySpec(text="Booked.")
 
 
-def _queued(r: redis.Redis) -> int:
-    return int(r.llen("treadle.rounds")) + int(r.llen("treadle.tools")) + int(r.hlen("unacked"))
+def _queued(rt: Runtime) -> int:
+    """Messages in the broker: queued, or delivered and not yet acknowledged."""
+    r = redis.Redis.from_url(rt.settings.broker_url)
+    p = rt.settings.broker_prefix
+    return sum(int(r.llen(f"{p}{q}")) for q in ("treadle.rounds", "treadle.tools")) + int(
+        r.hlen(f"{p}unacked"))
 
 
 def _active_tasks(prod_rt: Runtime) -> int:
@@ -46,7 +50,6 @@ def _active_tasks(prod_rt: Runtime) -> int:
 def test_pause_holds_nothing_and_survives_a_worker_restart(
     prod_rt: Runtime, workers: WorkerProcs
 ) -> None:
-    r = redis.Redis.from_url(prod_rt.settings.broker_url)
     workers.start("alpha")
     workers.start("beta")
     with FakeLLMServer(_responder) as llm, TestClient(create_app(lambda: prod_rt)) as client:
@@ -57,7 +60,7 @@ def test_pause_holds_nothing_and_survives_a_worker_restart(
                            ["status"] == "waiting" and x, 30, what="waiting")
         assert waiting["pending"]["kind"] == "ask" and waiting["plan"]["name"] == "Trip"
         time.sleep(0.5)
-        assert _queued(r) == 0, "a waiting run must hold no queue message"
+        assert _queued(prod_rt) == 0, "a waiting run must hold no queue message"
         assert _active_tasks(prod_rt) == 0, "no worker thread may be busy for it"
         workers.kill("alpha")
         workers.kill("beta")
@@ -84,7 +87,6 @@ def _rss_kb(pid: int) -> int:
 
 
 def test_thousand_waiting_runs_queue_nothing(prod_rt: Runtime, workers: WorkerProcs) -> None:
-    r = redis.Redis.from_url(prod_rt.settings.broker_url)
     workers.start("alpha", concurrency=16)
     workers.start("beta", concurrency=16)
     agent = {"kind": "agent", "ask": True, "model": {"provider": "scripted", "replies": [
@@ -105,7 +107,7 @@ def test_thousand_waiting_runs_queue_nothing(prod_rt: Runtime, workers: WorkerPr
         wait_for(lambda: _waiting(prod_rt) == 1000, 180, interval=0.5, what="1000 waiting")
         time.sleep(0.5)
         rss_1000 = sum(_rss_kb(p) for p in pids)
-        assert _queued(r) == 0
+        assert _queued(prod_rt) == 0
         for run_id in ids:
             assert client.post(f"/v1/runs/{run_id}/answer",
                                json={"ask_id": "a1", "answers": ["yes"]}).status_code == 200

@@ -8,7 +8,6 @@ from collections import Counter
 from pathlib import Path
 
 import redis
-
 from fastapi.testclient import TestClient
 
 from scheduler.api import create_app
@@ -72,7 +71,8 @@ def test_cancelled_runs_queued_round_does_nothing(
         assert client.post(f"/v1/runs/{run['id']}/cancel").json()["status"] == "cancelled"
         workers.start("alpha")  # the round message was queued before the cancel
         r = redis.Redis.from_url(prod_rt.settings.broker_url)
-        wait_for(lambda: r.llen("treadle.rounds") == 0, 20, what="queue drained")
+        queue = f"{prod_rt.settings.broker_prefix}treadle.rounds"
+        wait_for(lambda: r.llen(queue) == 0, 20, what="queue drained")
         time.sleep(1.0)
         assert client.get(f"/v1/runs/{run['id']}").json()["status"] == "cancelled"
     assert model_calls(call_log) == []
