@@ -11,6 +11,7 @@ from celery import Celery
 from shared.config import get_settings
 from shared.engine.runtime import InProcessBus, LiveBus, OutboxItem, Runtime
 from shared.llm.profiles import load_profiles
+from shared.llm.ratelimit import LocalLimiter, RateLimiter, RedisLimiter
 from shared.store.db import get_engine
 
 __all__ = [
@@ -72,6 +73,13 @@ def _make_bus() -> LiveBus:
     return InProcessBus()
 
 
+def _make_limiter() -> RateLimiter:
+    url = get_settings().live_redis_url
+    if url:
+        return RedisLimiter(url, prefix=f"{get_settings().broker_prefix}treadle:limit:")
+    return LocalLimiter()
+
+
 def get_runtime() -> Runtime:
     global _runtime
     with _lock:
@@ -81,7 +89,8 @@ def get_runtime() -> Runtime:
             settings.load_plugins()
             profiles = load_profiles(settings.profiles_file) if settings.profiles_file else {}
             _runtime = Runtime(engine=get_engine(settings.database_url), settings=settings,
-                               publish=publish, live=_make_bus(), profiles=profiles)
+                               publish=publish, live=_make_bus(), profiles=profiles,
+                               limiter=_make_limiter())
         return _runtime
 
 

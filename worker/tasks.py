@@ -22,12 +22,16 @@ _DB_RETRY = {"countdown": 2, "max_retries": 5}
 
 @app.task(name="treadle.round", bind=True, acks_late=True, reject_on_worker_lost=True,
           max_retries=None)
-def round_task(self: Any, run_id: str, version: int, outbox_id: int | None = None) -> None:
+def round_task(
+    self: Any, run_id: str, version: int, outbox_id: int | None = None, attempt: int = 0
+) -> None:
     try:
-        run_round(get_runtime(), run_id, int(version), outbox_id, attempt=self.request.retries)
+        run_round(get_runtime(), run_id, int(version), outbox_id, attempt=attempt)
     except RetryRound as r:
         log.info("round %s v%s retry in %.1fs: %s", run_id, version, r.delay, r.cause)
-        raise self.retry(countdown=r.delay, max_retries=None) from None
+        nxt = attempt + 1 if r.counts else attempt
+        raise self.retry(args=(run_id, version, outbox_id, nxt), countdown=r.delay,
+                         max_retries=None) from None
     except OperationalError as exc:  # database down: retry soon; the reaper re-drives anyway
         if self.request.retries < _DB_RETRY["max_retries"]:
             raise self.retry(countdown=_DB_RETRY["countdown"], max_retries=None) from exc

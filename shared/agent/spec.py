@@ -59,6 +59,10 @@ class ModelProfile(_Strict):
     timeout_total: float = 600.0
     max_retries: int = 4
     max_continuations: int = 0  # M-10
+    # fleet-wide limits shared by every worker (Redis); None = unlimited
+    max_concurrent: int | None = Field(default=None, ge=1)
+    requests_per_minute: int | None = Field(default=None, ge=1)
+    tokens_per_minute: int | None = Field(default=None, ge=1)
     # provider "scripted": replies by round (tests and demos; see shared.llm.scripted)
     replies: list[dict[str, Any]] = Field(default_factory=list)
 

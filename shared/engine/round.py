@@ -42,6 +42,7 @@ from shared.engine.runtime import Runtime, worker_id
 from shared.errors import FatalModelError, TransientModelError
 from shared.llm.base import Delta, ModelRequest, ToolDef
 from shared.llm.profiles import make_model, resolve_profile
+from shared.llm.ratelimit import limits_of
 from shared.store import repo
 from shared.store.tables import outbox, tool_calls, usage
 
@@ -53,10 +54,11 @@ log = logging.getLogger("treadle.round")
 class RetryRound(Exception):  # noqa: N818 - control flow, not an error
     """The model call failed transiently: retry the round after ``delay`` seconds."""
 
-    def __init__(self, delay: float, cause: str) -> None:
-        super().__init__(delay, cause)
+    def __init__(self, delay: float, cause: str, counts: bool = True) -> None:
+        super().__init__(delay, cause, counts)
         self.delay = delay
         self.cause = cause
+        self.counts = counts  # False: waiting for fleet capacity is not a failed attempt
 
 
 @dataclass(frozen=True)
@@ -262,16 +264,32 @@ def _call_model(
             rt.live.publish(run_id, {"type": f"{d.kind}.delta", "data": {"text": d.text,
                                                                           "round": claim.state.round + 1}})
 
+    key, limits = limit_key(claim.profile), limits_of(claim.profile)
+    tokens = sum(estimate_tokens(m.text) for m in req.messages) + (req.max_tokens or 0)
+    permit = rt.limiter.acquire(key, limits, tokens, claim.profile.timeout_total)
+    if not permit.granted:  # fleet capacity: give the thread back, come back later
+        raise RetryRound(permit.wait, "capacity", counts=False)
     started = repo.now()
-    with _lease_keeper(rt, run_id, version, claim.owner):
-        try:
+    try:
+        with _lease_keeper(rt, run_id, version, claim.owner):
             reply = model.complete(_to_model_request(req), on_delta)
-        except TransientModelError as exc:
-            _raise_retry(rt, claim, version, exc, attempt)
-            raise  # unreachable: _raise_retry always raises
-        except FatalModelError as exc:
-            raise _FatalRound(str(exc)) from exc
+    except TransientModelError as exc:
+        if exc.status == 429 and exc.retry_after:
+            rt.limiter.pause(key, exc.retry_after)  # the whole fleet holds off this profile
+        _raise_retry(rt, claim, version, exc, attempt)
+        raise  # unreachable: _raise_retry always raises
+    except FatalModelError as exc:
+        raise _FatalRound(str(exc)) from exc
+    finally:
+        rt.limiter.release(permit)
     return reply, int((repo.now() - started) * 1000)
+
+
+def limit_key(profile: ModelProfile) -> str:
+    """Limits are per named profile; inline profiles share them per endpoint and model."""
+    if profile.name != "inline":
+        return profile.name
+    return f"{profile.base_url}|{profile.model}"
 
 
 class _FatalRound(Exception):

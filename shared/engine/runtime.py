@@ -15,6 +15,7 @@ from sqlalchemy.engine import Engine
 
 from shared.agent.spec import ModelProfile
 from shared.config import Settings
+from shared.llm.ratelimit import LocalLimiter, RateLimiter
 
 __all__ = ["WAKE", "InProcessBus", "LiveBus", "OutboxItem", "Publisher", "Runtime", "worker_id"]
 
@@ -76,6 +77,7 @@ class Runtime:
     publish: Publisher
     live: LiveBus = field(default_factory=InProcessBus)
     profiles: dict[str, ModelProfile] = field(default_factory=dict)
+    limiter: RateLimiter = field(default_factory=LocalLimiter)
 
     def wake(self, run_id: str, seq: int | None = None) -> None:
         """After a commit that wrote durable events (up to ``seq``; None = unknown): wake the

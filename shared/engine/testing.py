@@ -43,7 +43,7 @@ class StubBroker:
             return run_round(rt, payload["run_id"], payload["version"], outbox_id, attempt).status
         except RetryRound as r:
             self.retries.append(r.delay)
-            self.attempts[outbox_id] = attempt + 1
+            self.attempts[outbox_id] = attempt + 1 if r.counts else attempt
             with self._lock:
                 self.queue.append(item)
             return "retry"
