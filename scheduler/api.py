@@ -23,7 +23,7 @@ from scheduler.schemas import (
 )
 from scheduler.sse import event_stream
 from scheduler.threads_api import threads_router
-from shared.engine import commands
+from shared.engine import commands, metrics
 from shared.engine.runtime import Runtime
 from shared.errors import NotFound, SpecError
 from shared.store import deliveries, repo
@@ -173,7 +173,35 @@ def _ops_router(get_rt: Callable[[], Runtime]) -> APIRouter:
         return JSONResponse({"status": "ok" if ok else "degraded", "checks": checks},
                             status_code=200 if ok else 503)
 
+    @r.get("/metrics", include_in_schema=False)
+    def prometheus() -> Response:
+        rt = get_rt()
+        collector = metrics.StateCollector(lambda: _runs_by_status(rt), lambda: _queue_depth(rt))
+        return Response(metrics.render(collector), media_type=metrics.CONTENT_TYPE_LATEST)
+
     return r
+
+
+def _runs_by_status(rt: Runtime) -> dict[str, int]:
+    from shared.store.tables import runs
+
+    with rt.engine.connect() as conn:
+        rows = conn.execute(sa.select(runs.c.status, sa.func.count()).group_by(runs.c.status))
+        return {str(status): int(n) for status, n in rows}
+
+
+def _queue_depth(rt: Runtime) -> dict[str, int]:
+    if not rt.settings.broker_url.startswith(("redis://", "rediss://")):
+        return {}
+    import redis
+
+    client = redis.Redis.from_url(rt.settings.broker_url, socket_timeout=2)
+    prefix = rt.settings.broker_prefix
+    try:
+        return {q: int(client.llen(f"{prefix}{q}"))
+                for q in ("treadle.rounds", "treadle.tools", "treadle.webhooks")}
+    finally:
+        client.close()
 
 
 def _check_db(rt: Runtime) -> str:

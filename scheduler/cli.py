@@ -28,12 +28,10 @@ UrlOpt = Annotated[str, typer.Option("--url", envvar="TREADLE_URL", help="API ba
 
 
 def _setup_logging() -> None:
-    import logging
-
     from shared.config import get_settings
+    from shared.logs import configure_logging
 
-    logging.basicConfig(level=get_settings().log_level,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(get_settings().log_level, get_settings().log_format)
 
 
 @app.command()

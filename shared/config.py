@@ -50,6 +50,10 @@ class Settings(BaseSettings):
         default="", description="Comma-separated hosts http tools may reach despite SSRF rules"
     )
     log_level: str = Field(default="INFO", description="Logging level")
+    log_format: str = Field(default="text", description="text, or json (one object a line)")
+    worker_metrics_port: int = Field(
+        default=0, description="Serve a worker's /metrics on this port (0 = off)"
+    )
     webhook_url: str | None = Field(
         default=None, description="Default webhook of runs submitted without one (default tenant)"
     )
@@ -65,6 +69,17 @@ class Settings(BaseSettings):
     )
     plugins: str = Field(
         default="", description="Comma-separated modules imported at start (tools, handlers)"
+    )
+    files_dir: str = Field(
+        default="", description="Directory for uploaded files; empty = in the database"
+    )
+    files_max_bytes: int = Field(default=20 * 1024 * 1024, description="Upload size limit")
+    sandbox_timeout: float = Field(
+        default=30.0, description="run_python: wall limit (also its CPU-seconds limit)"
+    )
+    sandbox_memory_mb: int = Field(default=512, description="run_python: address-space limit")
+    sandbox_python: str = Field(
+        default="", description="run_python: interpreter in the sandbox (default: found in /usr)"
     )
 
     def load_plugins(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery
+from celery.signals import worker_init
 
 from shared.config import Settings, get_settings
 
@@ -68,6 +69,19 @@ def make_app(settings: Settings | None = None) -> Celery:
     celery.conf.update(celery_config(settings))
     celery.conf.visibility_timeout = settings.visibility_timeout
     return celery
+
+
+@worker_init.connect
+def _on_worker_init(**_: Any) -> None:
+    """Logging as configured; a /metrics endpoint when TREADLE_WORKER_METRICS_PORT is set."""
+    from shared.logs import configure_logging
+
+    settings = get_settings()
+    configure_logging(settings.log_level, settings.log_format)
+    if settings.worker_metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(settings.worker_metrics_port)
 
 
 app = make_app()

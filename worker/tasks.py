@@ -7,6 +7,8 @@ from typing import Any
 
 from sqlalchemy.exc import OperationalError
 
+from shared.engine import metrics
+from shared.logs import log_context
 from shared.engine.reaper import reap
 from shared.engine.round import RetryRound, run_round
 from shared.engine.toolrun import run_tool
@@ -26,13 +28,15 @@ def round_task(
     self: Any, run_id: str, version: int, outbox_id: int | None = None, attempt: int = 0
 ) -> None:
     try:
-        run_round(get_runtime(), run_id, int(version), outbox_id, attempt=attempt)
+        with log_context(run_id=run_id, task="round"):
+            run_round(get_runtime(), run_id, int(version), outbox_id, attempt=attempt)
     except RetryRound as r:
         log.info("round %s v%s retry in %.1fs: %s", run_id, version, r.delay, r.cause)
         nxt = attempt + 1 if r.counts else attempt
         raise self.retry(args=(run_id, version, outbox_id, nxt), countdown=r.delay,
                          max_retries=None) from None
     except OperationalError as exc:  # database down: retry soon; the reaper re-drives anyway
+        metrics.RETRIES.labels(cause="database").inc()
         if self.request.retries < _DB_RETRY["max_retries"]:
             raise self.retry(countdown=_DB_RETRY["countdown"], max_retries=None) from exc
         log.warning("round %s: database unavailable; leaving it to the reaper", run_id)
@@ -42,8 +46,10 @@ def round_task(
           max_retries=None)
 def tool_task(self: Any, run_id: str, call_id: str, version: int, outbox_id: int | None = None) -> None:
     try:
-        run_tool(get_runtime(), run_id, call_id, int(version), outbox_id)
+        with log_context(run_id=run_id, call_id=call_id, task="tool"):
+            run_tool(get_runtime(), run_id, call_id, int(version), outbox_id)
     except OperationalError as exc:
+        metrics.RETRIES.labels(cause="database").inc()
         if self.request.retries < _DB_RETRY["max_retries"]:
             raise self.retry(countdown=_DB_RETRY["countdown"], max_retries=None) from exc
         log.warning("tool %s/%s: database unavailable; leaving it to the reaper", run_id, call_id)
@@ -56,6 +62,7 @@ def webhook_task(self: Any, delivery_id: str, outbox_id: int | None = None) -> N
     try:
         deliver(get_runtime(), delivery_id, outbox_id)
     except OperationalError as exc:
+        metrics.RETRIES.labels(cause="database").inc()
         if self.request.retries < _DB_RETRY["max_retries"]:
             raise self.retry(countdown=_DB_RETRY["countdown"], max_retries=None) from exc
         log.warning("webhook %s: database unavailable; leaving it to the reaper", delivery_id)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from shared.engine import threads
+from shared.engine import metrics
 from shared.engine.commands import expire_ask
 from shared.engine.runtime import Runtime
 from shared.store import repo

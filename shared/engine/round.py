@@ -35,6 +35,7 @@ from shared.agent.state import LoopState
 from shared.agent.step import StepResult, step
 from shared.agent.tokens import estimate_tokens
 from shared.engine import threads
+from shared.engine import metrics
 from shared.engine.afters import encode_after, flush_calls, settle
 from shared.engine.catalog import Catalog, build_catalog
 from shared.engine.handlers import run_handler
@@ -65,6 +66,7 @@ class RetryRound(Exception):  # noqa: N818 - control flow, not an error
 class RoundResult:
     status: str  # stale | committed | lost
     detail: str = ""
+    kind: str | None = None
 
 
 @dataclass
@@ -81,17 +83,33 @@ class _Claim:
 def run_round(
     rt: Runtime, run_id: str, version: int, outbox_id: int | None, attempt: int = 0
 ) -> RoundResult:
+    """Claim and drive one round; counted in ``treadle_rounds{outcome}``."""
+    try:
+        result = _run_round(rt, run_id, version, outbox_id, attempt)
+    except RetryRound as r:
+        metrics.RETRIES.labels(cause="capacity" if not r.counts else "model").inc()
+        metrics.ROUNDS.labels(kind="agent", outcome="retry").inc()
+        raise
+    metrics.ROUNDS.labels(kind=result.kind or "unknown", outcome=result.status).inc()
+    return result
+
+
+def _run_round(
+    rt: Runtime, run_id: str, version: int, outbox_id: int | None, attempt: int = 0
+) -> RoundResult:
     claim = _claim(rt, run_id, version, outbox_id)
     if claim is None:
         return RoundResult("stale")
+    metrics.ROUND_SECONDS.labels(phase="queue_wait").observe(
+        max(0.0, repo.now() - claim.run["updated_at"]))
     try:
-        return _drive(rt, claim, version, outbox_id, attempt)
+        return replace(_drive(rt, claim, version, outbox_id, attempt), kind=claim.spec.kind)
     except RetryRound:
         _release(rt, run_id, version, claim.owner, claim.usage_id)
         raise
     except _FatalRound as exc:
         fail_round(rt, run_id, version, outbox_id, str(exc))
-        return RoundResult("committed", "Fail")
+        return RoundResult("committed", "Fail", claim.spec.kind)
 
 
 def _claim(rt: Runtime, run_id: str, version: int, outbox_id: int | None) -> _Claim | None:
@@ -282,7 +300,18 @@ def _call_model(
         raise _FatalRound(str(exc)) from exc
     finally:
         rt.limiter.release(permit)
+    _count_model(claim.profile, reply, repo.now() - started)
     return reply, int((repo.now() - started) * 1000)
+
+
+def _count_model(profile: ModelProfile, reply: Reply, seconds: float) -> None:
+    metrics.ROUND_SECONDS.labels(phase="model").observe(seconds)
+    if reply.usage is not None:
+        name = limit_key(profile)
+        metrics.MODEL_TOKENS.labels(profile=name, direction="input").inc(reply.usage.input_tokens)
+        metrics.MODEL_TOKENS.labels(profile=name, direction="output").inc(
+            reply.usage.output_tokens)
+        metrics.MODEL_COST.labels(profile=name).inc(_price(profile, reply))
 
 
 def limit_key(profile: ModelProfile) -> str:

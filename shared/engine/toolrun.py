@@ -17,6 +17,7 @@ from shared.agent.compression import reduce_tool_result, tool_result_budget
 from shared.agent.decisions import Fail, Finish
 from shared.agent.spec import AgentSpec
 from shared.engine import threads
+from shared.engine import metrics
 from shared.engine.afters import decode_after, flush_calls, settle
 from shared.engine.catalog import build_catalog
 from shared.engine.runtime import Runtime
@@ -37,7 +38,8 @@ def run_tool(rt: Runtime, run_id: str, call_id: str, version: int, outbox_id: in
         return "stale"
     run, call = claimed
     spec = AgentSpec.model_validate(run["agent"])
-    with _lease_keeper(rt, run_id, call_id, call["attempts"]):
+    with _lease_keeper(rt, run_id, call_id, call["attempts"]), \
+            metrics.TOOL_SECONDS.labels(tool=call["name"]).time():
         result = execute_tool(rt, spec, run, call)
     return _commit(rt, spec, run, call, version, outbox_id, result)
 

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 
 __all__ = [
     "events",
+    "files",
     "metadata",
     "messages",
     "outbox",
@@ -216,3 +217,20 @@ threads = sa.Table(
     sa.Column("updated_at", sa.Float, nullable=False),
 )
 sa.Index("ix_threads_tenant_created", threads.c.tenant, threads.c.created_at)
+
+# --- attachments (issue #15): uploaded files; bytes in ``data`` (database storage) or in a
+# directory (``TREADLE_FILES_DIR``) at ``location``, relative to it --------------------------
+files = sa.Table(
+    "files",
+    metadata,
+    sa.Column("id", sa.String(40), primary_key=True),
+    sa.Column("tenant", sa.String(64), nullable=False, server_default="default"),
+    sa.Column("name", sa.String(255), nullable=False),
+    sa.Column("size", sa.BigInteger, nullable=False),
+    sa.Column("sha256", sa.String(64), nullable=False),
+    sa.Column("content_type", sa.String(100), nullable=False),
+    sa.Column("data", sa.LargeBinary, nullable=True),
+    sa.Column("location", sa.Text, nullable=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+sa.Index("ix_files_tenant_created", files.c.tenant, files.c.created_at)

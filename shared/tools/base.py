@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from shared.errors import ToolError
 
 __all__ = [
+    "FileSource",
     "FunctionTool",
     "InvalidToolArguments",
     "Tool",
@@ -38,9 +39,17 @@ class InvalidToolArguments(ToolError):
     code = "invalid_tool_arguments"
 
 
+class FileSource(Protocol):
+    """Reads the bytes of one of the run's attachments (``ToolContext.attachments`` ids)."""
+
+    def read(self, file_id: str) -> bytes: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ToolContext:
-    """Who is calling and within which limits. ``env`` None means ``os.environ`` at call time."""
+    """Who is calling and within which limits. ``env`` None means ``os.environ`` at call time.
+    ``attachments``: the run's files (``{id, name, content_type, size, sha256}``), whose
+    bytes ``files`` reads (None: the run has no readable attachments)."""
 
     run_id: str
     call_id: str
@@ -49,6 +58,7 @@ class ToolContext:
     attachments: tuple[dict[str, Any], ...] = ()
     allow_hosts: tuple[str, ...] = ()  # SSRF allow-list: "host", "host:port" or "*.domain"
     env: Mapping[str, str] | None = None
+    files: FileSource | None = None
 
     @property
     def idempotency_key(self) -> str:

@@ -11,10 +11,8 @@ from typing import Any
 
 import httpx
 import pytest
-import sqlalchemy as sa
 from standardwebhooks import Webhook
 
-from shared.config import Settings
 from shared.engine.livebus import RedisBus
 from shared.engine.reaper import reap
 from shared.engine.runtime import Runtime
@@ -29,15 +27,10 @@ SECRET = "whsec_" + base64.b64encode(b"production-webhook-secret-012345").decode
 
 
 @pytest.fixture
-def live_rt(pg_url: str, pg_engine: sa.engine.Engine, redis_url: str) -> Iterator[Runtime]:
-    from worker.app import make_app
-    from worker.runtime import CeleryPublisher
-
-    settings = Settings(database_url=pg_url, broker_url=redis_url, redrive_seconds=15.0)
-    celery_app = make_app(settings)
-    yield Runtime(engine=pg_engine, settings=settings, publish=CeleryPublisher(celery_app),
-                  live=RedisBus(redis_url))
-    celery_app.close()
+def live_rt(prod_rt: Runtime, redis_url: str) -> Runtime:
+    """The production runtime with the Redis live bus, as ``treadle api`` has it."""
+    return Runtime(engine=prod_rt.engine, settings=prod_rt.settings, publish=prod_rt.publish,
+                   live=RedisBus(redis_url))
 
 
 @pytest.fixture

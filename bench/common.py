@@ -1,0 +1,496 @@
+"""Shared helpers for the benchmarks: scratch databases, worker processes, the floor, runs,
+process and machine counters, and markdown tables.
+
+Services: PostgreSQL (``BENCH_PG``, default the test server's ``test`` database, used only to
+create and drop a scratch database per script) and Redis (``BENCH_REDIS``, default DB 0, which
+no test uses; every key of a bench run carries a unique broker prefix and is deleted after).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+PY = sys.executable
+PG_ADMIN = os.environ.get("BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379/0")
+TAG = uuid.uuid4().hex[:8]
+LOG_DIR = Path(tempfile.gettempdir()) / f"treadle-bench-{TAG}"
+CLK = os.sysconf("SC_CLK_TCK")
+QUEUES = "treadle.rounds,treadle.tools"
+TEXT_500 = ("The quick brown fox jumps over the lazy dog; " * 12)[:480]
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def pct(xs: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100), linear interpolation; nan for no data."""
+    if not xs:
+        return math.nan
+    s = sorted(xs)
+    k = (len(s) - 1) * q / 100
+    lo, hi = math.floor(k), math.ceil(k)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def med(xs: Sequence[float]) -> float:
+    return pct(xs, 50)
+
+
+def p95(xs: Sequence[float]) -> float:
+    return pct(xs, 95)
+
+
+def ms(x: float, digits: int = 1) -> str:
+    return "n/a" if x != x else f"{x * 1000:.{digits}f}"
+
+
+def num(x: float, digits: int = 2) -> str:
+    return "n/a" if x != x else f"{x:,.{digits}f}"
+
+
+def verdict(ok: bool) -> str:
+    return "meets" if ok else "**misses**"
+
+
+# --------------------------------------------------------------------------- report
+
+
+@dataclass
+class Section:
+    title: str
+    headers: list[str] = field(default_factory=list)
+    rows: list[list[str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def row(self, *cells: Any) -> None:
+        self.rows.append([str(c) for c in cells])
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+    def markdown(self) -> str:
+        out = [f"### {self.title}", ""]
+        if self.headers:
+            out.append("| " + " | ".join(self.headers) + " |")
+            out.append("|" + "|".join("---" for _ in self.headers) + "|")
+            out += ["| " + " | ".join(r) + " |" for r in self.rows]
+            out.append("")
+        out += [f"{n}" for n in self.notes]
+        if self.notes:
+            out.append("")
+        return "\n".join(out)
+
+
+def emit(name: str, title: str, sections: list[Section], started: float) -> str:
+    """Print the script's tables and write them to ``bench/results/<name>.md``."""
+    wall = time.time() - started
+    body = "\n".join(s.markdown() for s in sections)
+    text = f"## {title}\n\n{body}\n_`python -m bench.{name}` took {wall:.0f} s._\n"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{name}.md").write_text(text, encoding="utf-8")
+    print(text, flush=True)
+    return text
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+
+@contextlib.contextmanager
+def scratch_db(tag: str, treadle_schema: bool = True) -> Iterator[str]:
+    """A fresh database (migrated to treadle's schema), dropped afterwards."""
+    name = f"bench_{tag}_{TAG}"
+    admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    url = PG_ADMIN.rsplit("/", 1)[0] + f"/{name}"
+    try:
+        if treadle_schema:
+            from shared.store.db import make_engine, migrate
+
+            engine = make_engine(url)
+            migrate(engine)
+            engine.dispose()
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def db_name(url: str) -> str:
+    return url.rsplit("/", 1)[-1]
+
+
+def wal_lsn(conn: sa.Connection) -> int:
+    """The cluster's current WAL position in bytes (all databases: other writers add noise)."""
+    return int(conn.execute(sa.text("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")).scalar_one())
+
+
+def table_bytes(conn: sa.Connection, tables: Sequence[str]) -> dict[str, int]:
+    """pg_total_relation_size (heap + TOAST + indexes) per table."""
+    return {
+        t: int(conn.execute(sa.text("SELECT pg_total_relation_size(CAST(:t AS regclass))"),
+                            {"t": t}).scalar_one())
+        for t in tables
+    }
+
+
+def pg_backend_cpu(conn: sa.Connection, dbname: str) -> dict[int, float]:
+    """CPU seconds of each PostgreSQL backend connected to ``dbname``."""
+    pids = conn.execute(sa.text("SELECT pid FROM pg_stat_activity WHERE datname = :d"),
+                        {"d": dbname}).scalars().all()
+    return {int(p): proc_cpu(int(p)) for p in pids}
+
+
+def pg_cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
+    return sum(v - before.get(p, 0.0) for p, v in after.items())
+
+
+def pg_xact(conn: sa.Connection, dbname: str) -> tuple[int, int]:
+    """(commits, rollbacks) of ``dbname`` from pg_stat_database (flushed about once a second)."""
+    row = conn.execute(sa.text("SELECT xact_commit, xact_rollback FROM pg_stat_database "
+                               "WHERE datname = :d"), {"d": dbname}).one()
+    return int(row[0]), int(row[1])
+
+
+# --------------------------------------------------------------------------- Redis
+
+
+def redis_client() -> Any:
+    import redis
+
+    # redis-py 8 reads time out after ~5 s by default: no timeout for our long reads
+    return redis.Redis.from_url(REDIS_URL, socket_timeout=None)
+
+
+def new_prefix(tag: str) -> str:
+    return f"bench-{tag}-{TAG}-{uuid.uuid4().hex[:4]}:"
+
+
+def redis_cleanup(prefix: str) -> int:
+    r = redis_client()
+    keys = list(r.scan_iter(match=f"{prefix}*", count=1000))
+    for i in range(0, len(keys), 500):
+        r.delete(*keys[i:i + 500])
+    r.close()
+    return len(keys)
+
+
+def queued_messages(prefix: str, queues: Sequence[str] = ("treadle.rounds", "treadle.tools")) -> \
+        dict[str, int]:
+    """Messages in the broker for a prefix: ready in each queue, and delivered-but-unacked."""
+    r = redis_client()
+    out = {q: int(r.llen(f"{prefix}{q}")) for q in queues}
+    out["unacked"] = int(r.hlen(f"{prefix}unacked"))
+    r.close()
+    return out
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def proc_cpu(pid: int) -> float:
+    """utime + stime of a process, seconds (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK
+
+
+def proc_rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return math.nan
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot (all cores)."""
+    with open("/proc/stat") as fh:
+        vals = [int(v) for v in fh.readline().split()[1:]]
+    idle = vals[3] + vals[4]
+    return (sum(vals) - idle) / CLK, sum(vals) / CLK
+
+
+class Procs:
+    """Subprocesses (worker, API), each in its own process group; logs under LOG_DIR."""
+
+    def __init__(self) -> None:
+        LOG_DIR.mkdir(parents=True, exist_ok=True)
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        logf = open(LOG_DIR / f"{name}.log", "ab")  # noqa: SIM115 - lives with the process
+        proc = subprocess.Popen(cmd, env={**os.environ, **env}, cwd=ROOT, stdout=logf,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs[name] = proc
+        return proc
+
+    def pid(self, name: str) -> int:
+        return self.procs[name].pid
+
+    def pids(self, prefix: str = "") -> list[int]:
+        return [p.pid for n, p in self.procs.items() if n.startswith(prefix)]
+
+    def alive(self, name: str) -> bool:
+        return self.procs[name].poll() is None
+
+    def log(self, name: str) -> str:
+        return (LOG_DIR / f"{name}.log").read_text(errors="replace")
+
+    def stop(self, name: str) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is None:
+            return
+        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, sig)
+            try:
+                proc.wait(timeout=wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def stop_all(self) -> None:
+        for name in list(self.procs):
+            self.stop(name)
+
+
+def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def celery_worker_cmd(app: str, name: str, concurrency: int, queues: str) -> list[str]:
+    return [PY, "-m", "celery", "-A", app, "worker", "-P", "threads", "-c", str(concurrency),
+            "--without-mingle", "--without-gossip", "-Q", queues, "-n", f"{name}@%h",
+            "--loglevel=WARNING"]
+
+
+# --------------------------------------------------------------------------- the floor
+
+
+def floor_env(url: str, prefix: str, events: bool = False, preping: bool = False) -> dict[str, str]:
+    return {"BENCH_FLOOR_DB": url, "TREADLE_BROKER_URL": REDIS_URL,
+            "TREADLE_BROKER_PREFIX": prefix, "BENCH_FLOOR_EVENTS": "1" if events else "0",
+            "BENCH_FLOOR_PREPING": "1" if preping else "0"}
+
+
+FLOOR_DDL = [
+    "CREATE TABLE IF NOT EXISTS floor_chain (id integer PRIMARY KEY, version integer NOT NULL,"
+    " updated_at double precision)",
+    "CREATE TABLE IF NOT EXISTS floor_log (chain integer NOT NULL, hop integer NOT NULL,"
+    " started_at double precision NOT NULL, note text, PRIMARY KEY (chain, hop))",
+]
+
+
+@dataclass
+class FloorResult:
+    hop_latencies: list[float]  # seconds between consecutive hop starts of a chain
+    hops: int
+    span: float  # first hop start → last hop start, seconds
+    worker_cpu: float  # CPU seconds of the worker processes
+    starts: list[float] = field(default_factory=list)
+
+    @property
+    def hops_per_s(self) -> float:
+        return self.hops / self.span if self.span > 0 else math.nan
+
+
+class Floor:
+    """Floor worker processes on a scratch database, and chains of hops driven through them."""
+
+    def __init__(self, procs: Procs, url: str, prefix: str, *, workers: int = 1,
+                 concurrency: int = 8, events: bool = False, preping: bool = False) -> None:
+        from bench.floorapp import QUEUE, make_app
+
+        self.procs, self.url, self.prefix = procs, url, prefix
+        self.names = [f"floor-{uuid.uuid4().hex[:6]}" for _ in range(workers)]
+        self.queue = QUEUE
+        self.app = make_app(REDIS_URL, prefix, events)
+        self.engine = sa.create_engine(url, pool_size=2, max_overflow=4)
+        with self.engine.begin() as conn:
+            for ddl in FLOOR_DDL:
+                conn.execute(sa.text(ddl))
+        env = floor_env(url, prefix, events, preping)
+        for name in self.names:
+            procs.start(name, celery_worker_cmd("bench.floorapp", name, concurrency, QUEUE), env)
+        self._next_chain = 0
+        self.run(chains=2, hops=3, timeout=60)  # ready and warm (imports, connections)
+
+    def run(self, chains: int, hops: int, sleep_even: float = 0.0,
+            timeout: float = 300) -> FloorResult:
+        ids = list(range(self._next_chain, self._next_chain + chains))
+        self._next_chain += chains
+        with self.engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO floor_chain (id, version) VALUES (:id, 0)"),
+                         [{"id": i} for i in ids])
+        cpu0 = sum(proc_cpu(p) for p in self.pids())
+        for i in ids:
+            self.app.send_task("bench.hop", args=[i, 0, hops - 1, sleep_even], queue=self.queue)
+        lo, hi = ids[0], ids[-1]
+
+        def done() -> bool:
+            with self.engine.connect() as conn:
+                n = conn.execute(sa.text("SELECT count(*) FROM floor_log WHERE chain BETWEEN "
+                                         ":lo AND :hi"), {"lo": lo, "hi": hi}).scalar_one()
+            return int(n) >= chains * hops
+
+        wait_for(done, timeout, f"{chains} floor chains of {hops} hops", interval=0.1)
+        cpu = sum(proc_cpu(p) for p in self.pids()) - cpu0
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.text("SELECT chain, hop, started_at FROM floor_log WHERE "
+                                        "chain BETWEEN :lo AND :hi ORDER BY chain, hop"),
+                                {"lo": lo, "hi": hi}).all()
+        lat: list[float] = []
+        starts = [r[2] for r in rows]
+        for a, b in zip(rows, rows[1:], strict=False):
+            if a[0] == b[0]:
+                lat.append(b[2] - a[2])
+        return FloorResult(lat, len(rows), max(starts) - min(starts), cpu, starts)
+
+    def pids(self) -> list[int]:
+        return [self.procs.pid(n) for n in self.names if n in self.procs.procs]
+
+    def close(self) -> None:
+        for name in self.names:
+            self.procs.stop(name)
+        self.engine.dispose()
+        self.app.close()
+
+
+def floor_hop(procs: Procs, url: str, prefix: str, hops: int = 300) -> FloorResult:
+    """The baseline of the treadle scripts: one chain, sequential hops, on ``url``."""
+    floor = Floor(procs, url, prefix, concurrency=4)
+    try:
+        return floor.run(chains=1, hops=hops)
+    finally:
+        floor.close()
+
+
+# --------------------------------------------------------------------------- treadle
+
+
+def treadle_env(url: str, prefix: str, **extra: str) -> dict[str, str]:
+    return {"TREADLE_DATABASE_URL": url, "TREADLE_BROKER_URL": REDIS_URL,
+            "TREADLE_BROKER_PREFIX": prefix, "TREADLE_PLUGINS": "bench.plugins",
+            "TREADLE_LOG_LEVEL": "WARNING", **extra}
+
+
+def start_treadle_workers(procs: Procs, env: dict[str, str], n: int, concurrency: int,
+                          tag: str = "tw") -> list[str]:
+    names = [f"{tag}{i + 1}-{uuid.uuid4().hex[:4]}" for i in range(n)]
+    for name in names:
+        procs.start(name, celery_worker_cmd("worker.app", name, concurrency, QUEUES), env)
+    return names
+
+
+def treadle_runtime(url: str, prefix: str, pool_size: int = 10) -> Any:
+    """A driver-side Runtime: submits and answers through the engine's commands and publishes
+    to the Redis broker, like the API does."""
+    import bench.plugins  # noqa: F401  (the bench tools must be known where runs are submitted)
+    from shared.config import Settings
+    from shared.engine.runtime import Runtime
+    from shared.store.db import make_engine
+    from worker.app import make_app
+    from worker.runtime import CeleryPublisher
+
+    settings = Settings(database_url=url, broker_url=REDIS_URL, broker_prefix=prefix,
+                        plugins="bench.plugins")
+    return Runtime(engine=make_engine(url, pool_size=pool_size), settings=settings,
+                   publish=CeleryPublisher(make_app(settings)))
+
+
+def close_runtime(rt: Any) -> None:
+    rt.engine.dispose()
+    with contextlib.suppress(Exception):
+        rt.publish.app.close()
+
+
+def submit(rt: Any, agent: dict[str, Any], text: str = "go") -> str:
+    from shared.agent.spec import AgentSpec
+    from shared.engine.commands import RunInput, submit_run
+
+    row, _ = submit_run(rt, RunInput(agent=AgentSpec.model_validate(agent), input=text))
+    return str(row["id"])
+
+
+def tool_agent(rounds: int, sleep: float = 0.0, name: str = "scripted") -> dict[str, Any]:
+    """A tool agent: every model reply is one ``bench_echo`` call with a ~500-char argument
+    (so the assistant message and the tool message are ~500 chars); the run ends on
+    ``max_rounds`` after ``rounds`` tool rounds (that last round makes no model call)."""
+    reply: dict[str, Any] = {"tool_calls": [{"name": "bench_echo",
+                                             "arguments": {"text": TEXT_500}}]}
+    if sleep:
+        reply["sleep"] = sleep
+    return {"kind": "agent", "tools": ["bench_echo"], "max_rounds": rounds,
+            "force_answer_after": 10_000,
+            "model": {"provider": "scripted", "name": name, "replies": [reply]}}
+
+
+def count_status(engine: sa.Engine, statuses: Sequence[str]) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.text("SELECT count(*) FROM runs WHERE status = ANY(:s)"),
+                                {"s": list(statuses)}).scalar_one())
+
+
+def wait_runs_final(engine: sa.Engine, n: int, timeout: float, what: str = "runs") -> None:
+    wait_for(lambda: count_status(engine, ["completed", "failed", "cancelled"]) >= n, timeout,
+             f"{n} {what} to finish", interval=0.2)
+
+
+def failed_runs(engine: sa.Engine) -> list[tuple[str, Any]]:
+    with engine.connect() as conn:
+        return [(r[0], r[1]) for r in conn.execute(sa.text(
+            "SELECT id, error FROM runs WHERE status = 'failed' LIMIT 5")).all()]
+
+
+# --------------------------------------------------------------------------- machine
+
+
+def machine() -> dict[str, str]:
+    cpu = "unknown"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
+        for line in fh:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem = "?"
+    with contextlib.suppress(OSError), open("/proc/meminfo") as fh:
+        mem = f"{int(fh.readline().split()[1]) / 1024 / 1024:.0f} GB"
+    return {"cores": str(os.cpu_count()), "cpu": cpu, "memory": mem,
+            "kernel": os.uname().release, "python": sys.version.split()[0]}
