@@ -349,14 +349,15 @@ class Floor:
         env = floor_env(url, prefix, events, preping)
         for name in self.names:
             procs.start(name, celery_worker_cmd("bench.floorapp", name, concurrency, QUEUE), env)
-        self._next_chain = 0
         self.run(chains=2, hops=3, timeout=60)  # ready and warm (imports, connections)
 
     def run(self, chains: int, hops: int, sleep_even: float = 0.0,
             timeout: float = 300) -> FloorResult:
-        ids = list(range(self._next_chain, self._next_chain + chains))
-        self._next_chain += chains
         with self.engine.begin() as conn:
+            conn.execute(sa.text("LOCK TABLE floor_chain IN EXCLUSIVE MODE"))
+            first = int(conn.execute(sa.text(
+                "SELECT coalesce(max(id), -1) + 1 FROM floor_chain")).scalar_one())
+            ids = list(range(first, first + chains))
             conn.execute(sa.text("INSERT INTO floor_chain (id, version) VALUES (:id, 0)"),
                          [{"id": i} for i in ids])
         cpu0 = sum(proc_cpu(p) for p in self.pids())

@@ -101,6 +101,21 @@ def beat() -> None:
 
 
 @app.command()
+def flower(port: Annotated[int, typer.Option(help="port")] = 5555,
+           address: Annotated[str, typer.Option(help="bind address")] = "127.0.0.1") -> None:
+    """Flower (watch workers and tasks). Basic auth from TREADLE_FLOWER_AUTH=user:password."""
+    from worker.app import app as celery_app
+
+    args = ["flower", f"--port={port}", f"--address={address}"]
+    auth = os.environ.get("TREADLE_FLOWER_AUTH")
+    if auth:
+        args.append(f"--basic-auth={auth}")
+    else:
+        console.print("[yellow]TREADLE_FLOWER_AUTH is not set: Flower runs without auth[/]")
+    celery_app.start(args)
+
+
+@app.command()
 def migrate() -> None:
     """Create or upgrade the database schema."""
     from shared.store.db import migrate as do_migrate

@@ -7,10 +7,11 @@ The model view starts at the last context checkpoint (L-8) and is trimmed to the
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from shared.agent import chat, kinds
+from shared.agent.attachments import READ_FILES, with_attachments
 from shared.agent.compression import model_view
 from shared.agent.history import request_budget, trim_history
 from shared.agent.messages import Message
@@ -73,17 +74,23 @@ def plan_request(
     plan: dict[str, Any] | None,
     inputs: Mapping[str, Any],
 ) -> RequestPlan:
+    """``inputs``: quotes (C-2), last_result (H-1), attachments and, for a vision profile,
+    ``images`` (data URLs loaded by the engine) — SPEC M-11, see ``attachments``."""
     if spec.kind == "chat":
-        return RequestPlan(tuple(_chat_messages(spec, profile, messages, inputs)),
-                           max_tokens=profile.max_tokens)
-    if spec.kind in ("classify", "extract", "expand_query"):
-        return _helper_request(spec, profile, messages, inputs.get("last_result"))
-    return RequestPlan(
-        messages=tuple(_agent_messages(spec, profile, messages)),
-        tools=tuple(catalog.values()),
-        tool_choice=next_tool_choice(spec, state),
-        max_tokens=profile.max_tokens,
-    )
+        req = RequestPlan(tuple(_chat_messages(spec, profile, messages, inputs)),
+                          max_tokens=profile.max_tokens)
+    elif spec.kind in ("classify", "extract", "expand_query"):
+        req = _helper_request(spec, profile, messages, inputs.get("last_result"))
+    else:
+        req = RequestPlan(
+            messages=tuple(_agent_messages(spec, profile, messages)),
+            tools=tuple(catalog.values()),
+            tool_choice=next_tool_choice(spec, state),
+            max_tokens=profile.max_tokens,
+        )
+    msgs = with_attachments(req.messages, inputs, vision=profile.vision,
+                            readable=READ_FILES in catalog)
+    return replace(req, messages=tuple(msgs))
 
 
 def _helper_request(

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from shared.agent import ask as ask_mod
 from shared.agent import plan as plan_mod
@@ -12,6 +13,7 @@ from shared.agent.state import CatalogEntry
 from shared.agent.step import INTERNAL_TOOLS
 from shared.tools import Tool, resolve
 from shared.tools.agent_tool import AgentTool
+from shared.tools.files import READ_FILES, describe_files
 
 __all__ = ["Catalog", "build_catalog"]
 
@@ -47,9 +49,16 @@ def _internal_entries(spec: AgentSpec) -> list[CatalogEntry]:
     return out
 
 
-def build_catalog(spec: AgentSpec, profiles: Mapping[str, ModelProfile] | None = None) -> Catalog:
+def build_catalog(
+    spec: AgentSpec,
+    profiles: Mapping[str, ModelProfile] | None = None,
+    *,
+    attachments: Sequence[Mapping[str, Any]] = (),
+) -> Catalog:
     """SPEC P-5: a business tool named like an internal one is dropped, with a warning.
-    Inline tools with ``agent:`` become ``AgentTool``s (model profiles by name: ``profiles``)."""
+    Inline tools with ``agent:`` become ``AgentTool``s (model profiles by name: ``profiles``).
+    A tool that cannot run here (``unavailable``: run_python without bubblewrap) is left
+    out, with a warning. A run with ``attachments`` gets ``read_files`` (SPEC M-11)."""
     if spec.kind != "agent":
         return Catalog(entries={}, tools={})
     entries: dict[str, CatalogEntry] = {}
@@ -61,6 +70,8 @@ def build_catalog(spec: AgentSpec, profiles: Mapping[str, ModelProfile] | None =
             entries["stop"] = _STOP
         elif tool.name in _RESERVED:
             warnings.append(f"tool {tool.name!r} has an internal tool's name and was removed")
+        elif reason := _unavailable(tool):
+            warnings.append(f"tool {tool.name!r} is unavailable and was removed: {reason}")
         else:
             entries[tool.name] = CatalogEntry(
                 name=tool.name, description=tool.description, parameters=tool.parameters,
@@ -68,5 +79,23 @@ def build_catalog(spec: AgentSpec, profiles: Mapping[str, ModelProfile] | None =
             )
             tools[tool.name] = tool
     entries.update(internal)
+    if attachments:
+        entries[READ_FILES.name] = _read_files_entry(attachments)
+        tools[READ_FILES.name] = READ_FILES
     return Catalog(entries=entries, tools=tools, warnings=tuple(warnings))
+
+
+def _unavailable(tool: Tool) -> str | None:
+    """Why ``tool`` cannot run in this process (its optional ``unavailable`` property)."""
+    reason = getattr(tool, "unavailable", None)
+    return str(reason) if reason else None
+
+
+def _read_files_entry(attachments: Sequence[Mapping[str, Any]]) -> CatalogEntry:
+    """``read_files``, its description naming the run's files (an external, read-only call)."""
+    return CatalogEntry(
+        name=READ_FILES.name,
+        description=f"{READ_FILES.description}\n{describe_files(attachments)}",
+        parameters=READ_FILES.parameters, read_only=True, internal=False,
+    )
 

@@ -84,7 +84,8 @@ def test_a_token_answers_its_own_ask_and_nothing_else(
 
     assert _answer(api, b, ra["token"]).status_code == 401  # another run's token
     assert _answer(api, a, ra["token"], ask_id="ask2").status_code == 401  # another ask
-    wrong_action = api.post(f"/v1/runs/{a}/approval", json={"approval_id": "ask1", "approve": "all"},
+    wrong_action = api.post(f"/v1/runs/{a}/approval",
+                            json={"approval_id": "ask1", "approve": "all"},
                             headers={"X-Resume-Token": ra["token"]})
     assert wrong_action.status_code == 401
     bogus = _answer(api, a, "rtk_" + "x" * 43)

@@ -50,7 +50,8 @@ def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
 
 
 def _submit(rt: Runtime, spec: AgentSpec = CHAT, **kw: Any) -> str:
-    row, _ = commands.submit_run(rt, commands.RunInput(agent=spec, input="Capital of France?", **kw))
+    row, _ = commands.submit_run(rt, commands.RunInput(agent=spec, input="Capital of France?",
+                                                       **kw))
     return str(row["id"])
 
 

@@ -1,0 +1,144 @@
+"""A run's attachments in the engine (SPEC M-11): resolved at submit, loaded for the model
+(vision) and for tools (``read_files``, ``run_python``).
+
+A run keeps refs ``{id, name, content_type, size, sha256}`` in ``runs.inputs["attachments"]``,
+never bytes: the bytes stay in the file store and are read when a round or a tool needs them.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.engine import RowMapping
+
+from shared.agent.attachments import attachment_refs, image_refs
+from shared.agent.spec import ModelProfile
+from shared.engine.runtime import Runtime
+from shared.errors import SpecError
+from shared.store.files import FileStore, file_store, sniff_content_type
+
+__all__ = [
+    "INLINE_MAX_BYTES",
+    "MAX_ATTACHMENTS",
+    "RunFiles",
+    "parse_data_url",
+    "request_inputs",
+    "resolve_attachments",
+    "run_files",
+    "store_for",
+]
+
+MAX_ATTACHMENTS = 20
+INLINE_MAX_BYTES = 1_500_000  # decoded; the request body itself is capped at 2 MB
+_DATA_URL = re.compile(r"^data:(?P<meta>[^,]*?)(?P<b64>;base64)?,(?P<data>.*)$", re.DOTALL)
+_EXT = {"application/pdf": "pdf", "image/png": "png", "image/jpeg": "jpg", "image/gif": "gif",
+        "image/webp": "webp", "text/markdown": "md", "text/plain": "txt"}
+
+
+def store_for(rt: Runtime) -> FileStore:
+    """The configured file store (``TREADLE_FILES_DIR``, or the database)."""
+    return file_store(rt.engine, rt.settings.files_dir)
+
+
+@dataclass(frozen=True)
+class InlineFile:
+    name: str | None
+    content_type: str | None
+    data: bytes
+
+
+def parse_data_url(url: str, max_bytes: int = INLINE_MAX_BYTES) -> InlineFile:
+    """``data:[<type>][;name=<name>][;base64],<data>`` → its bytes; SpecError when invalid."""
+    m = _DATA_URL.match(url)
+    if m is None:
+        raise SpecError("an inline attachment must be a data: URL")
+    kind, *params = (m["meta"] or "").split(";")
+    fields = dict(p.split("=", 1) for p in params if "=" in p)
+    raw = m["data"]
+    try:
+        data = base64.b64decode(raw, validate=True) if m["b64"] else \
+            urllib.parse.unquote_to_bytes(raw)
+    except (binascii.Error, ValueError) as exc:
+        raise SpecError(f"an inline attachment is not valid base64: {exc}") from None
+    if len(data) > max_bytes:
+        raise SpecError(f"an inline attachment is over {max_bytes} bytes; upload it with "
+                        "POST /v1/files and pass its id")
+    name = urllib.parse.unquote(fields["name"]) if "name" in fields else None
+    return InlineFile(name=name, content_type=kind.strip().lower() or None, data=data)
+
+
+def resolve_attachments(rt: Runtime, tenant: str, items: Sequence[Any]) -> list[dict[str, Any]]:
+    """Submit: file ids must exist for the tenant (SpecError names the missing ones); inline
+    data URLs are stored as files. Returns the run's attachment refs, in the given order."""
+    if len(items) > MAX_ATTACHMENTS:
+        raise SpecError(f"at most {MAX_ATTACHMENTS} attachments per run")
+    store = store_for(rt)
+    ids = [i for i in items if isinstance(i, str) and not i.startswith("data:")]
+    known = store.metas(ids, tenant)
+    missing = [i for i in ids if i not in known]
+    if missing:
+        raise SpecError(f"attachments: unknown file id(s) {', '.join(missing)}; "
+                        "upload files with POST /v1/files first")
+    refs = []
+    for n, item in enumerate(items, 1):
+        if isinstance(item, Mapping):  # already a ref (a sub-run, a re-submitted run)
+            item = item.get("id", "")
+            if item not in known:
+                known.update(store.metas([item], tenant))
+            if item not in known:
+                raise SpecError(f"attachments: unknown file id {item}")
+        if not isinstance(item, str):
+            raise SpecError("attachments: each item is a file id or a data: URL")
+        refs.append(known[item].ref() if item in known else _store_inline(store, tenant, item, n))
+    return refs
+
+
+def _store_inline(store: FileStore, tenant: str, url: str, n: int) -> dict[str, Any]:
+    inline = parse_data_url(url)
+    kind = sniff_content_type(inline.data, inline.name or "")
+    name = inline.name or f"attachment-{n}.{_EXT.get(kind, 'bin')}"
+    return store.put(tenant, name, inline.data, kind).ref()
+
+
+def _data_url(content_type: str, data: bytes) -> str:
+    return f"data:{content_type};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def request_inputs(rt: Runtime, run: RowMapping, profile: ModelProfile) -> dict[str, Any]:
+    """The run's inputs for ``plan_request``; a vision profile also gets ``images``: the
+    image attachments as data URLs (loaded here: ``shared.agent`` does no I/O)."""
+    inputs = dict(run["inputs"] or {})
+    images = image_refs(attachment_refs(inputs)) if profile.vision else []
+    if images:
+        files = run_files(rt, run)
+        inputs["images"] = [_data_url(str(r["content_type"]), files.read(str(r["id"])))
+                            for r in images]
+    return inputs
+
+
+class RunFiles:
+    """Reads a run's attachments (``shared.tools.FileSource``): only the run's own files,
+    only within its tenant."""
+
+    def __init__(self, store: FileStore, tenant: str, refs: Sequence[Mapping[str, Any]]) -> None:
+        self._store = store
+        self._tenant = tenant
+        self._ids = frozenset(str(r["id"]) for r in refs)
+
+    def read(self, file_id: str) -> bytes:
+        if file_id not in self._ids:
+            raise FileNotFoundError(f"{file_id} is not attached to this run")
+        found = self._store.get(file_id, self._tenant)
+        if found is None:
+            raise FileNotFoundError(f"file {file_id} no longer exists")
+        return found[1]
+
+
+def run_files(rt: Runtime, run: RowMapping) -> RunFiles:
+    return RunFiles(store_for(rt), run["tenant"], attachment_refs(run["inputs"]))
