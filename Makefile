@@ -17,8 +17,9 @@ demo: install  ## a demo run end to end in embedded mode, transcript printed
 	@mkdir -p .treadle && rm -f .treadle/demo.db*
 	@TREADLE_DATABASE_URL=sqlite:///.treadle/demo.db $(BIN)/treadle demo
 
-services:  ## PostgreSQL and Redis reachable (started when installed and down)
+services:  ## PostgreSQL and Redis reachable (started when installed and down); system tools
 	@bash .ci/services.sh || [ -z "$$CI" ]
+	@bash .ci/system-deps.sh
 
 test: install services  ## the whole suite
 	@$(BIN)/pytest -q -p no:cacheprovider

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -331,6 +332,13 @@ class FloorResult:
         return self.hops / self.span if self.span > 0 else math.nan
 
 
+def merge(results: Sequence[FloorResult]) -> FloorResult:
+    """Blocks of the same measurement, pooled (hops/s = all hops / all spans)."""
+    return FloorResult([x for r in results for x in r.hop_latencies],
+                       sum(r.hops for r in results), sum(r.span for r in results),
+                       sum(r.worker_cpu for r in results))
+
+
 class Floor:
     """Floor worker processes on a scratch database, and chains of hops driven through them."""
 
@@ -371,7 +379,8 @@ class Floor:
                                          ":lo AND :hi"), {"lo": lo, "hi": hi}).scalar_one()
             return int(n) >= chains * hops
 
-        wait_for(done, timeout, f"{chains} floor chains of {hops} hops", interval=0.1)
+        wait_for(done, min(timeout, 30 + chains * hops * (0.3 + sleep_even)),
+                 f"{chains} floor chains of {hops} hops", interval=0.1)
         cpu = sum(proc_cpu(p) for p in self.pids()) - cpu0
         with self.engine.connect() as conn:
             rows = conn.execute(sa.text("SELECT chain, hop, started_at FROM floor_log WHERE "
@@ -416,7 +425,7 @@ def start_treadle_workers(procs: Procs, env: dict[str, str], n: int, concurrency
                           tag: str = "tw") -> list[str]:
     names = [f"{tag}{i + 1}-{uuid.uuid4().hex[:4]}" for i in range(n)]
     for name in names:
-        procs.start(name, celery_worker_cmd("worker.app", name, concurrency, QUEUES), env)
+        procs.start(name, celery_worker_cmd("bench.tworker", name, concurrency, QUEUES), env)
     return names
 
 
@@ -451,16 +460,38 @@ def submit(rt: Any, agent: dict[str, Any], text: str = "go") -> str:
 
 
 def tool_agent(rounds: int, sleep: float = 0.0, name: str = "scripted") -> dict[str, Any]:
-    """A tool agent: every model reply is one ``bench_echo`` call with a ~500-char argument
-    (so the assistant message and the tool message are ~500 chars); the run ends on
-    ``max_rounds`` after ``rounds`` tool rounds (that last round makes no model call)."""
-    reply: dict[str, Any] = {"tool_calls": [{"name": "bench_echo",
-                                             "arguments": {"text": TEXT_500}}]}
-    if sleep:
-        reply["sleep"] = sleep
+    """A tool agent on the scripted model: reply k is one ``bench_echo`` call (id ``call_k``)
+    with a ~500-char argument (assistant and tool messages ~500 chars), after ``sleep``
+    seconds; the run ends on ``max_rounds`` after ``rounds`` tool rounds (that last round
+    makes no model call). The spec holds one reply per round (~0.6 KB each)."""
+    replies: list[dict[str, Any]] = []
+    for k in range(rounds):
+        reply: dict[str, Any] = {"tool_calls": [{"id": f"call_{k}", "name": "bench_echo",
+                                                 "arguments": {"text": TEXT_500}}]}
+        if sleep:
+            reply["sleep"] = sleep
+        replies.append(reply)
     return {"kind": "agent", "tools": ["bench_echo"], "max_rounds": rounds,
             "force_answer_after": 10_000,
-            "model": {"provider": "scripted", "name": name, "replies": [reply]}}
+            "model": {"provider": "scripted", "name": name, "replies": replies}}
+
+
+def tool_responder(body: dict[str, Any]) -> Any:
+    """Fake-server replies for a tool agent: always one ``bench_echo`` call with a ~500-char
+    argument, its id numbered by the assistant turns so far (stateless, any worker)."""
+    from shared.llm.fake_server import ReplySpec
+
+    n = sum(1 for m in body.get("messages") or () if m.get("role") == "assistant")
+    return ReplySpec(tool_calls=[{"id": f"call_{n}", "name": "bench_echo",
+                                  "arguments": {"text": TEXT_500}}])
+
+
+def http_tool_agent(base_url: str, rounds: int) -> dict[str, Any]:
+    """A tool agent on the fake OpenAI-compatible server (``tool_responder``): ``rounds`` tool
+    rounds, then the run ends on ``max_rounds`` (no model call in that last round)."""
+    return {"kind": "agent", "tools": ["bench_echo"], "max_rounds": rounds,
+            "force_answer_after": 10_000,
+            "model": {"provider": "openai", "base_url": base_url, "model": "fake"}}
 
 
 def count_status(engine: sa.Engine, statuses: Sequence[str]) -> int:
@@ -495,3 +526,76 @@ def machine() -> dict[str, str]:
         mem = f"{int(fh.readline().split()[1]) / 1024 / 1024:.0f} GB"
     return {"cores": str(os.cpu_count()), "cpu": cpu, "memory": mem,
             "kernel": os.uname().release, "python": sys.version.split()[0]}
+
+
+# --------------------------------------------------------------------------- SQL probe
+
+_LABEL = re.compile(r"^\s*(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+\"?(\w+)|\bFROM\s+\"?(\w+)",
+                    re.IGNORECASE | re.DOTALL)
+
+
+def sql_label(statement: str) -> str:
+    """``UPDATE runs``, ``SELECT messages``, ``INSERT events`` … for a statement."""
+    verb = statement.split(None, 1)[0].upper() if statement.strip() else "?"
+    m = _LABEL.search(statement)
+    table = (m.group(1) or m.group(2)) if m else ""
+    return f"{verb} {table}".strip()
+
+
+@dataclass
+class Probe:
+    """What an engine does, in order: statements (label, seconds, rows), commits, rollbacks
+    and pool checkouts (each checkout is one ``pool_pre_ping`` round trip when it is on)."""
+
+    log: list[tuple[str, str, float, int]] = field(default_factory=list)  # kind, label, s, rows
+
+    def attach(self, engine: sa.Engine) -> Probe:
+        from sqlalchemy import event
+
+        @event.listens_for(engine, "before_cursor_execute")
+        def _before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            conn.info["bench_t0"] = time.perf_counter()
+
+        @event.listens_for(engine, "after_cursor_execute")
+        def _after(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            dt = time.perf_counter() - conn.info.pop("bench_t0", time.perf_counter())
+            rows = cursor.rowcount if cursor.rowcount and cursor.rowcount > 0 else 0
+            self.log.append(("stmt", sql_label(statement), dt, rows))
+
+        @event.listens_for(engine, "commit")
+        def _commit(conn: Any) -> None:
+            self.log.append(("commit", "COMMIT", 0.0, 0))
+
+        @event.listens_for(engine, "rollback")
+        def _rollback(conn: Any) -> None:
+            self.log.append(("rollback", "ROLLBACK", 0.0, 0))
+
+        @event.listens_for(engine, "checkout")
+        def _checkout(*args: Any) -> None:
+            self.log.append(("checkout", "checkout", 0.0, 0))
+
+        return self
+
+    def mark(self) -> int:
+        return len(self.log)
+
+    def summary(self, a: int, b: int) -> dict[str, float]:
+        part = self.log[a:b]
+        stmts = [e for e in part if e[0] == "stmt"]
+        return {"statements": len(stmts),
+                "commits": sum(1 for e in part if e[0] == "commit"),
+                "rollbacks": sum(1 for e in part if e[0] == "rollback"),
+                "checkouts": sum(1 for e in part if e[0] == "checkout"),
+                "sql_s": sum(e[2] for e in stmts),
+                "rows": sum(e[3] for e in stmts if e[1].startswith(("SELECT", "UPDATE")))}
+
+    def transactions(self, a: int, b: int) -> list[list[str]]:
+        """The statements of [a, b), grouped by transaction."""
+        out: list[list[str]] = [[]]
+        for kind, label, _, _ in self.log[a:b]:
+            if kind == "stmt":
+                out[-1].append(label)
+            elif kind in ("commit", "rollback") and out[-1]:
+                out[-1].append(label)
+                out.append([])
+        return [t for t in out if t]

@@ -2,8 +2,11 @@
 SQL transaction (INSERT + ``UPDATE … WHERE version = v``) on the same PostgreSQL. Per-hop
 latency of one chain, and hops/s with 20 concurrent chains; then the same with treadle's
 Celery task events on, and with its engine's ``pool_pre_ping`` too (what those cost a hop).
+The variants run side by side (one worker each, own broker prefix) and their blocks alternate,
+so a noisy neighbour hits them alike.
 
-    python -m bench.floor            (BENCH_FLOOR_HOPS, BENCH_FLOOR_CHAINS to resize)
+    python -m bench.floor      (BENCH_FLOOR_HOPS, BENCH_FLOOR_CHAINS, BENCH_FLOOR_CHAIN_HOPS,
+                                BENCH_FLOOR_REPEATS to resize)
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ import time
 
 from bench.common import (
     Floor,
+    FloorResult,
     Procs,
     Section,
     emit,
     log,
     med,
+    merge,
     ms,
     new_prefix,
     num,
@@ -26,11 +31,12 @@ from bench.common import (
     scratch_db,
 )
 
-HOPS = int(os.environ.get("BENCH_FLOOR_HOPS", "300"))
+HOPS = int(os.environ.get("BENCH_FLOOR_HOPS", "100"))
 CHAINS = int(os.environ.get("BENCH_FLOOR_CHAINS", "20"))
-CHAIN_HOPS = int(os.environ.get("BENCH_FLOOR_CHAIN_HOPS", "100"))
+CHAIN_HOPS = int(os.environ.get("BENCH_FLOOR_CHAIN_HOPS", "30"))
+REPEATS = int(os.environ.get("BENCH_FLOOR_REPEATS", "3"))
 VARIANTS = [
-    ("raw Celery + one SQL transaction (the floor)", False, False),
+    ("raw Celery + one SQL transaction (**the floor**)", False, False),
     ("+ task events (treadle's Celery config)", True, False),
     ("+ task events + pool_pre_ping (treadle's engine)", True, True),
 ]
@@ -41,33 +47,42 @@ def main() -> None:
     procs = Procs()
     table = Section("Floor: one hop = a Celery task doing one versioned SQL transaction",
                     ["variant", "1 chain: hop median ms", "p95 ms", "20 chains: hop median ms",
-                     "p95 ms", "hops/s (20 chains)", "worker CPU ms/hop"])
-    base = None
+                     "p95 ms", "hops/s (20 chains)", "worker CPU ms/hop (20 chains)"])
+    prefixes = [new_prefix(f"floor{i}") for i in range(len(VARIANTS))]
     with scratch_db("floor", treadle_schema=False) as url:
-        prefix = new_prefix("floor")
+        floors: list[Floor] = []
         try:
-            for label, events, preping in VARIANTS:
-                log(f"floor: {label}")
-                floor = Floor(procs, url, prefix, concurrency=CHAINS, events=events,
-                              preping=preping)
-                try:
-                    one = floor.run(chains=1, hops=HOPS)
-                    many = floor.run(chains=CHAINS, hops=CHAIN_HOPS)
-                finally:
-                    floor.close()
-                base = base or one
-                table.row(label, ms(med(one.hop_latencies), 2), ms(p95(one.hop_latencies), 2),
-                          ms(med(many.hop_latencies), 2), ms(p95(many.hop_latencies), 2),
-                          num(many.hops_per_s, 0), ms(many.worker_cpu / many.hops, 2))
+            for (label, events, preping), prefix in zip(VARIANTS, prefixes, strict=True):
+                log(f"floor: start worker for {label}")
+                floors.append(Floor(procs, url, prefix, concurrency=CHAINS, events=events,
+                                    preping=preping))
+            one: list[list[FloorResult]] = [[] for _ in VARIANTS]
+            many: list[list[FloorResult]] = [[] for _ in VARIANTS]
+            for rep in range(REPEATS):
+                log(f"floor: repeat {rep + 1}/{REPEATS}")
+                for i, floor in enumerate(floors):
+                    one[i].append(floor.run(chains=1, hops=HOPS))
+                for i, floor in enumerate(floors):
+                    many[i].append(floor.run(chains=CHAINS, hops=CHAIN_HOPS))
         finally:
+            for floor in floors:
+                floor.close()
             procs.stop_all()
-            redis_cleanup(prefix)
-    table.note(f"1 chain: {HOPS} sequential hops; 20 chains: {CHAINS} chains x {CHAIN_HOPS} "
-               f"hops at once, one worker process `-P threads -c {CHAINS}`. Hop latency = "
-               "start of hop n+1 - start of hop n (the transaction, the send, the broker, the "
-               "pickup). Worker CPU = utime+stime of the worker process / hops.")
-    table.note("Every treadle script measures its own one-chain floor (first row's setup) in "
-               "the same run and quotes its ratios against it.")
+            for prefix in prefixes:
+                redis_cleanup(prefix)
+    for (label, _, _), o, m in zip(VARIANTS, one, many, strict=True):
+        a, b = merge(o), merge(m)
+        table.row(label, ms(med(a.hop_latencies), 2), ms(p95(a.hop_latencies), 2),
+                  ms(med(b.hop_latencies), 1), ms(p95(b.hop_latencies), 1),
+                  num(b.hops_per_s, 0), ms(b.worker_cpu / b.hops, 2))
+    table.note(f"1 chain: {REPEATS} x {HOPS} sequential hops; 20 chains: {REPEATS} x {CHAINS} "
+               f"chains of {CHAIN_HOPS} hops at once. One worker process per variant, "
+               f"`-P threads -c {CHAINS}`, its own broker prefix; the variants' blocks "
+               "alternate. Hop latency = start of hop n+1 - start of hop n (the transaction, "
+               "the send, the broker, the pickup). Worker CPU = utime+stime of the worker "
+               "process / hops.")
+    table.note("Every treadle script below measures its own one-chain floor (the first row's "
+               "setup, interleaved with its treadle blocks) and quotes its ratios against it.")
     emit("floor", "Floor (raw Celery + PostgreSQL hop)", [table], started)
 
 

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from celery import Celery
 
 QUEUE = "bench.floor"
+POOL = int(os.environ.get("BENCH_POOL_SIZE", "5"))
 TASK = "bench.hop"
 
 
@@ -77,21 +78,24 @@ def engine() -> sa.engine.Engine:
     global _engine
     if _engine is None:
         _engine = sa.create_engine(
-            os.environ["BENCH_FLOOR_DB"], pool_size=20, max_overflow=20,
+            os.environ["BENCH_FLOOR_DB"], pool_size=POOL, max_overflow=POOL,
             pool_pre_ping=os.environ.get("BENCH_FLOOR_PREPING") == "1",
         )
     return _engine
 
 
-@app.task(name=TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def hop(chain: int, n: int, last: int, sleep_even: float = 0.0) -> None:
+@app.task(name=TASK, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def hop(self: Any, chain: int, n: int, last: int, sleep_even: float = 0.0) -> None:
     """Hop ``n`` of ``chain``; hops with an even ``n`` first sleep ``sleep_even`` (a model call
     of a throughput floor: a "round" is then an even hop plus an odd one)."""
     ts = time.time()
     if sleep_even and n % 2 == 0:
         time.sleep(sleep_even)
-    with engine().begin() as conn:
-        conn.execute(INSERT, {"chain": chain, "hop": n, "ts": ts, "note": f"hop {n} of {chain}"})
-        ok = conn.execute(UPDATE, {"ts": ts, "chain": chain, "v": n}).rowcount == 1
+    try:
+        with engine().begin() as conn:
+            conn.execute(INSERT, {"chain": chain, "hop": n, "ts": ts, "note": f"hop {n}"})
+            ok = conn.execute(UPDATE, {"ts": ts, "chain": chain, "v": n}).rowcount == 1
+    except sa.exc.OperationalError as exc:  # like treadle's tasks: retry soon
+        raise self.retry(countdown=0.5, max_retries=20) from exc
     if ok and n < last:
         hop.apply_async((chain, n + 1, last, sleep_even), queue=QUEUE)

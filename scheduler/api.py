@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from scheduler.agents import resolve_agent
 from scheduler.deliveries import delivery_view, resume_token
 from scheduler.errors import install_error_handlers
+from scheduler.files_api import files_router, upload_overhead
 from scheduler.schemas import (
     AnswerBody,
     ApprovalBody,
@@ -237,13 +238,18 @@ def create_app(get_rt: Callable[[], Runtime] | None = None) -> FastAPI:
     app.include_router(_runs_router(get_rt))
     app.include_router(threads_router(get_rt, TENANT))
     app.include_router(_ops_router(get_rt))
+    app.include_router(files_router(get_rt, TENANT))
 
     @app.middleware("http")
     async def _body_limit(request: Request, call_next: Any) -> Any:
         length = request.headers.get("content-length")
-        if length and length.isdigit() and int(length) > 2_000_000:
-            return JSONResponse({"error": {"code": "too_large",
-                                           "message": "request body over 2 MB"}}, status_code=413)
+        limit, message = 2_000_000, "request body over 2 MB"
+        if request.url.path == "/v1/files":  # uploads: the file size limit (setting)
+            max_file = get_rt().settings.files_max_bytes
+            limit, message = max_file + upload_overhead, f"file over the {max_file}-byte limit"
+        if length and length.isdigit() and int(length) > limit:
+            return JSONResponse({"error": {"code": "too_large", "message": message}},
+                                status_code=413)
         return await call_next(request)
 
     return app

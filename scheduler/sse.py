@@ -96,8 +96,12 @@ async def event_stream(
     poll = poll or POLL_S
     loop = asyncio.get_running_loop()
     live: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=10_000)
+
+    def on_live(event: dict[str, Any]) -> None:  # on the publisher's (or listener's) thread
+        loop.call_soon_threadsafe(_put, live, event)
+
     # subscribe before the first read: a commit between the two still wakes this tail
-    cancel = rt.live.subscribe(run_id, lambda ev: loop.call_soon_threadsafe(_put, live, ev))
+    cancel = rt.live.subscribe(run_id, on_live)
     tail = _Tail(rt, run_id, after)
     try:
         yield "retry: 2000\n: connected\n\n"

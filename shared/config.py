@@ -44,6 +44,9 @@ class Settings(BaseSettings):
         default=3600, description="Redis broker visibility timeout (the reaper re-drives first)"
     )
     worker_concurrency: int = Field(default=16, description="Threads per worker process")
+    db_pool_size: int = Field(
+        default=0, description="Database connections per process (0 = worker concurrency + 4)"
+    )
     tool_timeout: float = Field(default=120.0, description="Default wall limit of one tool call")
     model_max_retries: int = Field(default=4, description="Transient model errors retried")
     allow_hosts: str = Field(

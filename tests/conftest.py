@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+import tests.plugins  # noqa: F401  (test tools: the API validates tool names at submit)
 from shared.config import Settings
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker

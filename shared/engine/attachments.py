@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,7 @@ from shared.store.files import FileStore, file_store, sniff_content_type
 __all__ = [
     "INLINE_MAX_BYTES",
     "MAX_ATTACHMENTS",
+    "InlineFile",
     "RunFiles",
     "parse_data_url",
     "request_inputs",
@@ -36,6 +38,7 @@ __all__ = [
 
 MAX_ATTACHMENTS = 20
 INLINE_MAX_BYTES = 1_500_000  # decoded; the request body itself is capped at 2 MB
+log = logging.getLogger("treadle.attachments")
 _DATA_URL = re.compile(r"^data:(?P<meta>[^,]*?)(?P<b64>;base64)?,(?P<data>.*)$", re.DOTALL)
 _EXT = {"application/pdf": "pdf", "image/png": "png", "image/jpeg": "jpg", "image/gif": "gif",
         "image/webp": "webp", "text/markdown": "md", "text/plain": "txt"}
@@ -75,28 +78,22 @@ def parse_data_url(url: str, max_bytes: int = INLINE_MAX_BYTES) -> InlineFile:
 
 def resolve_attachments(rt: Runtime, tenant: str, items: Sequence[Any]) -> list[dict[str, Any]]:
     """Submit: file ids must exist for the tenant (SpecError names the missing ones); inline
-    data URLs are stored as files. Returns the run's attachment refs, in the given order."""
+    data URLs are stored as files. Returns the run's attachment refs, in the given order.
+    An item may also be a ref (a re-submitted run's): its id is checked like any other."""
     if len(items) > MAX_ATTACHMENTS:
         raise SpecError(f"at most {MAX_ATTACHMENTS} attachments per run")
+    flat = [str(i.get("id", "")) if isinstance(i, Mapping) else i for i in items]
+    if not all(isinstance(i, str) for i in flat):
+        raise SpecError("attachments: each item is a file id or a data: URL")
     store = store_for(rt)
-    ids = [i for i in items if isinstance(i, str) and not i.startswith("data:")]
+    ids = [i for i in flat if not i.startswith("data:")]
     known = store.metas(ids, tenant)
     missing = [i for i in ids if i not in known]
     if missing:
         raise SpecError(f"attachments: unknown file id(s) {', '.join(missing)}; "
                         "upload files with POST /v1/files first")
-    refs = []
-    for n, item in enumerate(items, 1):
-        if isinstance(item, Mapping):  # already a ref (a sub-run, a re-submitted run)
-            item = item.get("id", "")
-            if item not in known:
-                known.update(store.metas([item], tenant))
-            if item not in known:
-                raise SpecError(f"attachments: unknown file id {item}")
-        if not isinstance(item, str):
-            raise SpecError("attachments: each item is a file id or a data: URL")
-        refs.append(known[item].ref() if item in known else _store_inline(store, tenant, item, n))
-    return refs
+    return [known[i].ref() if i in known else _store_inline(store, tenant, i, n)
+            for n, i in enumerate(flat, 1)]
 
 
 def _store_inline(store: FileStore, tenant: str, url: str, n: int) -> dict[str, Any]:
@@ -117,9 +114,16 @@ def request_inputs(rt: Runtime, run: RowMapping, profile: ModelProfile) -> dict[
     images = image_refs(attachment_refs(inputs)) if profile.vision else []
     if images:
         files = run_files(rt, run)
-        inputs["images"] = [_data_url(str(r["content_type"]), files.read(str(r["id"])))
-                            for r in images]
+        inputs["images"] = [url for r in images if (url := _image_url(files, r))]
     return inputs
+
+
+def _image_url(files: RunFiles, ref: Mapping[str, Any]) -> str | None:
+    try:
+        return _data_url(str(ref["content_type"]), files.read(str(ref["id"])))
+    except OSError:  # gone from the store: the round goes on without it
+        log.warning("attachment %s could not be read", ref["id"], exc_info=True)
+        return None
 
 
 class RunFiles:

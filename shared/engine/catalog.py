@@ -8,6 +8,7 @@ from typing import Any
 
 from shared.agent import ask as ask_mod
 from shared.agent import plan as plan_mod
+from shared.agent.attachments import is_image
 from shared.agent.spec import AgentSpec, ModelProfile
 from shared.agent.state import CatalogEntry
 from shared.agent.step import INTERNAL_TOOLS
@@ -58,7 +59,8 @@ def build_catalog(
     """SPEC P-5: a business tool named like an internal one is dropped, with a warning.
     Inline tools with ``agent:`` become ``AgentTool``s (model profiles by name: ``profiles``).
     A tool that cannot run here (``unavailable``: run_python without bubblewrap) is left
-    out, with a warning. A run with ``attachments`` gets ``read_files`` (SPEC M-11)."""
+    out, with a warning. A run with documents among its ``attachments`` gets ``read_files``
+    (SPEC M-11)."""
     if spec.kind != "agent":
         return Catalog(entries={}, tools={})
     entries: dict[str, CatalogEntry] = {}
@@ -79,8 +81,9 @@ def build_catalog(
             )
             tools[tool.name] = tool
     entries.update(internal)
-    if attachments:
-        entries[READ_FILES.name] = _read_files_entry(attachments)
+    docs = [a for a in attachments if not is_image(a)]  # images go to the model directly
+    if docs:
+        entries[READ_FILES.name] = _read_files_entry(docs)
         tools[READ_FILES.name] = READ_FILES
     return Catalog(entries=entries, tools=tools, warnings=tuple(warnings))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -18,6 +18,7 @@ from shared.agent.messages import Message
 from shared.agent.spec import AgentSpec, WebhookSpec
 from shared.engine import threads
 from shared.engine.afters import flush_calls, settle
+from shared.engine.attachments import resolve_attachments
 from shared.engine.catalog import build_catalog
 from shared.engine.resume import pause_is_current, spend_resume_token
 from shared.engine.runtime import OutboxItem, Runtime
@@ -102,6 +103,9 @@ def submit_run(rt: Runtime, req: RunInput) -> tuple[RowMapping, bool]:
             found = repo.find_idempotent(conn, req.tenant, req.idempotency_key)
         if found is not None:
             return found, False
+    if req.inputs.get("attachments"):  # SPEC M-11: ids must exist; data URLs become files
+        refs = resolve_attachments(rt, req.tenant, req.inputs["attachments"])
+        req = replace(req, inputs={**req.inputs, "attachments": refs})
     run_id = new_id("run")
     deadline = ts + req.agent.budget.deadline_s if req.agent.budget.deadline_s else None
     row = {

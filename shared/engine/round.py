@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
 
+from shared.agent.attachments import attachment_refs
 from shared.agent.budget import check_budgets
 from shared.agent.chat import stream_enabled
 from shared.agent.compression import (
@@ -23,10 +21,10 @@ from shared.agent.compression import (
     reduce_tool_result,
     tool_result_budget,
 )
-from shared.agent.history import request_budget
-from shared.agent.plan import Plan
 from shared.agent.decisions import Fail, Finish, RunTools
+from shared.agent.history import request_budget
 from shared.agent.messages import Message, Reply, Usage
+from shared.agent.plan import Plan
 from shared.agent.pricing import price_call
 from shared.agent.request import RequestPlan, plan_request, split_question
 from shared.agent.router import route
@@ -34,11 +32,12 @@ from shared.agent.spec import AgentSpec, ModelProfile
 from shared.agent.state import LoopState
 from shared.agent.step import StepResult, step
 from shared.agent.tokens import estimate_tokens
-from shared.engine import threads
-from shared.engine import metrics
+from shared.engine import metrics, threads
 from shared.engine.afters import encode_after, flush_calls, settle
+from shared.engine.attachments import request_inputs
 from shared.engine.catalog import Catalog, build_catalog
 from shared.engine.handlers import run_handler
+from shared.engine.leases import renewer_for
 from shared.engine.runtime import Runtime, worker_id
 from shared.errors import FatalModelError, TransientModelError
 from shared.llm.base import Delta, ModelRequest, ToolDef
@@ -158,26 +157,9 @@ def _release(rt: Runtime, run_id: str, version: int, owner: str, usage_id: int |
             conn.execute(sa.delete(usage).where(usage.c.id == usage_id))
 
 
-@contextmanager
-def _lease_keeper(rt: Runtime, run_id: str, version: int, owner: str) -> Iterator[None]:
-    """Renew the round's lease every third of its length while the model call runs."""
-    stop = threading.Event()
-    lease = rt.settings.lease_seconds
-
-    def renew() -> None:
-        while not stop.wait(lease / 3):
-            try:
-                with rt.engine.begin() as conn:
-                    repo.renew_round(conn, run_id, version, owner, repo.now() + lease)
-            except Exception:  # a failed renewal is retried next tick
-                log.warning("lease renewal failed for %s", run_id, exc_info=True)
-
-    t = threading.Thread(target=renew, name=f"lease-{run_id}", daemon=True)
-    t.start()
-    try:
-        yield
-    finally:
-        stop.set()
+def _lease_keeper(rt: Runtime, run_id: str, version: int, owner: str) -> Any:
+    """Keep the round's lease while the model call runs (the process's one renewer)."""
+    return renewer_for(rt.engine, rt.settings.lease_seconds).hold(("round", run_id, version, owner))
 
 
 def _drive(
@@ -196,12 +178,13 @@ def _drive(
         routed = _try_route(rt, claim, version, outbox_id)
         if routed is not None:
             return routed
-    catalog = build_catalog(spec, rt.profiles)
+    catalog = build_catalog(spec, rt.profiles, attachments=attachment_refs(run["inputs"]))
     checkpoint = _maybe_checkpoint(rt, claim, version, catalog, attempt)
     history = claim.history + ([checkpoint.message] if checkpoint else [])
     req = plan_request(
         spec, profile=claim.profile, state=state, messages=history,
-        catalog=catalog.entries, plan=run["plan"], inputs=run["inputs"] or {},
+        catalog=catalog.entries, plan=run["plan"],
+        inputs=request_inputs(rt, run, claim.profile),
     )
     reply, latency = _call_model(rt, claim, version, req, attempt)
     result = step(spec, state, reply, catalog.entries, run["plan"],

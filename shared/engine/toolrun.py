@@ -6,25 +6,25 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
 
+from shared.agent.attachments import attachment_refs
 from shared.agent.compression import reduce_tool_result, tool_result_budget
 from shared.agent.decisions import Fail, Finish
 from shared.agent.spec import AgentSpec
-from shared.engine import threads
-from shared.engine import metrics
+from shared.engine import metrics, threads
 from shared.engine.afters import decode_after, flush_calls, settle
+from shared.engine.attachments import run_files
 from shared.engine.catalog import build_catalog
+from shared.engine.leases import renewer_for
 from shared.engine.runtime import Runtime
+from shared.errors import ToolError
 from shared.llm.profiles import resolve_profile
 from shared.store import repo
 from shared.store.tables import outbox, runs, tool_calls
-from shared.errors import ToolError
 from shared.tools import InvalidToolArguments, ToolContext, ToolResult
 
 __all__ = ["execute_tool", "join_changes", "run_tool"]
@@ -83,31 +83,17 @@ def _drop_if_finished(conn: Connection, run_id: str, call_id: str, outbox_id: in
         conn.execute(sa.delete(outbox).where(outbox.c.id == outbox_id))
 
 
-@contextmanager
-def _lease_keeper(rt: Runtime, run_id: str, call_id: str, attempt: int) -> Iterator[None]:
-    stop = threading.Event()
-    lease = rt.settings.lease_seconds
-
-    def renew() -> None:
-        while not stop.wait(lease / 3):
-            try:
-                with rt.engine.begin() as conn:
-                    repo.renew_tool(conn, run_id, call_id, attempt, repo.now() + lease)
-            except Exception:
-                log.warning("tool lease renewal failed for %s/%s", run_id, call_id, exc_info=True)
-
-    threading.Thread(target=renew, daemon=True, name=f"lease-{call_id}").start()
-    try:
-        yield
-    finally:
-        stop.set()
+def _lease_keeper(rt: Runtime, run_id: str, call_id: str, attempt: int) -> Any:
+    """Keep the tool call's lease while it runs (the process's one renewer)."""
+    return renewer_for(rt.engine, rt.settings.lease_seconds).hold(("tool", run_id, call_id, attempt))
 
 
 def execute_tool(rt: Runtime, spec: AgentSpec, run: RowMapping, call: RowMapping) -> ToolResult:
     """Run the tool; any failure becomes its result text (SPEC L-5)."""
     import json5
 
-    catalog = build_catalog(spec, rt.profiles)
+    refs = attachment_refs(run["inputs"])
+    catalog = build_catalog(spec, rt.profiles, attachments=refs)
     tool = catalog.tools.get(call["name"])
     if tool is None:
         return ToolResult(text=f"Tool not found: {call['name']}")
@@ -115,6 +101,7 @@ def execute_tool(rt: Runtime, spec: AgentSpec, run: RowMapping, call: RowMapping
         run_id=run["id"], call_id=call["call_id"], tenant=run["tenant"],
         deadline=run["deadline_at"],
         allow_hosts=tuple(h.strip() for h in rt.settings.allow_hosts.split(",") if h.strip()),
+        attachments=refs, files=run_files(rt, run) if refs else None,
     )
     try:
         args = json5.loads(call["arguments"] or "{}")

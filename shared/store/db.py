@@ -48,26 +48,28 @@ def _sqlite_engine(url: str, pool_size: int) -> Engine:
     return engine
 
 
-def make_engine(url: str, pool_size: int = 20) -> Engine:
+def make_engine(url: str, pool_size: int = 20, max_overflow: int = 5) -> Engine:
+    """Size the pool to the threads that use it: N worker processes × (pool + overflow) must
+    stay under the server's max_connections (100 by default on PostgreSQL)."""
     if url.startswith("sqlite"):
         return _sqlite_engine(url, pool_size)
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
-    return sa.create_engine(
-        url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, pool_recycle=1800
-    )
+    return sa.create_engine(url, pool_size=pool_size, max_overflow=max_overflow,
+                            pool_pre_ping=True, pool_recycle=1800, pool_timeout=30)
 
 
 def get_engine(url: str | None = None) -> Engine:
     """The process-wide engine for ``url`` (default: the configured database)."""
-    if url is None:
-        from shared.config import get_settings
+    from shared.config import get_settings
 
-        url = get_settings().database_url
+    settings = get_settings()
+    url = url or settings.database_url
     with _lock:
         engine = _engines.get(url)
         if engine is None:
-            engine = _engines[url] = make_engine(url)
+            size = settings.db_pool_size or settings.worker_concurrency + 4
+            engine = _engines[url] = make_engine(url, pool_size=size)
         return engine
 
 

@@ -44,6 +44,7 @@ __all__ = [
 DURABLE_EVENTS = frozenset({
     "run.queued", "round.started", "tool.started", "tool.finished", "plan.updated",
     "run.waiting", "run.resumed", "run.completed", "run.failed", "run.cancelled",
+    "run.released",
 })
 DEFAULT_EVENTS = frozenset({"run.waiting", "run.completed", "run.failed", "run.cancelled"})
 TOKEN_PREFIX = "rtk_"

@@ -201,7 +201,7 @@ class DirectoryFiles(FileStore):
     def _read(self, row: RowMapping) -> bytes:
         if row["data"] is not None:
             return bytes(row["data"])
-        path = (self.root / row["location"]).resolve()
+        path = Path(self.root, str(row["location"])).resolve()
         if not path.is_relative_to(self.root.resolve()):
             raise FileNotFoundError(f"file {row['id']}: location outside the files directory")
         return path.read_bytes()
@@ -213,4 +213,6 @@ def _safe_part(value: str) -> str:
 
 def file_store(engine: Engine, files_dir: str = "") -> FileStore:
     """The configured store: a directory when ``files_dir`` is set, else the database."""
-    return DirectoryFiles(engine, files_dir) if files_dir else DatabaseFiles(engine)
+    if files_dir:
+        return DirectoryFiles(engine, files_dir)
+    return DatabaseFiles(engine)

@@ -44,7 +44,8 @@ class ReadFilesArgs(BaseModel):
 def page_spans(text: str, size: int = PAGE_CHARS) -> list[tuple[int, int]]:
     """Split ``text`` into pages of at most ``size`` characters, cut at a line break in the
     last fifth of a page when there is one. Deterministic, so page N is always the same."""
-    spans, start = [], 0
+    spans: list[tuple[int, int]] = []
+    start = 0
     while start < len(text) or not spans:
         end = min(start + size, len(text))
         if end < len(text):
@@ -125,7 +126,9 @@ def _find(refs: Sequence[Mapping[str, Any]], wanted: str) -> Mapping[str, Any]:
 
 
 def _size(n: int) -> str:
-    return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MB"
+    if n < 1024:
+        return f"{n} B"
+    return f"{n / 1024:.1f} KB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MB"
 
 
 def describe_files(refs: Sequence[Mapping[str, Any]]) -> str:

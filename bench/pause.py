@@ -1,0 +1,259 @@
+"""Pauses: N runs waiting on an ``ask_user`` question hold nothing. Queued broker messages
+(must be 0), worker RSS (must not grow with the number waiting), database bytes per waiting
+run; then every run is answered: answer → next model request latency, paced one at a time
+(against the floor hop measured in the same run) and all at once.
+
+Runs are submitted straight through ``shared.engine.commands.submit_run`` (4 threads, no
+HTTP) and answered through ``answer_run`` — what the API handlers call. The model is the
+scripted one: reply 1 asks, reply 2 answers; each run's profile has its own name so the
+worker's model-call log (``TREADLE_MODEL_CALL_LOG``) gives the exact time of each run's
+second model request.
+
+    python -m bench.pause     (BENCH_PAUSE_RUNS=10000, BENCH_PAUSE_PACED=200)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import sqlalchemy as sa
+
+from bench.common import (
+    LOG_DIR,
+    Floor,
+    FloorResult,
+    Procs,
+    Section,
+    close_runtime,
+    count_status,
+    emit,
+    log,
+    med,
+    merge,
+    ms,
+    new_prefix,
+    p95,
+    proc_cpu,
+    proc_rss_mb,
+    queued_messages,
+    redis_cleanup,
+    scratch_db,
+    start_treadle_workers,
+    table_bytes,
+    treadle_env,
+    treadle_runtime,
+    verdict,
+    wait_for,
+)
+
+N = int(os.environ.get("BENCH_PAUSE_RUNS", "10000"))
+PACED = min(int(os.environ.get("BENCH_PAUSE_PACED", "200")), N)
+WORKERS = int(os.environ.get("BENCH_PAUSE_WORKERS", "2"))
+CONC = int(os.environ.get("BENCH_PAUSE_CONCURRENCY", "16"))
+TABLES = ["runs", "messages", "tool_calls", "events", "usage", "outbox"]
+ASK = {"reason": "I need the user's choice to go on.",
+       "questions": [{"question": "Which colour should the report use?",
+                      "options": [{"label": "Red", "value": "red"},
+                                  {"label": "Blue", "value": "blue"}]}]}
+TARGET_HOPS = 3.0
+
+
+def ask_agent(i: int) -> dict[str, Any]:
+    replies = [{"tool_calls": [{"id": "ask_1", "name": "ask_user", "arguments": ASK}]},
+               {"text": "Thanks: the report will be red."}]
+    return {"kind": "agent", "ask": True,
+            "model": {"provider": "scripted", "name": f"p{i}", "replies": replies}}
+
+
+def model_calls(path: str) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    try:
+        with open(path) as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) == 3:
+                    out.setdefault(parts[0], []).append(float(parts[2]))
+    except OSError:
+        pass
+    return out
+
+
+def main() -> None:
+    from bench.common import submit
+    from shared.engine.commands import answer_run
+
+    started = time.time()
+    procs = Procs()
+    call_log = str(LOG_DIR / f"pause-calls-{os.getpid()}.log")
+    res: dict[str, Any] = {}
+    with scratch_db("pause") as url:
+        prefix, fprefix = new_prefix("pause"), new_prefix("pfloor")
+        rt = treadle_runtime(url, prefix, pool_size=6)
+        floors: list[FloorResult] = []
+        try:
+            floor = Floor(procs, url, fprefix, concurrency=4)
+            env = treadle_env(url, prefix, TREADLE_MODEL_CALL_LOG=call_log,
+                              BENCH_POOL_SIZE="8")
+            names = start_treadle_workers(procs, env, WORKERS, CONC, tag="pw")
+            pids = [procs.pid(n) for n in names]
+            with rt.engine.connect() as conn:
+                bytes0 = table_bytes(conn, TABLES)
+            ids: list[str] = [""] * N
+
+            def sub(i: int) -> None:
+                ids[i] = submit(rt, ask_agent(i))
+
+            log(f"pause: submitting {N} runs (4 threads, submit_run)")
+            t0 = time.time()
+            rss_1k: list[float] = []
+            with ThreadPoolExecutor(4) as pool:
+                futs = [pool.submit(sub, i) for i in range(N)]
+                for i, f in enumerate(futs):
+                    f.result()
+                    if i + 1 == min(1000, N):
+                        wait_for(lambda: count_status(rt.engine, ["waiting"]) >= min(1000, N),
+                                 300, "1000 waiting runs", interval=0.2)
+                        rss_1k = [proc_rss_mb(p) for p in pids]
+            res["submit_s"] = time.time() - t0
+            wait_for(lambda: count_status(rt.engine, ["waiting"]) >= N, 900,
+                     f"{N} waiting runs", interval=0.5)
+            res["all_waiting_s"] = time.time() - t0
+            time.sleep(2)
+            res["queued"] = queued_messages(prefix)
+            with rt.engine.connect() as conn:
+                bytes1 = table_bytes(conn, TABLES)
+                res["outbox"] = int(conn.execute(sa.text("SELECT count(*) FROM outbox"))
+                                    .scalar_one())
+                res["rows"] = {t: int(conn.execute(sa.text(f"SELECT count(*) FROM {t}"))
+                                      .scalar_one()) for t in TABLES}
+                res["logical"] = int(conn.execute(sa.text(
+                    "SELECT (SELECT sum(pg_column_size(r.*)) FROM runs r) + (SELECT "
+                    "sum(pg_column_size(m.*)) FROM messages m) + (SELECT sum(pg_column_size("
+                    "t.*)) FROM tool_calls t) + (SELECT sum(pg_column_size(e.*)) FROM events "
+                    "e) + (SELECT sum(pg_column_size(u.*)) FROM usage u)")).scalar_one())
+            res["rss_1k"], res["rss_n"] = rss_1k, [proc_rss_mb(p) for p in pids]
+            cpu0 = sum(proc_cpu(p) for p in pids)
+            time.sleep(5)
+            res["idle_cpu"] = (sum(proc_cpu(p) for p in pids) - cpu0) / 5
+            res["bytes"] = {t: bytes1[t] - bytes0[t] for t in TABLES}
+
+            log(f"pause: {PACED} paced answers (one at a time), floor blocks around them")
+            floors.append(floor.run(chains=1, hops=100))
+            paced: dict[int, tuple[float, float]] = {}
+            for i in range(PACED):
+                a = time.time()
+                answer_run(rt, "default", ids[i], "ask_1", ["red"])
+                paced[i] = (a, time.time())
+                rid = ids[i]
+                wait_for(lambda rid=rid: _status(rt, rid) == "completed", 30, f"run {rid}",
+                         interval=0.005)
+            floors.append(floor.run(chains=1, hops=100))
+            floor.close()
+
+            log(f"pause: answering the other {N - PACED} at once (4 threads)")
+            bulk: dict[int, tuple[float, float]] = {}
+
+            def ans(i: int) -> None:
+                a = time.time()
+                answer_run(rt, "default", ids[i], "ask_1", ["red"])
+                bulk[i] = (a, time.time())
+
+            t1 = time.time()
+            with ThreadPoolExecutor(4) as pool:
+                list(pool.map(ans, range(PACED, N)))
+            res["answer_s"] = time.time() - t1
+            wait_for(lambda: count_status(rt.engine, ["completed"]) >= N, 900,
+                     f"{N} completed runs", interval=0.5)
+            res["drain_s"] = time.time() - t1
+            res["rss_end"] = [proc_rss_mb(p) for p in pids]
+            res["failed"] = count_status(rt.engine, ["failed"])
+        finally:
+            procs.stop_all()
+            close_runtime(rt)
+            redis_cleanup(prefix)
+            redis_cleanup(fprefix)
+    calls = model_calls(call_log)
+    res["lat_paced"] = _latencies(paced, calls)
+    res["lat_bulk"] = _latencies(bulk, calls)
+    fl = merge(floors)
+    report(res, fl, started)
+
+
+def _status(rt: Any, run_id: str) -> str:
+    with rt.engine.connect() as conn:
+        return str(conn.execute(sa.text("SELECT status FROM runs WHERE id = :r"),
+                                {"r": run_id}).scalar_one())
+
+
+def _latencies(answers: dict[int, tuple[float, float]],
+               calls: dict[str, list[float]]) -> tuple[list[float], list[float]]:
+    """(answer sent → 2nd model request, answer committed+published → 2nd model request)."""
+    start, commit = [], []
+    for i, (a, b) in answers.items():
+        times = sorted(calls.get(f"p{i}", []))
+        if len(times) >= 2:
+            start.append(times[1] - a)
+            commit.append(times[1] - b)
+    return start, commit
+
+
+def report(res: dict[str, Any], fl: FloorResult, started: float) -> None:
+    hop = med(fl.hop_latencies)
+    q = res["queued"]
+    queued = sum(q.values())
+    s = Section(f"{N:,} runs waiting on an ask ({WORKERS} worker processes x {CONC} threads)",
+                ["measure", "value", "target", "verdict"])
+    s.row("queued broker messages while all wait (ready + unacked)",
+          f"{queued} ({', '.join(f'{k} {v}' for k, v in q.items())})", "0",
+          verdict(queued == 0))
+    s.row("outbox rows while all wait", res["outbox"], "0", verdict(res["outbox"] == 0))
+    r1, rn = sum(res["rss_1k"]), sum(res["rss_n"])
+    grow = rn - r1
+    s.row("worker RSS at 1,000 waiting → at all waiting (MB, all workers)",
+          f"{r1:.1f} → {rn:.1f} ({grow:+.1f})", "no growth",
+          verdict(grow <= max(5.0, 0.05 * r1)))
+    s.row("worker RSS after all were answered and completed (MB)",
+          f"{sum(res['rss_end']):.1f}", "", "")
+    s.row("worker CPU while all wait (idle)", f"{res['idle_cpu'] * 1000:.1f} ms/s", "", "")
+    total = sum(res["bytes"].values())
+    s.row("database bytes per waiting run (tables + indexes + TOAST)", f"{total / N:,.0f}", "",
+          "")
+    s.row("… of which row data (pg_column_size of the rows)", f"{res['logical'] / N:,.0f}",
+          "", "")
+    s.row("time to submit all / until all were waiting",
+          f"{res['submit_s']:.1f} s / {res['all_waiting_s']:.1f} s "
+          f"({N / res['all_waiting_s']:.0f} runs/s)", "", "")
+    s.note("Per table, bytes per waiting run: " + ", ".join(
+        f"{t} {b / N:,.0f} ({res['rows'][t] / N:.1f} rows)" for t, b in res["bytes"].items())
+        + ". RSS growth allowance: 5 MB or 5%.")
+    s.note("No reaper ran during the bench (it would scan for expired asks every "
+           "TREADLE_REAPER_INTERVAL).")
+    sp, cp = res["lat_paced"]
+    sb, cb = res["lat_bulk"]
+    a = Section("Answer → next model request",
+                ["answers", "from the answer call: median ms", "p95 ms", "in floor hops",
+                 "target", "verdict", "from its commit: median ms", "p95 ms"])
+    ratio = med(sp) / hop
+    a.row(f"{len(sp)} paced (one at a time)", ms(med(sp), 2), ms(p95(sp), 2),
+          f"**{ratio:.2f}**", f"<= {TARGET_HOPS:.0f}", verdict(ratio <= TARGET_HOPS),
+          ms(med(cp), 2), ms(p95(cp), 2))
+    a.row(f"{len(sb):,} at once (4 answering threads)", ms(med(sb), 0), ms(p95(sb), 0),
+          f"{med(sb) / hop:.0f}", "", "", ms(med(cb), 0), ms(p95(cb), 0))
+    a.row("floor hop (1 chain, around the paced answers)", ms(hop, 2),
+          ms(p95(fl.hop_latencies), 2), "1.00", "", "", "", "")
+    a.note(f"All {N - PACED:,} at once: answered in {res['answer_s']:.1f} s "
+           f"({(N - PACED) / res['answer_s']:.0f} answers/s), all completed "
+           f"{res['drain_s']:.1f} s after the first ({(N - PACED) / res['drain_s']:.0f} "
+           f"rounds/s); failed runs: {res['failed']}. The latency under load is queueing "
+           "behind the other answers.")
+    a.note("From the answer call = `answer_run` called (the API handler's work: one "
+           "transaction, then the publish) → the scripted model called in the worker; from "
+           "its commit = `answer_run` returned → the model call.")
+    emit("pause", "Pauses: waiting runs hold nothing", [s, a], started)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,411 @@
+"""Tool rounds against the floor: a tool agent (one ``bench_echo`` call per round, ~500-char
+assistant and tool messages, the fake OpenAI-compatible server with no latency) on Redis +
+PostgreSQL through a real worker process. Per-round overhead (a round's wall time minus its
+model call) against the floor hop measured in the same run, interleaved; where the time of a
+round goes; the Redis commands of a round; and, driving the same engine in this process, the
+statements, transactions and bytes written at rounds 1, 10, 25, 50 and 200.
+
+    python -m bench.rounds     (BENCH_ROUNDS=50, BENCH_ROUNDS_RUNS=3, BENCH_ROUNDS_LONG=200)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import replace
+from typing import Any
+
+import sqlalchemy as sa
+
+from bench.common import (
+    REDIS_URL,
+    Floor,
+    FloorResult,
+    Probe,
+    Procs,
+    Section,
+    close_runtime,
+    emit,
+    http_tool_agent,
+    log,
+    med,
+    merge,
+    ms,
+    new_prefix,
+    num,
+    p95,
+    redis_cleanup,
+    scratch_db,
+    start_treadle_workers,
+    submit,
+    tool_responder,
+    treadle_env,
+    treadle_runtime,
+    verdict,
+    wait_for,
+    wal_lsn,
+)
+from shared.llm.fake_server import FakeLLMServer
+
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "50"))
+RUNS = int(os.environ.get("BENCH_ROUNDS_RUNS", "3"))
+LONG = int(os.environ.get("BENCH_ROUNDS_LONG", "200"))
+FLOOR_HOPS = int(os.environ.get("BENCH_ROUNDS_FLOOR_HOPS", "100"))
+AT = [k for k in (1, 10, 25, 50, 200) if k <= LONG]
+TARGET_HOPS = 2.5
+
+
+def run_and_wait(rt: Any, agent: dict[str, Any], timeout: float = 300) -> str:
+    run_id = submit(rt, agent)
+
+    def done() -> bool:
+        with rt.engine.connect() as conn:
+            status = conn.execute(sa.text("SELECT status FROM runs WHERE id = :r"),
+                                  {"r": run_id}).scalar_one()
+        if status == "failed":
+            raise RuntimeError(f"run {run_id} failed")
+        return bool(status == "completed")
+
+    wait_for(done, timeout, f"run {run_id}", interval=0.02)
+    return run_id
+
+
+# --------------------------------------------------------------------------- timings
+
+
+def round_phases(engine: sa.Engine, run_id: str) -> list[dict[str, float]]:
+    """Per tool round k: its cycle (round k claimed → round k+1 claimed), the model call, and
+    the phases between the durable timestamps the engine writes."""
+    with engine.connect() as conn:
+        evs = conn.execute(sa.text("SELECT type, created_at, data FROM events WHERE run_id = :r "
+                                   "ORDER BY seq"), {"r": run_id}).all()
+        msg = dict(conn.execute(sa.text(
+            "SELECT round, created_at FROM messages WHERE run_id = :r AND role = 'assistant'"),
+            {"r": run_id}).all())
+        model = dict(conn.execute(sa.text(
+            "SELECT round, latency_ms FROM usage WHERE run_id = :r AND purpose = 'round'"),
+            {"r": run_id}).all())
+    started: dict[int, float] = {}
+    tool_start: dict[int, float] = {}
+    tool_end: dict[int, float] = {}
+    k = 0
+    for type_, ts, data in evs:
+        if type_ == "round.started":
+            k = int(data["round"])
+            started[k] = ts
+        elif type_ == "tool.started":
+            tool_start.setdefault(k, ts)
+        elif type_ == "tool.finished":
+            tool_end[k] = ts
+    out = []
+    for k in sorted(started):
+        if k + 1 not in started or k not in tool_end or k not in msg:
+            continue
+        m = (model.get(k) or 0) / 1000
+        cycle = started[k + 1] - started[k]
+        out.append({"round": k, "cycle": cycle, "model": m, "overhead": cycle - m,
+                    "claim_model": msg[k] - started[k] - m,
+                    "commit_to_tool": tool_start[k] - msg[k],
+                    "tool": tool_end[k] - tool_start[k],
+                    "tool_commit_to_round": started[k + 1] - tool_end[k]})
+    return out
+
+
+def window(rows: list[dict[str, float]], k: int, key: str, span: int = 2) -> list[float]:
+    return [r[key] for r in rows if abs(r["round"] - k) <= span]
+
+
+# --------------------------------------------------------------------------- Redis commands
+
+
+def redis_commands(rt: Any, base_url: str, rounds: int) -> tuple[Counter[str], int]:
+    """Commands on our Redis DB during one run of ``rounds`` tool rounds (MONITOR)."""
+    db = REDIS_URL.rsplit("/", 1)[-1] or "0"
+    hostport = REDIS_URL.split("//", 1)[1].split("/", 1)[0]
+    host, _, port = hostport.rpartition(":")
+    out = open(os.devnull, "wb")  # noqa: SIM115
+    mon = subprocess.Popen(["redis-cli", "-h", host or "127.0.0.1", "-p", port or "6379",
+                            "monitor"], stdout=subprocess.PIPE, stderr=out)
+    lines: list[bytes] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(mon.stdout.readline, b"")),
+                              daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    time.sleep(0.3)
+    run_and_wait(rt, http_tool_agent(base_url, rounds))
+    time.sleep(0.3)
+    mon.terminate()
+    mon.wait(5)
+    reader.join(5)
+    counts: Counter[str] = Counter()
+    for raw in lines:
+        line = raw.decode(errors="replace")
+        if f"[{db} " not in line:
+            continue
+        parts = line.split('"')
+        if len(parts) > 1:
+            counts[parts[1].upper()] += 1
+    return counts, rounds
+
+
+# --------------------------------------------------------------------------- in-process
+
+
+def anatomy(url: str, prefix: str, base_url: str, rounds: int,
+            repeats: int = 2) -> dict[int, dict[str, Any]]:
+    """Drive tool runs with the engine's own functions in this process (no broker: a list),
+    snapshotting the WAL position, the statements and the rows at each round boundary."""
+    import json5
+
+    from shared.engine.round import run_round
+    from shared.engine.runtime import InProcessBus
+    from shared.engine.toolrun import run_tool
+
+    rt = treadle_runtime(url, prefix)
+    queue: deque[Any] = deque()
+    published = Counter[str]()
+
+    def publish(items: list[Any]) -> None:
+        queue.extend(items)
+        published["broker messages"] += len(items)
+
+    bus = InProcessBus()
+    orig_live = bus.publish
+
+    def live(run_id: str, event: dict[str, Any]) -> None:
+        published["live publishes (Redis PUBLISH in a worker)"] += 1
+        orig_live(run_id, event)
+
+    bus.publish = live  # type: ignore[method-assign]
+    rt = replace(rt, publish=publish, live=bus)
+    probe = Probe().attach(rt.engine)
+    spawned = Counter[str]()
+    real_start = threading.Thread.start
+
+    def counting_start(self: threading.Thread) -> None:
+        spawned[self.name.split("-")[0]] += 1
+        real_start(self)
+
+    json5_s = [0.0]
+    real_json5 = json5.loads
+
+    def timed_json5(*args: Any, **kw: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return real_json5(*args, **kw)
+        finally:
+            json5_s[0] += time.perf_counter() - t
+
+    lsn_engine = sa.create_engine(url, isolation_level="AUTOCOMMIT", pool_size=1)
+    per_round: dict[int, list[dict[str, Any]]] = {}
+    threading.Thread.start = counting_start  # type: ignore[method-assign]
+    json5.loads = timed_json5
+    try:
+        with lsn_engine.connect() as lsn_conn:
+            for _ in range(repeats):
+                run_id = submit(rt, http_tool_agent(base_url, rounds))
+                marks: list[tuple[int, int, float, int, Counter[str], Counter[str], float]] = []
+                while queue:
+                    _oid, kind, payload = queue.popleft()
+                    if kind == "round":
+                        seq = int(lsn_conn.execute(sa.text(
+                            "SELECT event_seq FROM runs WHERE id = :r"),
+                            {"r": run_id}).scalar_one())
+                        marks.append((wal_lsn(lsn_conn), probe.mark(), time.perf_counter(), seq,
+                                      Counter(published), Counter(spawned), json5_s[0]))
+                        run_round(rt, payload["run_id"], payload["version"], _oid)
+                    elif kind == "tool":
+                        run_tool(rt, payload["run_id"], payload["call_id"], payload["version"],
+                                 _oid)
+                sizes = _row_sizes(lsn_conn, run_id, [m[3] for m in marks])
+                model = dict(lsn_conn.execute(sa.text(
+                    "SELECT round, latency_ms FROM usage WHERE run_id = :r AND purpose = "
+                    "'round'"), {"r": run_id}).all())
+                for k in range(1, min(rounds, len(marks) - 1) + 1):
+                    (w0, p0, t0, _, pub0, sp0, j0) = marks[k - 1]
+                    (w1, p1, t1, _, pub1, sp1, j1) = marks[k]
+                    per_round.setdefault(k, []).append({
+                        "wal": w1 - w0, "seconds": t1 - t0 - (model.get(k) or 0) / 1000,
+                        "json5": j1 - j0, **probe.summary(p0, p1),
+                        "txns": probe.transactions(p0, p1), "rows_bytes": sizes.get(k, 0),
+                        "published": pub1 - pub0, "threads": sp1 - sp0,
+                    })
+    finally:
+        json5.loads = real_json5
+        threading.Thread.start = real_start  # type: ignore[method-assign]
+        lsn_engine.dispose()
+        close_runtime(rt)
+    return {k: _pick(v) for k, v in per_round.items()}
+
+
+def _pick(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Across repeats: the smallest WAL (other databases write WAL too) and time."""
+    best = dict(samples[0])
+    best["wal"] = min(s["wal"] for s in samples)
+    best["seconds"] = min(s["seconds"] for s in samples)
+    best["json5"] = min(s["json5"] for s in samples)
+    return best
+
+
+def _row_sizes(conn: sa.Connection, run_id: str, event_marks: list[int]) -> dict[int, int]:
+    """Bytes of the rows each round inserted (messages, tool_calls, usage, events), plus one
+    new version of the runs row per UPDATE of it (counted by the caller's statement log)."""
+    out: Counter[int] = Counter()
+    for table in ("messages", "tool_calls", "usage"):
+        for k, b in conn.execute(sa.text(
+                f"SELECT round, sum(pg_column_size(t.*)) FROM {table} t WHERE run_id = :r "
+                "GROUP BY round"), {"r": run_id}).all():
+            out[int(k)] += int(b)
+    evs = conn.execute(sa.text("SELECT seq, pg_column_size(t.*) FROM events t WHERE run_id = :r"),
+                       {"r": run_id}).all()
+    for k in range(1, len(event_marks)):
+        lo, hi = event_marks[k - 1], event_marks[k]
+        out[k] += sum(int(b) for s, b in evs if lo < s <= hi)
+    return dict(out)
+
+
+def runs_row_bytes(url: str) -> int:
+    eng = sa.create_engine(url)
+    with eng.connect() as conn:
+        v = conn.execute(sa.text("SELECT avg(pg_column_size(t.*)) FROM runs t")).scalar()
+    eng.dispose()
+    return int(v or 0)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    started = time.time()
+    procs = Procs()
+    sections: list[Section] = []
+    llm = FakeLLMServer(tool_responder).start()
+    base = llm.base_url
+    with scratch_db("rounds") as url:
+        prefix, fprefix = new_prefix("rounds"), new_prefix("rfloor")
+        rt = treadle_runtime(url, prefix)
+        floors: list[FloorResult] = []
+        run_ids: list[str] = []
+        try:
+            floor = Floor(procs, url, fprefix, concurrency=4)
+            start_treadle_workers(procs, treadle_env(url, prefix), 1, 8)
+            run_and_wait(rt, http_tool_agent(base, 3), timeout=60)  # ready and warm
+            for i in range(RUNS):
+                log(f"rounds: block {i + 1}/{RUNS}: floor, then a {ROUNDS}-round run")
+                floors.append(floor.run(chains=1, hops=FLOOR_HOPS))
+                run_ids.append(run_and_wait(rt, http_tool_agent(base, ROUNDS)))
+            floors.append(floor.run(chains=1, hops=FLOOR_HOPS))
+            log(f"rounds: a {LONG}-round run")
+            long_id = run_and_wait(rt, http_tool_agent(base, LONG), timeout=600)
+            floors.append(floor.run(chains=1, hops=FLOOR_HOPS))
+            floor.close()
+            log("rounds: Redis commands of a 20-round run (MONITOR)")
+            commands, mon_rounds = redis_commands(rt, base, 20)
+            rows = [r for rid in run_ids for r in round_phases(rt.engine, rid)]
+            long_rows = round_phases(rt.engine, long_id)
+        finally:
+            procs.stop_all()
+            close_runtime(rt)
+        log(f"rounds: in-process anatomy, 2 x {LONG} rounds")
+        per_round = anatomy(url, prefix, base, LONG)
+        row_size = runs_row_bytes(url)
+        redis_cleanup(prefix)
+        redis_cleanup(fprefix)
+    llm.stop()
+    fl = merge(floors)
+    hop_med, hop_p95 = med(fl.hop_latencies), p95(fl.hop_latencies)
+    over = [r["overhead"] for r in rows]
+
+    s = Section(f"Tool round overhead vs the floor ({RUNS} runs x {ROUNDS} rounds, 1 worker "
+                "`-P threads -c 8`)",
+                ["measure", "median ms", "p95 ms", "in floor hops (median)", "target",
+                 "verdict"])
+    s.row("floor hop (1 chain, interleaved)", ms(hop_med, 2), ms(hop_p95, 2), "1.00", "", "")
+    ratio = med(over) / hop_med
+    s.row("**tool round overhead** (model + one tool, minus the model call)", ms(med(over), 2),
+          ms(p95(over), 2), f"**{ratio:.2f}** (= {ratio / 2:.2f} x two hops; p95 "
+          f"{p95(over) / hop_p95:.2f})", f"<= {TARGET_HOPS}", verdict(ratio <= TARGET_HOPS))
+    models = [r["model"] for r in rows]
+    s.row("model call (fake server, no latency; `usage.latency_ms`)", ms(med(models), 2),
+          ms(p95(models), 2), "", "", "")
+    s.note("Overhead of round k = (round k+1 claimed) - (round k claimed) - (round k's model "
+           "call), from the `events` and `usage` rows the engine writes; the floor blocks "
+           f"({len(floors)} x {FLOOR_HOPS} hops) alternate with the runs on the same Redis and "
+           "PostgreSQL. A tool round is two hops by construction (the round task, the tool "
+           f"task): ideal 2.0 floor hops, target {TARGET_HOPS}.")
+    sections.append(s)
+
+    s = Section("Where a tool round's time goes (medians)",
+                ["phase", "median ms", "p95 ms", "in floor hops"])
+    for key, label in (
+        ("claim_model", "round claim txn + history read + request (model call excluded)"),
+        ("commit_to_tool", "round commit txn + publish → tool task claimed"),
+        ("tool", "tool claim txn + run the tool"),
+        ("tool_commit_to_round", "tool commit txn (join) + publish → next round claimed"),
+    ):
+        xs = [r[key] for r in rows]
+        s.row(label, ms(med(xs), 2), ms(p95(xs), 2), f"{med(xs) / hop_med:.2f}")
+    s.note("Phase boundaries are the timestamps in `events` (round.started, tool.started, "
+           "tool.finished) and the assistant message's `created_at`; each is taken just "
+           "before its transaction begins.")
+    sections.append(s)
+
+    s = Section(f"Per-round time and bytes as the run grows ({LONG}-round run)",
+                ["round", "overhead ms (real worker, k±2)", "in floor hops",
+                 "engine in-process ms", "of which json5 ms", "rows read", "WAL bytes",
+                 "row bytes written", "statements", "commits", "pool checkouts"])
+    for k in AT:
+        xs = window(long_rows, k, "overhead")
+        a = per_round.get(k, {})
+        s.row(k, ms(med(xs), 2), f"{med(xs) / hop_med:.2f}",
+              ms(a.get("seconds", float("nan")), 2), ms(a.get("json5", float("nan")), 2),
+              a.get("rows", ""), f"{a.get('wal', 0):,}",
+              f"{a.get('rows_bytes', 0) + row_size * _runs_updates(a):,}",
+              a.get("statements", ""), a.get("commits", ""), a.get("checkouts", ""))
+    w1, wl = per_round.get(AT[0], {}).get("wal", 0), per_round.get(AT[-1], {}).get("wal", 0)
+    flat = wl <= max(w1, 1) * 1.25
+    s.note(f"Target: bytes written per round flat to round {AT[-1]}: WAL at round {AT[-1]} is "
+           f"{wl / max(w1, 1):.2f}x round {AT[0]} → {verdict(flat)}. Time per round is not flat "
+           "if `rows read` grows: the round claim reads the whole history every round.")
+    s.note("Engine in-process = the same round (round task + tool task) driven by this process "
+           "with a list for a broker (no Celery), the fastest of 2 runs. WAL = "
+           "`pg_current_wal_lsn()` difference across the round, the smallest of 2 runs (the "
+           "cluster's WAL also carries other databases' writes). Row bytes = "
+           "`pg_column_size` of the rows the round inserted (messages, tool_calls, usage, "
+           f"events) + one {row_size:,}-byte `runs` row version per UPDATE of it.")
+    sections.append(s)
+
+    ref = per_round.get(10) or per_round.get(max(per_round))
+    s = Section("Anatomy of one tool round (round 10, in-process)", ["transaction", "statements"])
+    for i, txn in enumerate(ref["txns"], 1):
+        s.row(i, " · ".join(txn))
+    pub = ref["published"]
+    s.note(f"Per round: {ref['statements']} statements in {ref['commits']} commits "
+           f"(+{ref['rollbacks']} rollbacks of read-only connections), {ref['checkouts']} pool "
+           f"checkouts (each one a `SELECT 1` round trip: the engine sets `pool_pre_ping`). "
+           f"Of the round's {ref['seconds'] * 1000:.2f} ms in-process (model call excluded): "
+           f"SQL statements {ref['sql_s'] * 1000:.2f} ms, `json5.loads` of the tool arguments "
+           f"(shared/engine/toolrun.py `execute_tool`) {ref['json5'] * 1000:.2f} ms. "
+           + ", ".join(f"{v} {k}" for k, v in sorted(pub.items())) + "; threads started: "
+           + ", ".join(f"{v} {k}" for k, v in sorted(ref["threads"].items())) + ".")
+    sections.append(s)
+
+    s = Section(f"Redis commands per tool round (MONITOR over a {mon_rounds}-round run)",
+                ["command", "per round"])
+    for cmd, n in commands.most_common():
+        s.row(cmd, num(n / mon_rounds, 1))
+    s.row("**total**", num(sum(commands.values()) / mon_rounds, 1))
+    s.note("All commands on the bench's Redis DB while one run ran (worker + the submitting "
+           "process; PUBLISH includes Celery task events and live wake-ups).")
+    sections.append(s)
+    emit("rounds", "Tool rounds vs the floor", sections, started)
+
+
+def _runs_updates(a: dict[str, Any]) -> int:
+    return sum(1 for t in a.get("txns", []) for label in t if label == "UPDATE runs")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""Throughput: 500 concurrent tool-agent runs, model latency 200 ms, with 1, 2 and 3 worker
+processes of the threads pool at concurrency 64. Rounds/s against the ideal (concurrency /
+latency) and against the floor doing the same work shape (500 chains, each "round" a hop that
+sleeps 200 ms then one SQL transaction, plus a hop that only does the transaction — the tool);
+CPU per round of the workers, of PostgreSQL's backends and of the whole machine.
+
+The model is the scripted one with ``sleep: 0.2`` in each reply: it holds the worker thread
+200 ms like an HTTP call would, without a fake server's CPU on this 2-core machine.
+
+    python -m bench.throughput   (BENCH_TP_RUNS=500, BENCH_TP_ROUNDS=4, BENCH_TP_PROCS=1,2,3,
+                                  BENCH_TP_CONCURRENCY=64, BENCH_TP_LATENCY=0.2)
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import sqlalchemy as sa
+
+from bench.common import (
+    Floor,
+    Procs,
+    Section,
+    close_runtime,
+    count_status,
+    db_name,
+    emit,
+    failed_runs,
+    log,
+    machine_cpu,
+    new_prefix,
+    num,
+    pct,
+    pg_backend_cpu,
+    pg_cpu_delta,
+    proc_cpu,
+    redis_cleanup,
+    scratch_db,
+    start_treadle_workers,
+    submit,
+    tool_agent,
+    treadle_env,
+    treadle_runtime,
+    verdict,
+    wait_for,
+)
+
+RUNS = int(os.environ.get("BENCH_TP_RUNS", "500"))
+ROUNDS = int(os.environ.get("BENCH_TP_ROUNDS", "4"))
+PROCS = [int(x) for x in os.environ.get("BENCH_TP_PROCS", "1,2,3").split(",")]
+CONC = int(os.environ.get("BENCH_TP_CONCURRENCY", "64"))
+LATENCY = float(os.environ.get("BENCH_TP_LATENCY", "0.2"))
+POOL = os.environ.get("BENCH_TP_POOL", "6")
+TARGET = 0.8
+
+
+def steady_rate(times: list[float]) -> float:
+    """Events per second between the 10th and the 90th percentile of their times."""
+    if len(times) < 10:
+        return float("nan")
+    lo, hi = pct(times, 10), pct(times, 90)
+    n = sum(1 for t in times if lo <= t <= hi)
+    return n / (hi - lo) if hi > lo else float("nan")
+
+
+class ConnSampler:
+    """The peak number of PostgreSQL connections to one database, sampled every 0.5 s."""
+
+    def __init__(self, url: str) -> None:
+        self.engine = sa.create_engine(url, pool_size=1, max_overflow=0)
+        self.name = db_name(url)
+        self.peak = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._loop, daemon=True)
+        self._t.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                with self.engine.connect() as conn:
+                    n = conn.execute(sa.text("SELECT count(*) FROM pg_stat_activity WHERE "
+                                             "datname = :d"), {"d": self.name}).scalar_one()
+                self.peak = max(self.peak, int(n))
+            except Exception:
+                pass
+
+    def close(self) -> int:
+        self._stop.set()
+        self._t.join(2)
+        self.engine.dispose()
+        return self.peak
+
+
+def measure(procs: Procs, url: str, n_procs: int) -> dict[str, Any]:
+    """The floor, then treadle, with ``n_procs`` worker processes of ``CONC`` threads."""
+    admin = sa.create_engine(url, pool_size=1)
+    out: dict[str, Any] = {"procs": n_procs, "ideal": n_procs * CONC / LATENCY}
+    # -- floor: 500 chains, 2 hops per round (sleeping hop + tool hop)
+    fprefix = new_prefix(f"tpf{n_procs}")
+    floor = Floor(procs, url, fprefix, workers=n_procs, concurrency=CONC)
+    try:
+        m0, c0 = machine_cpu(), sum(proc_cpu(p) for p in floor.pids())
+        res = floor.run(chains=RUNS, hops=2 * ROUNDS, sleep_even=LATENCY, timeout=900)
+        m1, c1 = machine_cpu(), sum(proc_cpu(p) for p in floor.pids())
+        with floor.engine.connect() as conn:
+            starts = [r[0] for r in conn.execute(sa.text(
+                "SELECT started_at FROM floor_log WHERE hop % 2 = 0 AND chain >= "
+                "(SELECT max(id) FROM floor_chain) - :n"), {"n": RUNS - 1}).all()]
+        rounds = RUNS * ROUNDS
+        out["floor_rate"] = steady_rate(starts)
+        out["floor_cpu"] = (c1 - c0) / rounds
+        out["floor_machine"] = (m1[0] - m0[0]) / rounds
+        out["floor_span"] = res.span
+    finally:
+        floor.close()
+        redis_cleanup(fprefix)
+    # -- treadle
+    prefix = new_prefix(f"tp{n_procs}")
+    env = treadle_env(url, prefix, BENCH_POOL_SIZE=POOL, TREADLE_WORKER_CONCURRENCY=str(CONC))
+    names = start_treadle_workers(procs, env, n_procs, CONC, tag=f"tp{n_procs}-")
+    rt = treadle_runtime(url, prefix, pool_size=4)
+    sampler = ConnSampler(url)
+    try:
+        with admin.begin() as conn:  # a fresh count for this configuration
+            for table in ("usage", "events", "messages", "tool_calls", "outbox", "runs"):
+                conn.execute(sa.text(f"DELETE FROM {table}"))
+        before = count_status(rt.engine, ["completed", "failed"])
+        submit(rt, tool_agent(1))  # warm: imports, connections
+        wait_for(lambda: count_status(rt.engine, ["completed"]) > before, 120, "warm-up run")
+        pids = [procs.pid(n) for n in names]
+        with admin.connect() as conn:
+            pg0 = pg_backend_cpu(conn, db_name(url))
+        m0, c0, t0 = machine_cpu(), sum(proc_cpu(p) for p in pids), time.time()
+        agent = tool_agent(ROUNDS, sleep=LATENCY)
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda _: submit(rt, agent), range(RUNS)))
+        t_sub = time.time() - t0
+        wait_for(lambda: count_status(rt.engine, ["completed", "failed"]) >= before + 1 + RUNS,
+                 900, f"{RUNS} runs", interval=0.25)
+        m1, c1 = machine_cpu(), sum(proc_cpu(p) for p in pids)
+        with admin.connect() as conn:
+            pg1 = pg_backend_cpu(conn, db_name(url))
+            starts = [r[0] for r in conn.execute(sa.text(
+                "SELECT created_at FROM usage WHERE purpose = 'round' AND committed AND "
+                "created_at >= :t"), {"t": t0}).all()]
+        rounds = len(starts)
+        out.update(rate=steady_rate(starts), rounds=rounds, submit_s=t_sub,
+                   wall=max(starts) - t0 if starts else float("nan"),
+                   cpu=(c1 - c0) / max(rounds, 1), pg=pg_cpu_delta(pg0, pg1) / max(rounds, 1),
+                   machine=(m1[0] - m0[0]) / max(rounds, 1),
+                   failed=count_status(rt.engine, ["failed"]), fails=failed_runs(rt.engine))
+    finally:
+        out["peak_conns"] = sampler.close()
+        for n in names:
+            procs.stop(n)
+        close_runtime(rt)
+        admin.dispose()
+        redis_cleanup(prefix)
+    return out
+
+
+def main() -> None:
+    started = time.time()
+    procs = Procs()
+    results = []
+    with scratch_db("throughput") as url:
+        try:
+            for n in PROCS:
+                log(f"throughput: {n} worker process(es) x {CONC} threads")
+                results.append(measure(procs, url, n))
+        finally:
+            procs.stop_all()
+    s = Section(f"Throughput: {RUNS} concurrent tool runs x {ROUNDS} rounds, model latency "
+                f"{LATENCY * 1000:.0f} ms, `-P threads -c {CONC}` per process",
+                ["worker processes", "ideal rounds/s", "**treadle rounds/s**", "of ideal",
+                 "target", "verdict", "floor rounds/s", "treadle / floor"])
+    for r in results:
+        s.row(r["procs"], num(r["ideal"], 0), f"**{num(r['rate'], 1)}**",
+              f"{r['rate'] / r['ideal']:.0%}", f">= {TARGET:.0%}",
+              verdict(r["rate"] >= TARGET * r["ideal"]), num(r["floor_rate"], 1),
+              f"{r['rate'] / r['floor_rate']:.2f}")
+    s.note("Ideal = processes x threads / model latency (every thread always in a model call). "
+           "Rounds/s = model calls per second between the 10th and 90th percentile of their "
+           "start times (the steady part). The floor does the same shape with raw Celery: a "
+           "hop that sleeps the model latency then commits one SQL transaction, and a hop "
+           "that only commits one (the tool), per round, same processes and threads.")
+    sections = [s]
+    c = Section("CPU per round (milliseconds of CPU time)",
+                ["worker processes", "treadle workers", "treadle PostgreSQL backends",
+                 "treadle whole machine", "floor workers", "floor whole machine",
+                 "peak PG connections (treadle)", "failed runs"])
+    for r in results:
+        c.row(r["procs"], num(r["cpu"] * 1000, 2), num(r["pg"] * 1000, 2),
+              num(r["machine"] * 1000, 2), num(r["floor_cpu"] * 1000, 2),
+              num(r["floor_machine"] * 1000, 2), r["peak_conns"], r["failed"])
+    c.note("Workers: utime+stime of the worker processes over the whole measurement / rounds. "
+           "PostgreSQL: the backends connected to the bench database. Whole machine: all busy "
+           "CPU time of the 2 cores (other processes included) / rounds: with 2 cores the "
+           "machine cannot exceed 2000 ms of CPU per second, so 2000 / (machine ms per round) "
+           "is the CPU-bound ceiling in rounds/s.")
+    c.note(f"Worker processes run `celery -A bench.tworker` (= `worker.app` with the engine's "
+           f"pool set to {POOL} + {POOL} overflow per process: the default 20 + 20 per process "
+           "would exhaust PostgreSQL's max_connections = 100 shared with other test runs).")
+    for r in results:
+        if r["fails"]:
+            c.note(f"{r['procs']} processes: failed runs, e.g. {r['fails'][:2]}")
+    sections.append(c)
+    emit("throughput", "Throughput vs the ideal", sections, started)
+
+
+if __name__ == "__main__":
+    main()
