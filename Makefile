@@ -30,6 +30,9 @@ test-fast: install  ## without the real-service and end-to-end tests
 test-chaos: install services  ## the crash-safety storm alone (CHAOS_RUNS, CHAOS_KILLS, CHAOS_SEED)
 	@$(BIN)/pytest -q -s -p no:cacheprovider tests/chaos
 
+bench: install services  ## the benchmarks side by side with their floor: bench/results/latest.md
+	@$(BIN)/python -m bench.all
+
 lint: install
 	@$(BIN)/ruff check shared worker scheduler tests bench
 	@$(BIN)/mypy

@@ -9,6 +9,7 @@ no test uses; every key of a bench run carries a unique broker prefix and is del
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import re
@@ -99,13 +100,16 @@ class Section:
         return "\n".join(out)
 
 
-def emit(name: str, title: str, sections: list[Section], started: float) -> str:
-    """Print the script's tables and write them to ``bench/results/<name>.md``."""
+def emit(name: str, title: str, sections: list[Section], started: float,
+         headline: list[list[str]] | None = None) -> str:
+    """Print the script's tables; write them (``<name>.md.tmp``) and its headline rows
+    (``<name>.json.tmp``: measure, value, target, verdict) for ``bench.all``."""
     wall = time.time() - started
     body = "\n".join(s.markdown() for s in sections)
     text = f"## {title}\n\n{body}\n_`python -m bench.{name}` took {wall:.0f} s._\n"
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{name}.md").write_text(text, encoding="utf-8")
+    (RESULTS / f"{name}.md.tmp").write_text(text, encoding="utf-8")
+    (RESULTS / f"{name}.json.tmp").write_text(json.dumps(headline or []), encoding="utf-8")
     print(text, flush=True)
     return text
 

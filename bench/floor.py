@@ -70,8 +70,17 @@ def main() -> None:
             procs.stop_all()
             for prefix in prefixes:
                 redis_cleanup(prefix)
+    head: list[list[str]] = []
     for (label, _, _), o, m in zip(VARIANTS, one, many, strict=True):
         a, b = merge(o), merge(m)
+        if not head:
+            head = [["floor hop, 1 chain (median / p95)",
+                     f"{ms(med(a.hop_latencies), 2)} / {ms(p95(a.hop_latencies), 2)} ms", "", ""],
+                    ["floor, 20 chains", f"{num(b.hops_per_s, 0)} hops/s", "", ""]]
+        elif "pre_ping" not in label:
+            head.append(["floor + Celery task events, 20 chains",
+                         f"{num(b.hops_per_s, 0)} hops/s, worker CPU "
+                         f"{ms(b.worker_cpu / b.hops, 2)} ms/hop", "", ""])
         table.row(label, ms(med(a.hop_latencies), 2), ms(p95(a.hop_latencies), 2),
                   ms(med(b.hop_latencies), 1), ms(p95(b.hop_latencies), 1),
                   num(b.hops_per_s, 0), ms(b.worker_cpu / b.hops, 2))
@@ -83,7 +92,7 @@ def main() -> None:
                "process / hops.")
     table.note("Every treadle script below measures its own one-chain floor (the first row's "
                "setup, interleaved with its treadle blocks) and quotes its ratios against it.")
-    emit("floor", "Floor (raw Celery + PostgreSQL hop)", [table], started)
+    emit("floor", "Floor (raw Celery + PostgreSQL hop)", [table], started, head)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ scripted one: reply 1 asks, reply 2 answers; each run's profile has its own name
 worker's model-call log (``TREADLE_MODEL_CALL_LOG``) gives the exact time of each run's
 second model request.
 
-    python -m bench.pause     (BENCH_PAUSE_RUNS=10000, BENCH_PAUSE_PACED=200)
+    python -m bench.pause     (BENCH_PAUSE_RUNS=5000, BENCH_PAUSE_PACED=200)
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from bench.common import (
     wait_for,
 )
 
-N = int(os.environ.get("BENCH_PAUSE_RUNS", "10000"))
+N = int(os.environ.get("BENCH_PAUSE_RUNS", "5000"))
 PACED = min(int(os.environ.get("BENCH_PAUSE_PACED", "200")), N)
 WORKERS = int(os.environ.get("BENCH_PAUSE_WORKERS", "2"))
 CONC = int(os.environ.get("BENCH_PAUSE_CONCURRENCY", "16"))
@@ -252,7 +252,15 @@ def report(res: dict[str, Any], fl: FloorResult, started: float) -> None:
     a.note("From the answer call = `answer_run` called (the API handler's work: one "
            "transaction, then the publish) → the scripted model called in the worker; from "
            "its commit = `answer_run` returned → the model call.")
-    emit("pause", "Pauses: waiting runs hold nothing", [s, a], started)
+    head = [[f"queued broker messages while {N:,} runs wait", str(queued), "0",
+             verdict(queued == 0)],
+            ["worker RSS, 1,000 → all waiting", f"{r1:.0f} → {rn:.0f} MB ({grow:+.1f})",
+             "no growth", verdict(grow <= max(5.0, 0.05 * r1))],
+            ["database bytes per waiting run", f"{total / N:,.0f}", "", ""],
+            ["answer → next model request, in floor hops (paced, median)",
+             f"{ratio:.2f} ({ms(med(sp), 1)} ms)", f"<= {TARGET_HOPS:.0f}",
+             verdict(ratio <= TARGET_HOPS)]]
+    emit("pause", "Pauses: waiting runs hold nothing", [s, a], started, head)
 
 
 if __name__ == "__main__":

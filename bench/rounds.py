@@ -400,7 +400,18 @@ def main() -> None:
     s.note("All commands on the bench's Redis DB while one run ran (worker + the submitting "
            "process; PUBLISH includes Celery task events and live wake-ups).")
     sections.append(s)
-    emit("rounds", "Tool rounds vs the floor", sections, started)
+    x1 = per_round.get(AT[0], {}).get("seconds", float("nan"))
+    xl = per_round.get(AT[-1], {}).get("seconds", float("nan"))
+    head = [["tool round overhead, in floor hops (median)",
+             f"{ratio:.2f} ({ms(med(over), 1)} ms vs hop {ms(hop_med, 2)} ms)",
+             f"<= {TARGET_HOPS}", verdict(ratio <= TARGET_HOPS)],
+            [f"WAL bytes per round, round {AT[-1]} vs round {AT[0]}",
+             f"{wl:,} vs {w1:,} ({wl / max(w1, 1):.2f}x)", "flat", verdict(flat)],
+            [f"engine time per round (in-process), round {AT[-1]} vs round {AT[0]}",
+             f"{ms(xl, 1)} vs {ms(x1, 1)} ms ({xl / x1:.2f}x)", "", ""],
+            ["statements / commits per tool round",
+             f"{ref['statements']} / {ref['commits']} (+{ref['checkouts']} pre-pings)", "", ""]]
+    emit("rounds", "Tool rounds vs the floor", sections, started, head)
 
 
 def _runs_updates(a: dict[str, Any]) -> int:

@@ -199,7 +199,10 @@ def main() -> None:
            f"{CHUNK * 1000:.0f} ms apart; deltas missing at the client: {missing}. One worker "
            "`-P threads -c 8`, one API process (uvicorn), the client and the fake server in "
            "the bench process (the clock they share is the one measured against).")
-    emit("stream", "Streaming latency", [s], started)
+    head = [["model delta → SSE client (median / p95)",
+             f"{ms(med(lat), 2)} / {ms(p95(lat), 2)} ms = {med(lat) / med(base):.1f}x a bare "
+             "pub/sub hop", "", ""]]
+    emit("stream", "Streaming latency", [s], started, head)
 
 
 def _healthy(api: str) -> bool:

@@ -18,6 +18,7 @@ from shared.agent import plan as plan_mod
 from shared.agent.arguments import ArgumentsError, parse_arguments, validate_against_schema
 from shared.agent.decisions import (
     After,
+    CallStatus,
     AwaitAnswer,
     AwaitApproval,
     Continue,
@@ -147,7 +148,7 @@ def _classify_one(
     problem = validate_against_schema(args, entry.parameters)
     if problem:
         return _done(call, index, f"Invalid arguments for {call.name}: {problem}")
-    status = "waiting" if spec.guarded and not entry.read_only else "pending"
+    status: CallStatus = "waiting" if spec.guarded and not entry.read_only else "pending"
     return PlannedCall(call.id, call.name, call.arguments, index, status, entry.read_only, None, args)
 
 

@@ -41,7 +41,7 @@ def decode_after(d: Mapping[str, Any] | None) -> After | Fail:
     return Fail(reason=d.get("reason", ""), code=d.get("code", "failed"))
 
 
-def flush_calls(calls: Sequence[Mapping[str, Any]]) -> tuple[list[Message], list[str]]:
+def flush_calls(calls: Sequence[Mapping[Any, Any]]) -> tuple[list[Message], list[str]]:
     """Tool messages for finished, unflushed calls in call order, up to the first unfinished."""
     out: list[Message] = []
     ids: list[str] = []

@@ -79,7 +79,7 @@ def render(extra: Collector | None = None) -> bytes:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess
 
-        multiprocess.MultiProcessCollector(registry)
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     else:
         from prometheus_client import REGISTRY
 
