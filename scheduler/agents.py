@@ -16,7 +16,47 @@ import yaml
 from shared.agent.spec import AgentSpec, InlineTool
 from shared.errors import NotFound, SpecError
 
-__all__ = ["BUILTIN_AGENTS", "agent_names", "load_agent_file", "resolve_agent"]
+__all__ = [
+    "BUILTIN_AGENTS",
+    "DEMO_ASSISTANT",
+    "agent_names",
+    "load_agent_file",
+    "registered_agents",
+    "resolve_agent",
+]
+
+def _call(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:
+    return {"id": call_id, "name": name, "arguments": arguments}
+
+
+# The interactive demo's script (a scripted model: one fixed reply per round). Round 1 plans
+# and asks with options, round 2 proposes a guarded write, rounds 3-4 wrap up and answer.
+DEMO_ASSISTANT: list[dict[str, Any]] = [
+    {"sleep": 0.3, "reasoning": "The user wants a note saved, but not which kind. I will plan "
+     "the work, then ask before writing anything.",
+     "tool_calls": [
+         _call("call_plan", "set_plan", name="Save a note",
+               steps=["Ask which note to save", "Save the note", "Confirm"]),
+         _call("call_ask", "ask_user", reason="I need to know what the note should hold.",
+               questions=[{"question": "Which note should I save?", "options": [
+                   {"label": "Meeting summary", "value": "meeting-summary"},
+                   {"label": "Shopping list", "value": "shopping-list"},
+                   {"label": "Reminder for tomorrow", "value": "reminder"}]}])]},
+    {"sleep": 0.3, "reasoning": "I have the answer. Saving is a write, so it needs approval.",
+     "text": "Thanks. I will save the note now; it needs your approval first.",
+     "tool_calls": [
+         _call("call_plan_2", "update_plan", updates=[{"id": "s1", "status": "done"},
+                                                       {"id": "s2", "status": "in_progress"}]),
+         _call("call_save", "save_note", title="Note from the treadle demo",
+               text="Saved by treadle's interactive demo after your answer and approval.")]},
+    {"sleep": 0.2, "reasoning": "The write has its result; closing the plan.",
+     "tool_calls": [_call("call_plan_3", "update_plan", updates=[
+         {"id": "s2", "status": "done"}, {"id": "s3", "status": "done"}])]},
+    {"sleep": 0.2, "reasoning": "Everything is settled; answering.",
+     "text": "Done. I asked what to save, proposed the write and went on with your decision; "
+     "the save_note result above shows what happened. (This demo model is scripted: its "
+     "replies are fixed.)"},
+]
 
 BUILTIN_AGENTS: dict[str, dict[str, Any]] = {
     "demo": {
@@ -32,6 +72,15 @@ BUILTIN_AGENTS: dict[str, dict[str, Any]] = {
         "plan": True,
         "ask": True,
         "tools": ["current_time", "calculator"],
+    },
+    "demo-assistant": {
+        "kind": "agent",
+        "model": {"name": "demo-assistant", "provider": "scripted", "replies": DEMO_ASSISTANT},
+        "system_prompt": "You are treadle's demo assistant: you ask, then propose a write.",
+        "plan": True,
+        "ask": True,
+        "guarded": True,
+        "tools": ["save_note"],
     },
 }
 
@@ -55,6 +104,11 @@ def _registered() -> dict[str, dict[str, Any]]:
 
 def agent_names() -> list[str]:
     return sorted(_registered())
+
+
+def registered_agents() -> dict[str, dict[str, Any]]:
+    """Every registered agent's raw spec by name (built-ins and the agents file)."""
+    return {name: dict(spec) for name, spec in sorted(_registered().items())}
 
 
 def resolve_agent(agent: AgentSpec | str) -> AgentSpec:

@@ -10,6 +10,7 @@ from fastapi import APIRouter, FastAPI, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from scheduler.agents import resolve_agent
+from scheduler.console import EventsQueryToken, console_router
 from scheduler.deliveries import delivery_view, resume_token
 from scheduler.errors import install_error_handlers
 from scheduler.files_api import files_router, upload_overhead
@@ -239,6 +240,8 @@ def create_app(get_rt: Callable[[], Runtime] | None = None) -> FastAPI:
     app.include_router(threads_router(get_rt, TENANT))
     app.include_router(_ops_router(get_rt))
     app.include_router(files_router(get_rt, TENANT))
+    app.include_router(console_router(get_rt, TENANT))
+    app.add_middleware(EventsQueryToken)  # ?access_token= on the SSE route (EventSource)
 
     @app.middleware("http")
     async def _body_limit(request: Request, call_next: Any) -> Any:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -83,6 +84,28 @@ class Settings(BaseSettings):
     sandbox_memory_mb: int = Field(default=512, description="run_python: address-space limit")
     sandbox_python: str = Field(
         default="", description="run_python: interpreter in the sandbox (default: found in /usr)"
+    )
+    # --- security and limits (issue #11) ---------------------------------------------------
+    auth: Literal["", "required", "off"] = Field(
+        default="",
+        description="API keys: required | off (every request is tenant 'default', all scopes). "
+        "Empty: off only when the broker is memory:// and the API binds to loopback",
+    )
+    metrics_public: bool = Field(
+        default=True, description="/metrics open to scrapers; false: an admin key is required"
+    )
+    max_input_chars: int = Field(default=200_000, description="Run input length limit")
+    max_tools: int = Field(default=64, description="Tools in one agent spec, at most")
+    max_runs_in_flight: int = Field(
+        default=10_000, description="Per tenant: queued + running + waiting runs (0 = no limit)"
+    )
+    submits_per_minute: int = Field(
+        default=6000, description="Run submissions per API key per minute (0 = no limit)"
+    )
+    spec_env_allow: str = Field(
+        default="",
+        description="With auth required: env var names (or PREFIX* globs) that submitted specs "
+        "may name in api_key_env, headers_env and webhook secret_env",
     )
 
     def load_plugins(self) -> None:

@@ -415,14 +415,15 @@ def _approved_ids(ids: list[str], approve: list[str] | str, reject: list[str] | 
     return [i for i in ids if i in chosen]
 
 
-def _already_approved(conn: Connection, run: RowMapping, approval_id: str) -> tuple[RowMapping, list[OutboxItem]]:
-    hit = conn.execute(
-        sa.select(tool_calls.c.call_id).where(tool_calls.c.run_id == run["id"])
-    ).all()
-    for (call_id,) in hit:
-        call = _call_row(conn, run["id"], call_id)
-        if call is not None and (call["data"] or {}).get("approval_id") == approval_id:
-            return run, []
+def _already_approved(
+    conn: Connection, run: RowMapping, approval_id: str
+) -> tuple[RowMapping, list[OutboxItem]]:
+    """The same approval again is idempotent: some call of the run carries its id."""
+    datas = conn.execute(
+        sa.select(tool_calls.c.data).where(tool_calls.c.run_id == run["id"])
+    ).scalars()
+    if any((d or {}).get("approval_id") == approval_id for d in datas):
+        return run, []
     raise Conflict(f"run {run['id']} is {run['status']}, not waiting on approval {approval_id}")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 __all__ = [
+    "api_keys",
     "events",
     "files",
     "metadata",
@@ -17,6 +18,7 @@ __all__ = [
     "outbox",
     "runs",
     "resume_tokens",
+    "tenants",
     "threads",
     "tool_calls",
     "usage",
@@ -234,3 +236,25 @@ files = sa.Table(
     sa.Column("created_at", sa.Float, nullable=False),
 )
 sa.Index("ix_files_tenant_created", files.c.tenant, files.c.created_at)
+
+# --- security (issue #11): tenants and their API keys (only the key's SHA-256 is stored) ----
+tenants = sa.Table(
+    "tenants",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+api_keys = sa.Table(
+    "api_keys",
+    metadata,
+    sa.Column("id", sa.String(40), primary_key=True),  # key_...: what list and revoke name
+    sa.Column("tenant", sa.String(64), nullable=False),
+    sa.Column("key_hash", sa.String(64), nullable=False, unique=True),  # sha256 hex
+    sa.Column("prefix", sa.String(16), nullable=False),  # the key's first characters, for people
+    sa.Column("name", sa.String(200), nullable=True),
+    sa.Column("scopes", sa.JSON, nullable=False),  # ["runs:write", "runs:read", "admin"]
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("revoked_at", sa.Float, nullable=True),
+)
+sa.Index("ix_api_keys_tenant", api_keys.c.tenant)

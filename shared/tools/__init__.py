@@ -1,10 +1,12 @@
 """Tools: the protocol, the registry, built-ins, inline HTTP tools and the SSRF guard.
 
 Importing the package registers the built-in tools (``calculator``, ``current_time``,
-``http_get``, ``stop``, ``run_python``); plugins come from the ``treadle.tools`` entry-point group.
+``http_get``, ``stop``, ``run_python``, ``save_note``); plugins come from the ``treadle.tools``
+entry-point group.
 """
 
 from shared.tools import builtins as builtins
+from shared.tools import notes as notes
 from shared.tools import sandbox as sandbox
 from shared.tools.base import (
     FunctionTool,
