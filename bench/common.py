@@ -139,9 +139,23 @@ def scratch_db(tag: str, treadle_schema: bool = True) -> Iterator[str]:
             engine.dispose()
         yield url
     finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        _drop(admin, name)
+
+
+def _drop(admin: sa.Engine, name: str) -> None:
+    """Drop a scratch database; a failure (PostgreSQL restarted by someone's chaos test…)
+    is retried, then only reported."""
+    for attempt in range(5):
+        try:
+            with admin.connect() as conn:
+                conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            break
+        except sa.exc.DBAPIError as exc:
+            admin.dispose()
+            if attempt == 4:
+                log(f"could not drop scratch database {name}: {exc}")
+            time.sleep(2)
+    admin.dispose()
 
 
 def db_name(url: str) -> str:

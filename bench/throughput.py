@@ -167,11 +167,16 @@ def main() -> None:
     started = time.time()
     procs = Procs()
     results = []
+    errors: list[str] = []
     with scratch_db("throughput") as url:
         try:
             for n in PROCS:
                 log(f"throughput: {n} worker process(es) x {CONC} threads")
-                results.append(measure(procs, url, n))
+                try:
+                    results.append(measure(procs, url, n))
+                except Exception as exc:  # e.g. PostgreSQL restarted by another test run
+                    log(f"throughput: {n} processes failed: {exc!r}")
+                    errors.append(f"{n} processes: {type(exc).__name__}: {exc}"[:300])
         finally:
             procs.stop_all()
     s = Section(f"Throughput: {RUNS} concurrent tool runs x {ROUNDS} rounds, model latency "
@@ -205,6 +210,8 @@ def main() -> None:
     c.note(f"Worker processes run `celery -A bench.tworker` (= `worker.app` with the engine's "
            f"pool set to {POOL} + {POOL} overflow per process: the default 20 + 20 per process "
            "would exhaust PostgreSQL's max_connections = 100 shared with other test runs).")
+    for e in errors:
+        c.note(f"**not measured**: {e}")
     for r in results:
         if r["fails"]:
             c.note(f"{r['procs']} processes: failed runs, e.g. {r['fails'][:2]}")

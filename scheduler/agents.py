@@ -25,8 +25,8 @@ __all__ = [
     "resolve_agent",
 ]
 
-def _call(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:
-    return {"id": call_id, "name": name, "arguments": arguments}
+def _call(call_id: str, tool: str, **arguments: Any) -> dict[str, Any]:
+    return {"id": call_id, "name": tool, "arguments": arguments}
 
 
 # The interactive demo's script (a scripted model: one fixed reply per round). Round 1 plans

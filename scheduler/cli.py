@@ -1,20 +1,23 @@
-"""The ``treadle`` command (typer)."""
+"""The ``treadle`` command (typer): the processes (up, api, worker, beat, flower, migrate),
+the demo, and (``scheduler.cli_runs``) the API client commands."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
-import httpx
 import typer
-import yaml
 from rich.console import Console
+from rich.text import Text
 
+from scheduler import cli_runs, keys_cli
+from scheduler.cli_runs import exit_code, load_agent
 from scheduler.render import print_run, print_transcript
+
+if TYPE_CHECKING:
+    from shared.config import Settings
 
 __all__ = ["app", "main"]
 
@@ -22,9 +25,6 @@ app = typer.Typer(help="treadle: durable, distributed execution of LLM agents on
                   no_args_is_help=True, add_completion=False)
 console = Console()
 FINAL = {"completed", "failed", "cancelled"}
-DEFAULT_URL = "http://127.0.0.1:8000"
-
-UrlOpt = Annotated[str, typer.Option("--url", envvar="TREADLE_URL", help="API base URL")]
 
 
 def _setup_logging() -> None:
@@ -32,6 +32,21 @@ def _setup_logging() -> None:
     from shared.logs import configure_logging
 
     configure_logging(get_settings().log_level, get_settings().log_format)
+
+
+def _auth_mode(settings: Settings, bind: str) -> str:
+    """The API's auth mode for this bind, said at start; auth off off loopback: exit 2."""
+    from scheduler.auth import auth_mode, check_bind, startup_line
+    from shared.errors import ConfigError
+
+    mode = auth_mode(settings, bind)
+    try:
+        check_bind(mode, bind)
+    except ConfigError as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
+    console.print(startup_line(mode, bind))
+    return mode
 
 
 @app.command()
@@ -55,9 +70,9 @@ def up(host: Annotated[str | None, typer.Option(help="bind address")] = None,
     bind = host or settings.api_host
     console.print(f"treadle up: API on http://{bind}:{port or settings.api_port}  "
                   f"database {settings.database_url}  broker {settings.broker_url}")
-    if bind not in ("127.0.0.1", "localhost", "::1"):
-        console.print("[yellow]warning: no API keys yet; bind to 127.0.0.1 in embedded mode[/]")
-    uvicorn.run(create_app(), host=bind, port=port or settings.api_port, log_level="warning")
+    mode = _auth_mode(settings, bind)
+    uvicorn.run(create_app(auth=mode), host=bind, port=port or settings.api_port,
+                log_level="warning")
 
 
 @app.command()
@@ -74,7 +89,9 @@ def api(host: Annotated[str | None, typer.Option()] = None,
     _setup_logging()
     settings = get_settings()
     migrate(get_runtime().engine)
-    uvicorn.run(create_app(), host=host or settings.api_host, port=port or settings.api_port)
+    bind = host or settings.api_host
+    mode = _auth_mode(settings, bind)
+    uvicorn.run(create_app(auth=mode), host=bind, port=port or settings.api_port)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -125,72 +142,20 @@ def migrate() -> None:
     console.print("database is at the newest schema")
 
 
-def _load_agent(agent: str) -> Any:
-    path = Path(agent)
-    if path.is_file():
-        text = path.read_text(encoding="utf-8")
-        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    return agent
-
-
-def _client(url: str) -> httpx.Client:
-    headers = {}
-    key = os.environ.get("TREADLE_API_KEY")
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    return httpx.Client(base_url=url, headers=headers, timeout=30)
-
-
-def _check(resp: httpx.Response) -> Any:
-    if resp.status_code >= 400:
-        try:
-            err = resp.json()["error"]
-            console.print(f"[red]error {resp.status_code} {err['code']}: {err['message']}[/]")
-        except (ValueError, KeyError):
-            console.print(f"[red]error {resp.status_code}: {resp.text[:500]}[/]")
-        raise typer.Exit(2)
-    return resp.json()
-
-
 @app.command()
-def submit(text: Annotated[str, typer.Argument(help="the input")],
-           agent: Annotated[str, typer.Option(help="agent file (YAML/JSON) or name")] = "demo",
-           wait: Annotated[bool, typer.Option(help="wait for a final or waiting state")] = False,
-           as_json: Annotated[bool, typer.Option("--json")] = False,
-           url: UrlOpt = DEFAULT_URL) -> None:
-    """Submit a run over the API."""
-    with _client(url) as client:
-        run = _check(client.post("/v1/runs", json={"agent": _load_agent(agent), "input": text}))
-        while wait and run["status"] not in FINAL | {"waiting"}:
-            time.sleep(0.3)
-            run = _check(client.get(f"/v1/runs/{run['id']}"))
-    if as_json:
-        print(json.dumps(run))
-    else:
-        print_run(console, run)
-    if run["status"] == "failed":
-        raise typer.Exit(1)
-
-
-@app.command()
-def show(run_id: str, as_json: Annotated[bool, typer.Option("--json")] = False,
-         url: UrlOpt = DEFAULT_URL) -> None:
-    """Show a run and its transcript."""
-    with _client(url) as client:
-        run = _check(client.get(f"/v1/runs/{run_id}"))
-        msgs = _check(client.get(f"/v1/runs/{run_id}/messages"))["messages"]
-    if as_json:
-        print(json.dumps({"run": run, "messages": msgs}))
-        return
-    print_run(console, run)
-    print_transcript(console, msgs)
-
-
-@app.command()
-def demo(question: Annotated[str, typer.Argument()] = "What time is it, and what is 17 * 23?",
-         agent: Annotated[str, typer.Option()] = "demo",
+def demo(question: Annotated[str | None, typer.Argument(show_default=False, help=(
+             "the input [default: a time-and-arithmetic question; with --interactive, "
+             "'Please save a note for me.']"))] = None,
+         agent: Annotated[str | None, typer.Option(show_default=False, help=(
+             "agent name or file [default: demo; with --interactive, demo-assistant]"))] = None,
+         interactive: Annotated[bool, typer.Option(
+             "--interactive", "-i", help="watch it live and answer its question and approval "
+             "yourself (an in-process API server on a free loopback port)")] = False,
          timeout: Annotated[float, typer.Option()] = 30.0) -> None:
     """Run a demo agent end to end in embedded mode and print its transcript."""
+    if interactive:
+        raise typer.Exit(_interactive_demo(question or "Please save a note for me.",
+                                           agent or "demo-assistant"))
     from scheduler.agents import resolve_agent
     from scheduler.embedded import start_embedded
     from scheduler.schemas import message_view, run_view
@@ -200,7 +165,9 @@ def demo(question: Annotated[str, typer.Argument()] = "What time is it, and what
 
     rt = get_runtime()
     start_embedded(rt, concurrency=4)
-    row, _ = submit_run(rt, RunInput(agent=resolve_agent(_load_agent(agent)), input=question))
+    spec = resolve_agent(load_agent(agent or "demo"))
+    question = question or "What time is it, and what is 17 * 23?"
+    row, _ = submit_run(rt, RunInput(agent=spec, input=question))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with rt.engine.connect() as conn:
@@ -215,6 +182,25 @@ def demo(question: Annotated[str, typer.Argument()] = "What time is it, and what
     print_transcript(console, msgs)
     if row["status"] != "completed":
         raise typer.Exit(1)
+
+
+def _interactive_demo(question: str, agent: str) -> int:
+    """The demo through the HTTP API of an in-process server, answered by the person here."""
+    from scheduler.client import ApiClient
+    from scheduler.interactive import watch_run
+    from scheduler.localapi import LocalApi
+
+    console.print(Text.assemble(("treadle demo", "bold"), (" (interactive): ", ""),
+                                (agent, "cyan"), " on an in-process embedded server"))
+    with LocalApi() as server, ApiClient(server.url) as client:
+        run = client.submit(load_agent(agent), question)
+        console.print(Text(f"API {server.url}   run {run['id']}", style="dim"))
+        run = watch_run(client, run["id"], console, interactive=True)
+    return exit_code(run)
+
+
+cli_runs.register(app)  # submit, watch, answer, approve, cancel, runs, show
+keys_cli.register(app)  # keys create | list | revoke
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ from fastapi.responses import FileResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from scheduler.agents import registered_agents
+from scheduler.auth import ReadCaller
 from shared.engine.runtime import Runtime
 from shared.errors import NotFound
 from shared.store import repo
@@ -63,7 +64,7 @@ def _usage_rows(rt: Runtime, tenant: str, run_id: str) -> list[dict[str, Any]]:
         return [dict(r._mapping) for r in rows]
 
 
-def console_router(get_rt: Callable[[], Runtime], tenant: str) -> APIRouter:
+def console_router(get_rt: Callable[[], Runtime]) -> APIRouter:
     r = APIRouter()
 
     @r.get("/", include_in_schema=False)
@@ -79,14 +80,14 @@ def console_router(get_rt: Callable[[], Runtime], tenant: str) -> APIRouter:
         return _static(path)
 
     @r.get("/v1/agents", tags=["agents"])
-    def agents() -> dict[str, Any]:
+    def agents(_: ReadCaller) -> dict[str, Any]:
         """Registered agents (built-ins and ``TREADLE_AGENTS_FILE``): name, kind, model, tools."""
         return {"agents": [agent_summary(n, s) for n, s in registered_agents().items()]}
 
     @r.get("/v1/runs/{run_id}/usage", tags=["runs"])
-    def run_usage(run_id: str) -> dict[str, Any]:
+    def run_usage(run_id: str, caller: ReadCaller) -> dict[str, Any]:
         """Tokens, cost and latency of each committed model call of the run, in order."""
-        return {"usage": _usage_rows(get_rt(), tenant, run_id)}
+        return {"usage": _usage_rows(get_rt(), caller.tenant, run_id)}
 
     return r
 

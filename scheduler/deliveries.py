@@ -6,10 +6,41 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import BaseModel
+
 from scheduler.schemas import iso
 from shared.store.deliveries import TOKEN_PREFIX
 
-__all__ = ["delivery_view", "resume_token"]
+__all__ = ["DeliveryList", "DeliveryView", "delivery_view", "resume_token"]
+
+
+class AttemptView(BaseModel):
+    attempt: int
+    at: str
+    duration_ms: int
+    status_code: int | None
+    error: str | None
+    response: str | None
+
+
+class DeliveryView(BaseModel):
+    webhook_id: str
+    event_seq: int
+    event_type: str
+    url: str
+    status: str
+    attempts: int
+    next_attempt_at: str | None
+    last_status_code: int | None
+    last_error: str | None
+    created_at: str
+    delivered_at: str | None
+    payload: Any
+    attempt_log: list[AttemptView]
+
+
+class DeliveryList(BaseModel):
+    deliveries: list[DeliveryView]
 
 
 def resume_token(authorization: str | None, x_resume_token: str | None) -> str | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
@@ -12,9 +12,27 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from shared.errors import ConfigError, Conflict, NotFound, SpecError, TreadleError, Unauthorized
 
-__all__ = ["error_body", "install_error_handlers"]
+__all__ = ["ApiError", "error_body", "error_response", "install_error_handlers"]
 
 _STATUS = {NotFound: 404, Conflict: 409, SpecError: 422, ConfigError: 422, Unauthorized: 401}
+_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+          405: "method_not_allowed", 413: "too_large", 429: "rate_limited"}
+
+
+class ApiError(HTTPException):
+    """An HTTP error with its own ``code`` (auth, limits). A FastAPI ``HTTPException``, so one
+    raised while the body is read (the body-size limit) is not turned into a 400."""
+
+    def __init__(self, status: int, code: str, message: str,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(status, message, headers)
+        self.code = code
+
+
+def error_response(exc: StarletteHTTPException) -> JSONResponse:
+    code = getattr(exc, "code", None) or _CODES.get(exc.status_code, "http_error")
+    return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code,
+                        headers=getattr(exc, "headers", None))
 
 
 def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
@@ -49,10 +67,9 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ValidationError)
     async def _pydantic(_: Request, exc: ValidationError) -> JSONResponse:
         details = _field_errors(list(exc.errors()))
-        return JSONResponse(error_body("invalid_request", "invalid request", details), status_code=422)
+        return JSONResponse(error_body("invalid_request", "invalid request", details),
+                            status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(exc.status_code, "http_error")
-        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code,
-                            headers=getattr(exc, "headers", None))
+        return error_response(exc)

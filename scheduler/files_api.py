@@ -10,7 +10,8 @@ from fastapi import APIRouter, File, Form, HTTPException, UploadFile
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
-from scheduler.schemas import iso
+from scheduler.auth import ReadCaller, WriteCaller
+from scheduler.schemas import PathId, iso
 from shared.engine.attachments import store_for
 from shared.engine.runtime import Runtime
 from shared.errors import NotFound, SpecError
@@ -48,11 +49,12 @@ async def _read_capped(upload: UploadFile, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def files_router(get_rt: Callable[[], Runtime], tenant: str) -> APIRouter:
+def files_router(get_rt: Callable[[], Runtime]) -> APIRouter:
     r = APIRouter(prefix="/v1", tags=["files"])
 
     @r.post("/files", status_code=201, response_model=FileView)
     async def upload(file: Annotated[UploadFile, File(description="The file (multipart)")],
+                     caller: WriteCaller,
                      name: Annotated[str | None, Form(max_length=255)] = None) -> FileView:
         """Upload an attachment. The content type is sniffed from the bytes (PDF, PNG, JPEG,
         GIF, WebP; else UTF-8 text or markdown); the declared one is ignored."""
@@ -60,12 +62,13 @@ def files_router(get_rt: Callable[[], Runtime], tenant: str) -> APIRouter:
         data = await _read_capped(file, rt.settings.files_max_bytes)
         if not data:
             raise SpecError("the file is empty")
-        meta = await run_in_threadpool(store_for(rt).put, tenant, name or file.filename, data)
+        meta = await run_in_threadpool(store_for(rt).put, caller.tenant, name or file.filename,
+                                       data)
         return file_view(meta)
 
     @r.get("/files/{file_id}", response_model=FileView)
-    def get_file(file_id: str) -> FileView:
-        meta = store_for(get_rt()).meta(file_id, tenant)
+    def get_file(file_id: PathId, caller: ReadCaller) -> FileView:
+        meta = store_for(get_rt()).meta(file_id, caller.tenant)
         if meta is None:
             raise NotFound(f"file {file_id} not found")
         return file_view(meta)

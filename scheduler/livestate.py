@@ -67,6 +67,7 @@ class LiveRun:
     live_text: dict[int, str] = field(default_factory=dict)
     live_reasoning: dict[int, str] = field(default_factory=dict)
     started: dict[str, ToolCard] = field(default_factory=dict)  # from events, before a sync
+    printed: set[int] = field(default_factory=set)  # rounds a terminal view already printed
 
     # -- input
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.engine import RowMapping
 
@@ -13,6 +14,12 @@ from shared.agent.spec import AgentSpec, WebhookSpec
 __all__ = [
     "AnswerBody",
     "ApprovalBody",
+    "ERROR_RESPONSES",
+    "ID_PATTERN",
+    "ErrorBody",
+    "MessageList",
+    "PathId",
+    "ToolCallList",
     "MessageView",
     "Quote",
     "RunCreate",
@@ -22,6 +29,10 @@ __all__ = [
     "message_view",
     "run_view",
 ]
+
+
+ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+PathId = Annotated[str, Path(pattern=ID_PATTERN, description="An id (run_..., thr_..., file_...)")]
 
 
 class _Strict(BaseModel):
@@ -42,7 +53,7 @@ class Quote(_Strict):
 class RunCreate(_Strict):
     agent: AgentSpec | str = Field(description="An agent spec, or the name of a registered agent")
     input: str | list[InputMessage] = Field(description="The question, or a list of messages")
-    thread_id: str | None = None
+    thread_id: str | None = Field(default=None, max_length=40, pattern=ID_PATTERN)
     attachments: list[str] = Field(default_factory=list, max_length=20)
     quotes: list[Quote] = Field(default_factory=list, max_length=200)
     metadata: dict[str, Any] | None = None
@@ -135,3 +146,52 @@ def message_view(row: RowMapping) -> MessageView:
         reasoning=row["reasoning"], tool_calls=[ToolCallView(**c) for c in row["tool_calls"] or []],
         tool_call_id=row["tool_call_id"], name=row["name"], hidden=row["hidden"], kind=row["kind"],
     )
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    details: Any = None
+
+
+class ErrorBody(BaseModel):
+    """Every error: ``{"error": {"code", "message", "details"?}}``."""
+
+    error: ErrorDetail
+
+
+class MessageList(BaseModel):
+    messages: list[MessageView]
+
+
+class ToolCallRow(BaseModel):
+    call_id: str
+    round: int
+    idx: int
+    name: str
+    arguments: str
+    read_only: bool
+    status: str
+    attempts: int
+    result: str | None
+    error: str | None
+    cost: float
+    started_at: float | None
+    finished_at: float | None
+
+
+class ToolCallList(BaseModel):
+    tool_calls: list[ToolCallRow]
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody, "description": "No valid API key (or resume token)"},
+    403: {"model": ErrorBody, "description": "The API key lacks the scope"},
+    404: {"model": ErrorBody, "description": "Not found for this tenant"},
+    409: {"model": ErrorBody, "description": "The state forbids it"},
+    413: {"model": ErrorBody, "description": "Over a size limit"},
+    422: {"model": ErrorBody, "description": "Invalid request (field paths in details)"},
+    429: {"model": ErrorBody, "description": "Over a rate or in-flight limit (Retry-After)"},
+}
+"""The error responses of the /v1 routes (every error has the same body)."""
+

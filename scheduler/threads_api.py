@@ -14,7 +14,8 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.engine import RowMapping
 
-from scheduler.schemas import MessageView, iso, message_view
+from scheduler.auth import ReadCaller, WriteCaller
+from scheduler.schemas import MessageView, PathId, iso, message_view
 from shared.engine import threads
 from shared.engine.runtime import Runtime
 from shared.errors import NotFound
@@ -71,20 +72,21 @@ def thread_detail(row: RowMapping, runs: list[RowMapping], msgs: list[RowMapping
     )
 
 
-def threads_router(get_rt: Callable[[], Runtime], tenant: str = "default") -> APIRouter:
+def threads_router(get_rt: Callable[[], Runtime]) -> APIRouter:
     r = APIRouter(prefix="/v1", tags=["threads"])
 
     @r.post("/threads", status_code=201, response_model=ThreadView)
-    def create(body: ThreadCreate | None = None) -> ThreadView:
+    def create(caller: WriteCaller, body: ThreadCreate | None = None) -> ThreadView:
         body = body or ThreadCreate()
         thread_id = f"thr_{uuid.uuid4().hex[:24]}"
-        row = threads.create_thread(get_rt(), tenant, body.metadata, body.multitask, thread_id)
+        row = threads.create_thread(get_rt(), caller.tenant, body.metadata, body.multitask,
+                                    thread_id)
         return thread_view(row)
 
     @r.get("/threads/{thread_id}", response_model=ThreadDetail)
-    def get(thread_id: str) -> ThreadDetail:
+    def get(thread_id: PathId, caller: ReadCaller) -> ThreadDetail:
         with get_rt().engine.connect() as conn:
-            row = store.get_thread(conn, thread_id, tenant)
+            row = store.get_thread(conn, thread_id, caller.tenant)
             if row is None:
                 raise NotFound(f"thread {thread_id} not found")
             runs = store.thread_runs(conn, thread_id)

@@ -107,6 +107,12 @@ class Settings(BaseSettings):
         description="With auth required: env var names (or PREFIX* globs) that submitted specs "
         "may name in api_key_env, headers_env and webhook secret_env",
     )
+    # --- knowledge base (issue #10) ---------------------------------------------------------
+    embeddings_profile: str | None = Field(
+        default=None,
+        description="A model profile (profiles file) with an OpenAI-compatible /embeddings "
+        "endpoint: chunks get vectors and search ranks keyword + vector hits together (RRF)",
+    )
 
     def load_plugins(self) -> None:
         import importlib

@@ -17,6 +17,7 @@ from shared.agent.messages import Message
 from shared.agent.spec import AgentSpec
 
 __all__ = [
+    "DATASET_QUOTE_TEMPLATE",
     "DEFAULT_QUOTE_SYSTEM_PROMPT",
     "DEFAULT_QUOTE_TEMPLATE",
     "DEFAULT_QUOTE_USER_PROMPT",
@@ -35,6 +36,9 @@ __all__ = [
 SYSTEM_PROMPT_SEPARATOR = "\n\n===---===---===\n\n"
 QUOTE_SEPARATOR = "\n------\n"
 DEFAULT_QUOTE_TEMPLATE = "{{q}}\n{{a}}"
+DATASET_QUOTE_TEMPLATE = "[{{index}}] Source: {{source}}\n{{q}}\n{{a}}"
+"""Quotes taken from a dataset (a chat agent's ``dataset``) when the agent keeps the default
+template: the source goes with each passage, so the model can cite it."""
 
 _REFERENCE_BLOCK = """\
 Use the content inside <Reference></Reference> as the reference for this conversation:

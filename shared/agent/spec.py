@@ -13,6 +13,7 @@ __all__ = [
     "ExtractField",
     "HttpToolSpec",
     "InlineTool",
+    "KnowledgeToolSpec",
     "ModelProfile",
     "PricingTier",
     "RouterRule",
@@ -74,6 +75,16 @@ class HttpToolSpec(_Strict):
     timeout_s: float = 30.0
 
 
+class KnowledgeToolSpec(_Strict):
+    """A ``knowledge_search`` tool over datasets (seed 000 §3.3.5: the dataset sub agent;
+    ``filter``: an LLM picks the relevant chunks after retrieval)."""
+
+    datasets: list[str] = Field(min_length=1, max_length=20)  # dataset ids or names
+    k: int = Field(default=5, ge=1, le=50)
+    filter: bool = False
+    filter_model: str | ModelProfile | None = None  # default: the agent's model
+
+
 class InlineTool(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
     description: str = ""
@@ -82,15 +93,27 @@ class InlineTool(_Strict):
         default_factory=lambda: {"type": "object", "properties": {}}
     )
     http: HttpToolSpec | None = None
-    agent: AgentSpec | str | None = None  # a sub-agent used as a tool (C-4)
+    # a sub-agent used as a tool: a chat or helper agent answers in one call (C-4); a tool
+    # agent (kind agent) runs as a child run of the calling run
+    agent: AgentSpec | str | None = None
+    knowledge: KnowledgeToolSpec | None = None  # search datasets
 
     @model_validator(mode="after")
     def _one_kind(self) -> InlineTool:
-        if self.http is not None and self.agent is not None:
-            raise ValueError("an inline tool has `http` or `agent`, not both")
-        if isinstance(self.agent, AgentSpec) and self.agent.kind == "agent":
-            raise ValueError("an agent tool must be a chat or helper agent (one model call)")
+        kinds = [k for k in ("http", "agent", "knowledge") if getattr(self, k) is not None]
+        if len(kinds) > 1:
+            raise ValueError(f"an inline tool has one of `http`, `agent`, `knowledge`, not "
+                             f"{' and '.join(kinds)}")
+        if self.knowledge is not None and "read_only" not in self.model_fields_set:
+            self.read_only = True  # a search has no effect outside the run
         return self
+
+    @property
+    def sub_agent(self) -> AgentSpec | None:
+        """The spec of a tool agent run as a child run (kind agent), else None."""
+        if isinstance(self.agent, AgentSpec) and self.agent.kind == "agent":
+            return self.agent
+        return None
 
 
 class RouterRule(_Strict):
@@ -157,6 +180,8 @@ class AgentSpec(_Strict):
     quote_prompt: str | None = None
     stream_reasoning: bool = True
     stream_answer: bool = True
+    dataset: str | None = None  # quotes taken from this dataset (id or name) for the question
+    dataset_k: int = Field(default=5, ge=1, le=50)
     # kind: classify
     categories: list[Category] = Field(default_factory=list)
     # kind: extract

@@ -1,5 +1,7 @@
 """Encoding of the join continuation (``runs.after_join``) and the settle step: append the
-finished tool messages in call order, then do what the round decided."""
+finished tool messages in call order, then do what the round decided. ``join_changes`` is the
+join itself (whoever finishes a batch's last call: a tool task, or a child run's end) and
+``next_pending`` dispatches the next call of a windowed batch."""
 
 from __future__ import annotations
 
@@ -7,11 +9,23 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, RowMapping
+
 from shared.agent.decisions import After, AwaitAnswer, AwaitApproval, Continue, Fail, Finish
 from shared.agent.messages import Message
+from shared.store import repo
 from shared.store.repo import Changes
+from shared.store.tables import tool_calls
 
-__all__ = ["decode_after", "encode_after", "flush_calls", "settle"]
+__all__ = [
+    "decode_after",
+    "encode_after",
+    "flush_calls",
+    "join_changes",
+    "next_pending",
+    "settle",
+]
 
 
 def encode_after(after: After | Fail) -> dict[str, Any]:
@@ -92,3 +106,42 @@ def settle(
         error = {"code": after.code, "message": after.reason}
         v.update(status="failed", stop_reason=after.code, pending=None, error=error)
         changes.event("run.failed", error=error)
+
+
+def next_pending(conn: Connection, run_id: str, round_: int) -> str | None:
+    """Serial or windowed batches: mark the next undispatched call queued and return its id.
+    A call another transaction is dispatching right now is skipped (``SKIP LOCKED``), so two
+    finishers queue two different calls and never wait on each other's rows."""
+    nxt = conn.execute(
+        sa.select(tool_calls.c.call_id)
+        .where(tool_calls.c.run_id == run_id, tool_calls.c.round == round_,
+               tool_calls.c.status == "pending")
+        .order_by(tool_calls.c.idx).limit(1)
+        .with_for_update(skip_locked=True)
+    ).scalar()
+    if nxt is None:
+        return None
+    done = conn.execute(sa.update(tool_calls)
+                        .where(tool_calls.c.run_id == run_id, tool_calls.c.call_id == nxt,
+                               tool_calls.c.status == "pending")
+                        .values(status="queued")).rowcount
+    return str(nxt) if done == 1 else None
+
+
+def join_changes(
+    conn: Connection, run: RowMapping, round_: int, ts: float, ask_timeout_s: float | None
+) -> Changes:
+    """All calls of the batch are finished: append their messages in call order and settle
+    what the round decided (``runs.after_join``)."""
+    calls = repo.list_tool_calls(conn, run["id"], round_)
+    msgs, flushed = flush_calls(calls)
+    if flushed:
+        conn.execute(sa.update(tool_calls)
+                     .where(tool_calls.c.run_id == run["id"], tool_calls.c.call_id.in_(flushed))
+                     .values(flushed=True))
+    changes = Changes()
+    for m in msgs:
+        changes.message(m, round_)
+    settle(changes, decode_after(run["after_join"]), run_id=run["id"], round_=round_, ts=ts,
+           ask_timeout_s=ask_timeout_s)
+    return changes

@@ -9,12 +9,13 @@ from typing import Any
 from shared.agent import ask as ask_mod
 from shared.agent import plan as plan_mod
 from shared.agent.attachments import is_image
-from shared.agent.spec import AgentSpec, ModelProfile
+from shared.agent.spec import AgentSpec, InlineTool, ModelProfile
 from shared.agent.state import CatalogEntry
 from shared.agent.step import INTERNAL_TOOLS
 from shared.tools import Tool, resolve
-from shared.tools.agent_tool import AgentTool
+from shared.tools.agent_tool import AgentTool, SubAgentTool
 from shared.tools.files import READ_FILES, describe_files
+from shared.tools.knowledge import KnowledgeTool
 
 __all__ = ["Catalog", "build_catalog"]
 
@@ -57,7 +58,9 @@ def build_catalog(
     attachments: Sequence[Mapping[str, Any]] = (),
 ) -> Catalog:
     """SPEC P-5: a business tool named like an internal one is dropped, with a warning.
-    Inline tools with ``agent:`` become ``AgentTool``s (model profiles by name: ``profiles``).
+    Inline tools with ``agent:`` become ``AgentTool``s (a chat or helper agent: one call;
+    model profiles by name: ``profiles``) or ``SubAgentTool``s (a tool agent: a child run,
+    whose own catalog is checked here too); ``knowledge:`` makes a ``KnowledgeTool``.
     A tool that cannot run here (``unavailable``: run_python without bubblewrap) is left
     out, with a warning. A run with documents among its ``attachments`` gets ``read_files``
     (SPEC M-11)."""
@@ -67,7 +70,7 @@ def build_catalog(
     tools: dict[str, Tool] = {}
     warnings: list[str] = []
     internal = {e.name: e for e in _internal_entries(spec)}
-    for tool in resolve(spec.tools, lambda item: AgentTool(item, profiles)):
+    for tool in resolve(spec.tools, lambda item: _inline_tool(item, spec, profiles)):
         if tool.name == "stop" and getattr(tool, "internal", False):
             entries["stop"] = _STOP
         elif tool.name in _RESERVED:
@@ -86,6 +89,18 @@ def build_catalog(
         entries[READ_FILES.name] = _read_files_entry(docs)
         tools[READ_FILES.name] = READ_FILES
     return Catalog(entries=entries, tools=tools, warnings=tuple(warnings))
+
+
+def _inline_tool(
+    item: InlineTool, spec: AgentSpec, profiles: Mapping[str, ModelProfile] | None
+) -> Tool:
+    """The engine-made inline tools: knowledge search, tool agent (child run), one-call agent."""
+    if item.knowledge is not None:
+        return KnowledgeTool(item, spec.model, profiles)
+    if item.sub_agent is not None:
+        build_catalog(item.sub_agent, profiles)  # unknown tools of the child: an error now
+        return SubAgentTool(item)
+    return AgentTool(item, profiles)
 
 
 def _unavailable(tool: Tool) -> str | None:

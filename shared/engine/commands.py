@@ -16,10 +16,11 @@ from shared.agent import ask as ask_mod
 from shared.agent.decisions import Continue, Fail
 from shared.agent.messages import Message
 from shared.agent.spec import AgentSpec, WebhookSpec
-from shared.engine import threads
+from shared.engine import children, threads
 from shared.engine.afters import flush_calls, settle
 from shared.engine.attachments import resolve_attachments
 from shared.engine.catalog import build_catalog
+from shared.engine.knowledge import check_sources
 from shared.engine.resume import pause_is_current, spend_resume_token
 from shared.engine.runtime import OutboxItem, Runtime
 from shared.errors import Conflict, NotFound, SpecError
@@ -97,6 +98,7 @@ def submit_run(rt: Runtime, req: RunInput) -> tuple[RowMapping, bool]:
     run it created the first time (``created`` False)."""
     msgs = _input_messages(req.input)
     build_catalog(req.agent)  # unknown tools, bad inline tools: a clear error now, not mid-run
+    check_sources(rt, req.tenant, req.agent, req.inputs)  # the datasets it names exist
     ts = repo.now()
     if req.idempotency_key:
         with rt.engine.connect() as conn:
@@ -211,7 +213,7 @@ def _guarded(
     raise Conflict("the run kept changing; try again")
 
 
-def _load(conn: Connection, tenant: str, run_id: str) -> RowMapping:
+def _load(conn: Connection, tenant: str | None, run_id: str) -> RowMapping:
     run = repo.get_run(conn, run_id, tenant)
     if run is None:
         raise NotFound(f"run {run_id} not found")
@@ -238,7 +240,13 @@ def _cancel(
     **event: Any,
 ) -> repo.Applied | None:
     """Cancel a non-final run: every dangling tool call gets a tool message, its queued work
-    is dropped. On a thread (``release``) the thread's next held run starts."""
+    is dropped, its active children are cancelled too (same transaction). On a thread
+    (``release``) the thread's next held run starts. A child's parent sees it end (its call
+    gets the cancellation as result). None = lost a race (or it ended meanwhile)."""
+    # lock order: ancestors, then the run, then its calls and its children
+    fresh = children.lock_lineage(conn, run["id"], ts=ts, ending=True, include_self=True)
+    if fresh is None or fresh["status"] in FINAL or fresh["version"] != run["version"]:
+        return None
     changes = repair_changes(conn, run, CANCELLED_TEXT)
     changes.values.update(status="cancelled", stop_reason="cancelled", pending=None,
                           after_join=None, open_calls=0, lease_until=None,
@@ -247,10 +255,17 @@ def _cancel(
     applied = threads.apply_final(conn, run["id"], run["version"], changes,
                                   thread_id=run["thread_id"] if release else None,
                                   redrive_after=rt.settings.redrive_seconds, ts=ts)
-    if applied is not None:
-        conn.execute(sa.delete(outbox).where(outbox.c.run_id == run["id"],
-                                              outbox.c.kind.in_(("round", "tool"))))
-    return applied
+    if applied is None:
+        return None
+    conn.execute(sa.delete(outbox).where(outbox.c.run_id == run["id"],
+                                          outbox.c.kind.in_(("round", "tool"))))
+    items = list(applied.outbox_ids)
+    for child in children.active_children(conn, run["id"]):
+        cancelled = _cancel(rt, conn, child, ts, cascaded_from=run["id"])
+        if cancelled is None:
+            return None
+        items += cancelled.outbox_ids
+    return replace(applied, outbox_ids=items)
 
 
 def repair_changes(conn: Connection, run: RowMapping, text: str) -> repo.Changes:
@@ -298,9 +313,11 @@ def _resume_changes(conn: Connection, run: RowMapping, round_: int) -> repo.Chan
 
 
 def _load_for(
-    conn: Connection, tenant: str, run_id: str, token: str | None, kind: str, pause_id: str
+    conn: Connection, tenant: str | None, run_id: str, token: str | None, kind: str,
+    pause_id: str,
 ) -> RowMapping:
-    """Load the run; with a resume token, spend it first (401/409, see shared.engine.resume)."""
+    """Load the run; with a resume token, spend it first (401/409, see shared.engine.resume).
+    ``tenant`` None: any tenant's run (the token, not an API key, names the run)."""
     if token is None:
         return _load(conn, tenant, run_id)
     spend_resume_token(conn, token, run_id=run_id, kind=kind, pause_id=pause_id, ts=repo.now())
@@ -311,7 +328,7 @@ def _load_for(
 
 
 def answer_run(
-    rt: Runtime, tenant: str, run_id: str, ask_id: str, answers: list[str],
+    rt: Runtime, tenant: str | None, run_id: str, ask_id: str, answers: list[str],
     token: str | None = None,
 ) -> RowMapping:
     """SPEC A-3: the answer becomes the ask's tool message; the next round is queued.
@@ -324,17 +341,46 @@ def answer_run(
             return _already_answered(conn, run, ask_id, answers)
         if pending.get("ask_id") != ask_id:
             raise Conflict(f"run {run_id} is waiting on ask {pending.get('ask_id')}, not {ask_id}")
-        text = ask_mod.render_answer(ask_mod.Ask.from_dict(pending), answers)
-        return _finish_ask(rt, conn, run, ask_id, text, {"answers": answers})
+        owner = _pause_owner(conn, run, "ask_id")
+        if owner is None:
+            return None
+        text = ask_mod.render_answer(ask_mod.Ask.from_dict(owner["pending"]), answers)
+        out = _finish_ask(rt, conn, owner, ask_id, text, {"answers": answers})
+        return None if out is None else _as_addressed(conn, run, out)
 
     return _guarded(rt, run_id, op)
+
+
+def _pause_owner(conn: Connection, run: RowMapping, key: str) -> RowMapping | None:
+    """The run that owns the pause ``run`` shows: itself, or the descendant whose ask or
+    approval it surfaces (``pending.run_id``); None = that run moved on (read again)."""
+    target_id = (run["pending"] or {}).get("run_id")
+    if not target_id:
+        return run
+    target = repo.get_run(conn, target_id, run["tenant"])
+    if target is None or target["status"] != "waiting" or \
+            (target["pending"] or {}).get(key) != run["pending"].get(key):
+        return None
+    return target
+
+
+def _as_addressed(
+    conn: Connection, run: RowMapping, out: tuple[RowMapping, list[OutboxItem]]
+) -> tuple[RowMapping, list[OutboxItem]]:
+    """A pause answered through an ancestor: the API shows the run it was sent to."""
+    if out[0]["id"] == run["id"]:
+        return out
+    row = repo.get_run(conn, run["id"])
+    assert row is not None
+    return row, out[1]
 
 
 def _already_answered(
     conn: Connection, run: RowMapping, ask_id: str, answers: list[str]
 ) -> tuple[RowMapping, list[OutboxItem]]:
-    call = _call_row(conn, run["id"], ask_id)
-    if call is not None and call["status"] == "done" and (call["data"] or {}).get("answers") == answers:
+    call = _call_row(conn, run["id"], ask_id) or _descendant_call(conn, run["id"], ask_id)
+    answered = call is not None and call["status"] == "done"
+    if answered and (call["data"] or {}).get("answers") == answers:  # type: ignore[index]
         return run, []  # the same answer again: idempotent
     raise Conflict(f"run {run['id']} is {run['status']}, not waiting on ask {ask_id}")
 
@@ -342,20 +388,46 @@ def _already_answered(
 def _finish_ask(
     rt: Runtime, conn: Connection, run: RowMapping, ask_id: str, text: str, data: dict[str, Any]
 ) -> tuple[RowMapping, list[OutboxItem]] | None:
+    _lock_ancestors(conn, run)
     call = _call_row(conn, run["id"], ask_id)
     if call is None:
         raise Conflict(f"ask {ask_id} has no tool call")
     conn.execute(
         sa.update(tool_calls)
         .where(tool_calls.c.run_id == run["id"], tool_calls.c.call_id == ask_id)
-        .values(status="done", result=text, result_for_model=text, data=data, finished_at=repo.now())
+        .values(status="done", result=text, result_for_model=text, data=data,
+                finished_at=repo.now())
     )
     changes = _resume_changes(conn, run, call["round"])
     applied = repo.apply(conn, run["id"], run["version"], changes,
                          redrive_after=rt.settings.redrive_seconds)
     if applied is None:
         return None
-    return applied.row, applied.outbox_ids
+    return applied.row, [*applied.outbox_ids, *_resync_parent(rt, conn, applied.row)]
+
+
+def _lock_ancestors(conn: Connection, run: RowMapping) -> None:
+    """A child's resume changes its ancestors: lock them before any row of the child."""
+    if run["parent_run_id"] is not None:
+        children.lock_lineage(conn, run["id"], ts=repo.now(), ending=False)
+
+
+def _resync_parent(rt: Runtime, conn: Connection, run: RowMapping) -> list[OutboxItem]:
+    """A child resumed: its parent (and theirs) run again, or show the next paused child."""
+    if run["parent_run_id"] is None:
+        return []
+    return children.sync_parent(conn, run, redrive_after=rt.settings.redrive_seconds,
+                                ts=repo.now())
+
+
+def _descendant_call(conn: Connection, run_id: str, call_id: str) -> RowMapping | None:
+    """A call of a run below ``run_id`` (a pause answered through an ancestor)."""
+    ids = children.descendant_ids(conn, run_id)
+    if not ids:
+        return None
+    return conn.execute(
+        sa.select(tool_calls).where(tool_calls.c.run_id.in_(ids), tool_calls.c.call_id == call_id)
+    ).mappings().first()
 
 
 def expire_ask(rt: Runtime, run_id: str) -> None:
@@ -368,6 +440,8 @@ def expire_ask(rt: Runtime, run_id: str) -> None:
         spec = AgentSpec.model_validate(run["agent"])
         if spec.ask_timeout_action == "fail":
             threads.lock(conn, run["thread_id"], repo.now())  # lock order: the thread first
+            if run["parent_run_id"] is not None:  # then the ancestors
+                children.lock_lineage(conn, run_id, ts=repo.now(), ending=True)
             changes = repair_changes(conn, run, ask_mod.TIMEOUT_TEXT)
             settle(changes, Fail(reason="the ask expired without an answer", code="ask_timeout"),
                    run_id=run_id, round_=run["round"], ts=repo.now())
@@ -383,7 +457,7 @@ def expire_ask(rt: Runtime, run_id: str) -> None:
 
 
 def approve_run(
-    rt: Runtime, tenant: str, run_id: str, approval_id: str,
+    rt: Runtime, tenant: str | None, run_id: str, approval_id: str,
     approve: list[str] | str, reject: list[str] | None = None, note: str | None = None,
     token: str | None = None,
 ) -> RowMapping:
@@ -397,9 +471,13 @@ def approve_run(
             return _already_approved(conn, run, approval_id)
         if pending.get("approval_id") != approval_id:
             raise Conflict(f"run {run_id} is waiting on approval {pending.get('approval_id')}")
-        ids = [i["call_id"] for i in pending["items"]]
+        owner = _pause_owner(conn, run, "approval_id")
+        if owner is None:
+            return None
+        ids = [i["call_id"] for i in owner["pending"]["items"]]
         approved = _approved_ids(ids, approve, reject)
-        return _apply_approval(rt, conn, run, ids, approved, approval_id, note)
+        out = _apply_approval(rt, conn, owner, ids, approved, approval_id, note)
+        return None if out is None else _as_addressed(conn, run, out)
 
     return _guarded(rt, run_id, op)
 
@@ -418,9 +496,11 @@ def _approved_ids(ids: list[str], approve: list[str] | str, reject: list[str] | 
 def _already_approved(
     conn: Connection, run: RowMapping, approval_id: str
 ) -> tuple[RowMapping, list[OutboxItem]]:
-    """The same approval again is idempotent: some call of the run carries its id."""
+    """The same approval again is idempotent: some call of the run (or, for an approval
+    answered through it, of a descendant) carries its id."""
+    ids = [run["id"], *children.descendant_ids(conn, run["id"])]
     datas = conn.execute(
-        sa.select(tool_calls.c.data).where(tool_calls.c.run_id == run["id"])
+        sa.select(tool_calls.c.data).where(tool_calls.c.run_id.in_(ids))
     ).scalars()
     if any((d or {}).get("approval_id") == approval_id for d in datas):
         return run, []
@@ -432,6 +512,7 @@ def _apply_approval(
     approval_id: str, note: str | None,
 ) -> tuple[RowMapping, list[OutboxItem]] | None:
     run_id, ts = run["id"], repo.now()
+    _lock_ancestors(conn, run)
     rejected = [i for i in ids if i not in approved]
     spec = AgentSpec.model_validate(run["agent"])
     window = set(approved[: spec.effective_parallel_tools])
@@ -456,7 +537,8 @@ def _apply_approval(
         for cid in approved:
             if cid in window:
                 changes.outbox.append(("tool", {"call_id": cid}))
-    applied = repo.apply(conn, run_id, run["version"], changes, redrive_after=rt.settings.redrive_seconds, ts=ts)
+    applied = repo.apply(conn, run_id, run["version"], changes,
+                         redrive_after=rt.settings.redrive_seconds, ts=ts)
     if applied is None:
         return None
-    return applied.row, applied.outbox_ids
+    return applied.row, [*applied.outbox_ids, *_resync_parent(rt, conn, applied.row)]

@@ -37,6 +37,7 @@ from shared.engine.afters import encode_after, flush_calls, settle
 from shared.engine.attachments import request_inputs
 from shared.engine.catalog import Catalog, build_catalog
 from shared.engine.handlers import run_handler
+from shared.engine.knowledge import with_dataset_quotes
 from shared.engine.leases import renewer_for
 from shared.engine.runtime import Runtime, worker_id
 from shared.errors import FatalModelError, TransientModelError
@@ -181,10 +182,11 @@ def _drive(
     catalog = build_catalog(spec, rt.profiles, attachments=attachment_refs(run["inputs"]))
     checkpoint = _maybe_checkpoint(rt, claim, version, catalog, attempt)
     history = claim.history + ([checkpoint.message] if checkpoint else [])
+    req_spec, inputs = with_dataset_quotes(rt, run, spec, history,  # a chat's quotes (C-2)
+                                           request_inputs(rt, run, claim.profile))
     req = plan_request(
-        spec, profile=claim.profile, state=state, messages=history,
-        catalog=catalog.entries, plan=run["plan"],
-        inputs=request_inputs(rt, run, claim.profile),
+        req_spec, profile=claim.profile, state=state, messages=history,
+        catalog=catalog.entries, plan=run["plan"], inputs=inputs,
     )
     reply, latency = _call_model(rt, claim, version, req, attempt)
     result = step(spec, state, reply, catalog.entries, run["plan"],
@@ -258,12 +260,17 @@ def _call_model(
     run_id = claim.run["id"]
     model = make_model(claim.profile)
 
+    offsets = {"text": 0, "reasoning": 0}  # characters of this call's reply so far, per kind
+
     def on_delta(d: Delta) -> None:
         # SPEC C-4: reasoning and answer deltas each stream behind their flag
         streamed = d.kind in ("text", "reasoning") and stream_enabled(claim.spec, d.kind)
         if live and streamed and d.text:
-            rt.live.publish(run_id, {"type": f"{d.kind}.delta", "data": {"text": d.text,
-                                                                          "round": claim.state.round + 1}})
+            # offset: where the piece starts in the reply (facades number deltas by it)
+            rt.live.publish(run_id, {"type": f"{d.kind}.delta", "data": {
+                "text": d.text, "round": claim.state.round + 1, "offset": offsets[d.kind]}})
+        if d.kind in offsets:
+            offsets[d.kind] += len(d.text or "")
 
     key, limits = limit_key(claim.profile), limits_of(claim.profile)
     tokens = sum(estimate_tokens(m.text) for m in req.messages) + (req.max_tokens or 0)

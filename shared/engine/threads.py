@@ -7,8 +7,9 @@ The transaction that ends the thread's active run releases the next held run (it
 copied then, so it sees the finished run's messages) — one transaction, no window.
 
 Lock order: any transaction that submits to a thread or ends a run on one locks the thread
-row first (``shared.store.threads.lock_thread``), then run and tool-call rows. Use
-``apply_final`` instead of ``repo.apply`` for changes that may end a run.
+row first (``shared.store.threads.lock_thread``), then run and tool-call rows (ancestors'
+runs rows before a child's: ``shared.engine.children``). Use ``apply_final`` instead of
+``repo.apply`` for changes that may end or pause a run.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from sqlalchemy.engine import Connection, RowMapping
 
 from shared.agent.messages import Message
 from shared.agent.thread import thread_history
+from shared.engine import children
 from shared.engine.runtime import OutboxItem, Runtime
 from shared.errors import NotFound, SpecError
 from shared.store import repo
@@ -140,17 +142,26 @@ def apply_final(
     redrive_after: float,
     ts: float | None = None,
 ) -> repo.Applied | None:
-    """``repo.apply`` for changes that may end a run. When they end a run on a thread: lock
-    the thread first (lock order), and release the thread's next held run in the same
-    transaction; its outbox rows are added to the result's."""
+    """``repo.apply`` for changes that may end or pause a run. When they end a run on a
+    thread: lock the thread first (lock order), and release the thread's next held run in the
+    same transaction. When they end or pause a child run: lock its ancestors first, then tell
+    its parent in the same transaction (``children.after_change``: the parent's join, or its
+    surfaced pause). Outbox rows of those are added to the result's."""
     ts = repo.now() if ts is None else ts
-    ending = thread_id is not None and changes.values.get("status") in FINAL
+    status = changes.values.get("status")
+    ending = thread_id is not None and status in FINAL
     if ending:
         lock(conn, thread_id, ts)
+    parent = (children.lock_lineage(conn, run_id, ts=ts, ending=status in FINAL)
+              if children.propagates(status) else None)
     applied = repo.apply(conn, run_id, version, changes, redrive_after=redrive_after, ts=ts)
-    if applied is None or not ending or thread_id is None:
-        return applied
-    items = release_next(conn, thread_id, redrive_after=redrive_after, ts=ts, after=run_id)
+    if applied is None:
+        return None
+    items: list[OutboxItem] = []
+    if parent is not None:
+        items += children.after_change(conn, applied.row, redrive_after=redrive_after, ts=ts)
+    if ending and thread_id is not None:
+        items += release_next(conn, thread_id, redrive_after=redrive_after, ts=ts, after=run_id)
     return replace(applied, outbox_ids=[*applied.outbox_ids, *items]) if items else applied
 
 

@@ -13,12 +13,13 @@ from sqlalchemy.engine import Connection, RowMapping
 
 from shared.agent.attachments import attachment_refs
 from shared.agent.compression import reduce_tool_result, tool_result_budget
-from shared.agent.decisions import Fail, Finish
+from shared.agent.decisions import Continue, Fail, Finish
 from shared.agent.spec import AgentSpec
-from shared.engine import metrics, threads
-from shared.engine.afters import decode_after, flush_calls, settle
+from shared.engine import afters, children, metrics, threads
+from shared.engine.afters import decode_after
 from shared.engine.attachments import run_files
 from shared.engine.catalog import build_catalog
+from shared.engine.knowledge import Knowledge
 from shared.engine.leases import renewer_for
 from shared.engine.runtime import Runtime
 from shared.errors import ToolError
@@ -38,10 +39,24 @@ def run_tool(rt: Runtime, run_id: str, call_id: str, version: int, outbox_id: in
         return "stale"
     run, call = claimed
     spec = AgentSpec.model_validate(run["agent"])
+    sub = children.sub_agent_of(spec, call["name"])
+    if sub is not None and not _too_deep(rt, run):
+        return children.start_child(rt, spec, sub, run, call, outbox_id)
+    if sub is not None:
+        result = ToolResult(text=f"Tool error: sub-agents nest at most {children.MAX_DEPTH} "
+                                 "levels deep")
+        return _commit(rt, spec, run, call, version, outbox_id, result)
     with _lease_keeper(rt, run_id, call_id, call["attempts"]), \
             metrics.TOOL_SECONDS.labels(tool=call["name"]).time():
         result = execute_tool(rt, spec, run, call)
     return _commit(rt, spec, run, call, version, outbox_id, result)
+
+
+def _too_deep(rt: Runtime, run: RowMapping) -> bool:
+    if run["parent_run_id"] is None:
+        return False
+    with rt.engine.connect() as conn:
+        return children.too_deep(conn, run["id"])
 
 
 class _Stale(Exception):
@@ -77,9 +92,10 @@ def _drop_if_finished(conn: Connection, run_id: str, call_id: str, outbox_id: in
     if outbox_id is None:
         return
     status = conn.execute(
-        sa.select(tool_calls.c.status).where(tool_calls.c.run_id == run_id, tool_calls.c.call_id == call_id)
+        sa.select(tool_calls.c.status)
+        .where(tool_calls.c.run_id == run_id, tool_calls.c.call_id == call_id)
     ).scalar()
-    if status in (None, "done"):
+    if status in (None, "done", children.CHILD):
         conn.execute(sa.delete(outbox).where(outbox.c.id == outbox_id))
 
 
@@ -102,6 +118,7 @@ def execute_tool(rt: Runtime, spec: AgentSpec, run: RowMapping, call: RowMapping
         deadline=run["deadline_at"],
         allow_hosts=tuple(h.strip() for h in rt.settings.allow_hosts.split(",") if h.strip()),
         attachments=refs, files=run_files(rt, run) if refs else None,
+        knowledge=Knowledge(rt, run["tenant"]),
     )
     try:
         args = json5.loads(call["arguments"] or "{}")
@@ -166,6 +183,8 @@ def _commit_txn(
     with rt.engine.begin() as conn:
         if run["thread_id"] and _join_ends_run(run):
             threads.lock(conn, run["thread_id"], ts)  # lock order: the thread first
+        if run["parent_run_id"] and _join_tells_parent(run):  # lock order: ancestors first
+            children.lock_lineage(conn, run["id"], ts=ts, ending=_join_ends_run(run))
         done = conn.execute(
             sa.update(tool_calls)
             .where(tool_calls.c.run_id == run["id"], tool_calls.c.call_id == call["call_id"],
@@ -180,7 +199,7 @@ def _commit_txn(
         changes.values.update(open_calls=runs.c.open_calls - 1, cost=runs.c.cost + result.cost)
         changes.event("tool.finished", call_id=call["call_id"], name=call["name"],
                       preview=result.text[:300], cost=result.cost)
-        nxt = _next_pending(conn, run["id"], call["round"])
+        nxt = afters.next_pending(conn, run["id"], call["round"])
         if nxt is not None:
             changes.outbox.append(("tool", {"call_id": nxt}))
         applied = repo.apply(conn, run["id"], version, changes,
@@ -203,34 +222,13 @@ def _join_ends_run(run: RowMapping) -> bool:
     return isinstance(decode_after(run["after_join"]), (Finish, Fail))
 
 
-def _next_pending(conn: Connection, run_id: str, round_: int) -> str | None:
-    """Serial or windowed batches: queue the next call that has not been dispatched."""
-    nxt = conn.execute(
-        sa.select(tool_calls.c.call_id)
-        .where(tool_calls.c.run_id == run_id, tool_calls.c.round == round_,
-               tool_calls.c.status == "pending")
-        .order_by(tool_calls.c.idx).limit(1)
-    ).scalar()
-    if nxt is not None:
-        conn.execute(sa.update(tool_calls)
-                     .where(tool_calls.c.run_id == run_id, tool_calls.c.call_id == nxt)
-                     .values(status="queued"))
-    return nxt
+def _join_tells_parent(run: RowMapping) -> bool:
+    """Whether the batch's join ends or pauses the run (a child's parent must then follow)."""
+    return not isinstance(decode_after(run["after_join"]), Continue)
 
 
 def join_changes(
     conn: Connection, run: RowMapping, round_: int, spec: AgentSpec, ts: float
 ) -> repo.Changes:
     """All calls of the batch are finished: append their messages and settle."""
-    calls = repo.list_tool_calls(conn, run["id"], round_)
-    msgs, flushed = flush_calls(calls)
-    if flushed:
-        conn.execute(sa.update(tool_calls)
-                     .where(tool_calls.c.run_id == run["id"], tool_calls.c.call_id.in_(flushed))
-                     .values(flushed=True))
-    changes = repo.Changes()
-    for m in msgs:
-        changes.message(m, round_)
-    settle(changes, decode_after(run["after_join"]), run_id=run["id"], round_=round_, ts=ts,
-           ask_timeout_s=spec.ask_timeout_s)
-    return changes
+    return afters.join_changes(conn, run, round_, ts, spec.ask_timeout_s)

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import secrets
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from functools import lru_cache
+from importlib import import_module
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
@@ -48,6 +51,8 @@ DURABLE_EVENTS = frozenset({
 })
 DEFAULT_EVENTS = frozenset({"run.waiting", "run.completed", "run.failed", "run.cancelled"})
 TOKEN_PREFIX = "rtk_"
+RENDER_MODULES = "scheduler.interop."  # where a webhook body renderer may live (facades)
+log = logging.getLogger("treadle.webhook")
 OutboxItem = tuple[int, str, dict[str, Any]]
 Event = tuple[int, str, Mapping[str, Any]]  # (seq, type, data)
 Row = Mapping[Any, Any]  # a RowMapping, or a dict in tests
@@ -76,13 +81,38 @@ def record_webhooks(
     cfg = run.get("webhook")
     if not cfg:
         return []
-    return [_enqueue(conn, run, cfg, ev, ts, redrive_after) for ev in events if wants(cfg, ev[1])]
+    items = (_enqueue(conn, run, cfg, ev, ts, redrive_after) for ev in events if wants(cfg, ev[1]))
+    return [item for item in items if item is not None]
+
+
+@lru_cache(maxsize=16)
+def _renderer(path: str) -> Callable[..., dict[str, Any] | None]:
+    module, _, name = path.partition(":")
+    if not module.startswith(RENDER_MODULES) or not name:
+        raise ValueError(f"webhook renderer {path!r} is not under {RENDER_MODULES}")
+    return cast(Callable[..., "dict[str, Any] | None"], getattr(import_module(module), name))
+
+
+def _render(
+    conn: Connection, run: Row, cfg: Mapping[str, Any], event: Event, doc: dict[str, Any]
+) -> dict[str, Any] | None:
+    """A facade's body (issue #16): ``cfg["render"]`` names ``module:function(conn, run,
+    event, doc)`` that reshapes the body, or returns None: this event sends nothing. A failing
+    renderer never fails the commit: the treadle body is sent instead."""
+    path = cfg.get("render")
+    if not path:
+        return doc
+    try:
+        return _renderer(str(path))(conn, run, event, doc)
+    except Exception:
+        log.warning("webhook renderer %s failed; sending the treadle body", path, exc_info=True)
+        return doc
 
 
 def _enqueue(
     conn: Connection, run: Row, cfg: Mapping[str, Any], event: Event, ts: float,
     redrive_after: float,
-) -> OutboxItem:
+) -> OutboxItem | None:
     seq, type_, data = event
     delivery_id = f"msg_{uuid.uuid4().hex}"
     payload: dict[str, Any] = {"run_id": run["id"], "seq": seq, "status": run["status"], **data}
@@ -92,7 +122,10 @@ def _enqueue(
         resume = _mint_token(conn, run["id"], data.get("pending") or {}, ts)
         if resume is not None:
             payload["resume"] = resume
-    body = json.dumps({"type": type_, "timestamp": _iso(ts), "data": payload}, ensure_ascii=False)
+    doc = _render(conn, run, cfg, event, {"type": type_, "timestamp": _iso(ts), "data": payload})
+    if doc is None:
+        return None
+    body = json.dumps(doc, ensure_ascii=False)
     conn.execute(sa.insert(webhook_deliveries).values(
         id=delivery_id, run_id=run["id"], tenant=run["tenant"], event_seq=seq, event_type=type_,
         url=cfg["url"], secret_env=cfg.get("secret_env"), body=body, status="pending",

@@ -72,9 +72,32 @@ class Applied:
     events: int = 0  # durable events written (SSE tails are woken after the commit)
 
 
-def insert_run(conn: Connection, row: dict[str, Any], msgs: Sequence[Message], ts: float) -> None:
-    conn.execute(sa.insert(runs).values(**row, msg_seq=len(msgs), created_at=ts, updated_at=ts))
+def insert_run(
+    conn: Connection, row: dict[str, Any], msgs: Sequence[Message], ts: float, *,
+    if_absent: bool = False,
+) -> bool:
+    """Insert a run and its first messages. ``if_absent``: ``INSERT ... ON CONFLICT (id) DO
+    NOTHING`` (a run id derived from its cause, e.g. a child run's); False = it existed."""
+    values = {**row, "msg_seq": len(msgs), "created_at": ts, "updated_at": ts}
+    if if_absent:
+        if not conn.execute(_insert_if_absent(conn, values)).first():
+            return False
+    else:
+        conn.execute(sa.insert(runs).values(**values))
     _insert_messages(conn, row["id"], 1, [(m, 0) for m in msgs], ts)
+    return True
+
+
+def _insert_if_absent(conn: Connection, values: dict[str, Any]) -> Any:
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(runs).values(**values).on_conflict_do_nothing(
+            index_elements=[runs.c.id]).returning(runs.c.id)
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(runs).values(**values).on_conflict_do_nothing(
+        index_elements=[runs.c.id]).returning(runs.c.id)
 
 
 def find_idempotent(conn: Connection, tenant: str, key: str) -> RowMapping | None:

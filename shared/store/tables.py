@@ -11,7 +11,11 @@ import sqlalchemy as sa
 
 __all__ = [
     "api_keys",
+    "dataset_chunks",
+    "dataset_documents",
+    "datasets",
     "events",
+    "facade_segments",
     "files",
     "metadata",
     "messages",
@@ -258,3 +262,78 @@ api_keys = sa.Table(
     sa.Column("revoked_at", sa.Float, nullable=True),
 )
 sa.Index("ix_api_keys_tenant", api_keys.c.tenant)
+
+# --- interop facades (issue #16): each LangGraph run / OpenAI response is a segment of a
+# treadle run: from its start or a resume (``from_seq``, the seq of the run.waiting it resumes,
+# 0 for the start) to the next pause or the end (``to_seq``, filled once seen) ---------------
+facade_segments = sa.Table(
+    "facade_segments",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),  # deterministic: (protocol, run, from_seq)
+    sa.Column("protocol", sa.String(16), nullable=False),  # langgraph | openai
+    sa.Column("tenant", sa.String(64), nullable=False, server_default="default"),
+    sa.Column("thread_id", sa.String(40), nullable=True),
+    sa.Column("run_id", sa.String(40), nullable=False),
+    sa.Column("from_seq", sa.Integer, nullable=False),
+    sa.Column("to_seq", sa.Integer, nullable=True),
+    sa.Column("assistant_id", sa.String(200), nullable=False),  # agent name (OpenAI: model)
+    sa.Column("meta", sa.JSON, nullable=True),  # the client's metadata
+    sa.Column("options", sa.JSON, nullable=True),  # stream modes, multitask, input items, ...
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.UniqueConstraint("protocol", "run_id", "from_seq", name="uq_facade_segments_leg"),
+)
+sa.Index("ix_facade_segments_thread", facade_segments.c.thread_id, facade_segments.c.created_at)
+sa.Index("ix_facade_segments_run", facade_segments.c.run_id)
+
+# --- knowledge base (issue #10): datasets of documents cut into chunks. The full-text index
+# is per dialect, made by migration 0006: SQLite an FTS5 table ``dataset_chunks_fts`` over
+# ``search_text``; PostgreSQL a generated ``tsv`` tsvector column with a GIN index. Neither is
+# declared here (Core queries name them in SQL). ``embedding``: a JSON vector when an
+# embeddings profile is configured (hybrid ranking) ------------------------------------------
+datasets = sa.Table(
+    "datasets",
+    metadata,
+    sa.Column("id", sa.String(40), primary_key=True),
+    sa.Column("tenant", sa.String(64), nullable=False, server_default="default"),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("description", sa.Text, nullable=True),
+    sa.Column("embedding_model", sa.String(200), nullable=True),  # what embedded its chunks
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.UniqueConstraint("tenant", "name", name="uq_datasets_tenant_name"),
+)
+
+dataset_documents = sa.Table(
+    "dataset_documents",
+    metadata,
+    sa.Column("id", sa.String(40), primary_key=True),
+    sa.Column("dataset_id", sa.String(40), nullable=False),
+    sa.Column("tenant", sa.String(64), nullable=False, server_default="default"),
+    sa.Column("name", sa.String(255), nullable=False),
+    sa.Column("content_type", sa.String(100), nullable=False),
+    sa.Column("size", sa.BigInteger, nullable=False),
+    sa.Column("sha256", sa.String(64), nullable=False),
+    sa.Column("chunks", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("file_id", sa.String(40), nullable=True),  # when added from an uploaded file
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+sa.Index("ix_dataset_documents_dataset", dataset_documents.c.dataset_id,
+         dataset_documents.c.created_at)
+
+dataset_chunks = sa.Table(
+    "dataset_chunks",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("dataset_id", sa.String(40), nullable=False),
+    sa.Column("document_id", sa.String(40), nullable=False),
+    sa.Column("idx", sa.Integer, nullable=False),  # the chunk's place in its document
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("search_text", sa.Text, nullable=False),  # what the index sees (CJK spaced)
+    sa.Column("source", sa.String(500), nullable=False),  # "name", "name, p. 3", "name › heading"
+    sa.Column("embedding", sa.JSON, nullable=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+sa.Index("ix_dataset_chunks_dataset", dataset_chunks.c.dataset_id)
+sa.Index("ix_dataset_chunks_document", dataset_chunks.c.document_id, dataset_chunks.c.idx)
+sa.Index("ix_runs_parent", runs.c.parent_run_id)  # a run's children (sub-agents)

@@ -1,16 +1,18 @@
 """Tools: the protocol, the registry, built-ins, inline HTTP tools and the SSRF guard.
 
 Importing the package registers the built-in tools (``calculator``, ``current_time``,
-``http_get``, ``stop``, ``run_python``, ``save_note``); plugins come from the ``treadle.tools``
-entry-point group.
+``http_get``, ``stop``, ``run_python``, ``save_note``, ``knowledge_search``); plugins come from
+the ``treadle.tools`` entry-point group.
 """
 
 from shared.tools import builtins as builtins
+from shared.tools import knowledge as knowledge
 from shared.tools import notes as notes
 from shared.tools import sandbox as sandbox
 from shared.tools.base import (
     FunctionTool,
     InvalidToolArguments,
+    KnowledgeSource,
     Tool,
     ToolContext,
     ToolFunction,
@@ -37,6 +39,7 @@ __all__ = [
     "FunctionTool",
     "HttpTool",
     "InvalidToolArguments",
+    "KnowledgeSource",
     "Registry",
     "SafeResponse",
     "Tool",

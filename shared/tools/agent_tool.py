@@ -7,6 +7,10 @@ run of that kind, and returns its answer text (a helper kind: its structured res
 with the call's cost as the tool's cost (L-10). It runs as an ordinary external tool call, so
 it is as durable as any: leased, re-run after a crash, its result committed with the join.
 Registered agent names are resolved by the API when the run is submitted.
+
+A tool agent (``kind: agent``) is a ``SubAgentTool``: the engine does not execute it here but
+starts a child run for each call (``shared.engine.children``); the child's answer becomes the
+call's result when the child ends.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from shared.agent.chat import DATASET_QUOTE_TEMPLATE, DEFAULT_QUOTE_TEMPLATE
 from shared.agent.decisions import Finish
+from shared.agent.knowledge import passage_quotes
 from shared.agent.messages import Message
 from shared.agent.pricing import price_call
 from shared.agent.request import plan_request
@@ -27,7 +33,7 @@ from shared.llm.base import ModelRequest
 from shared.llm.profiles import make_model, resolve_profile
 from shared.tools.base import ToolContext, ToolResult
 
-__all__ = ["INPUT_SCHEMA", "AgentTool", "agent_answer"]
+__all__ = ["INPUT_SCHEMA", "AgentTool", "SubAgentTool", "agent_answer", "question_of"]
 
 INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -80,8 +86,9 @@ class AgentTool:
             profile = resolve_profile(agent.model, self._profiles)
         except ConfigError as exc:
             raise ToolError(str(exc)) from exc
-        question = _question(args)
-        reply = make_model(profile).complete(_request(agent, profile, question))
+        question = question_of(args)
+        quotes = _dataset_quotes(agent, question, ctx)
+        reply = make_model(profile).complete(_request(agent, profile, question, quotes))
         cost = price_call(profile.pricing, reply.usage, profile.own_key) if reply.usage else 0.0
         decision = step(agent, LoopState(), reply, {}, call_cost=cost, question=question).decision
         result = decision.result if isinstance(decision, Finish) else {}
@@ -106,17 +113,67 @@ def agent_answer(agent: AgentSpec, text: str, result: Mapping[str, Any]) -> str:
     return json.dumps(dict(result), ensure_ascii=False)
 
 
-def _question(args: Mapping[str, Any]) -> str:
+class SubAgentTool:
+    """A tool agent (``kind: agent``) as a tool: each call becomes a child run of the calling
+    run (started and joined by the engine, ``shared.engine.children``), never executed here."""
+
+    def __init__(self, spec: InlineTool) -> None:
+        if spec.sub_agent is None:
+            raise ValueError(f"inline tool {spec.name!r} is not a tool agent")
+        self._spec = spec
+        self.agent: AgentSpec = spec.sub_agent
+
+    @property
+    def name(self) -> str:
+        return self._spec.name
+
+    @property
+    def description(self) -> str:
+        return self._spec.description
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        if self._spec.parameters.get("properties"):
+            return self._spec.parameters
+        return INPUT_SCHEMA
+
+    @property
+    def read_only(self) -> bool:
+        return self._spec.read_only
+
+    @property
+    def internal(self) -> bool:
+        return False
+
+    def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        raise ToolError(f"{self.name} is a sub-agent: it runs as a child run of the engine")
+
+
+def question_of(args: Mapping[str, Any]) -> str:
+    """The sub-agent's input: the ``input`` argument, else all arguments as JSON."""
     value = args.get("input")
     if isinstance(value, str):
         return value
     return json.dumps(dict(args), ensure_ascii=False)
 
 
-def _request(agent: AgentSpec, profile: ModelProfile, question: str) -> ModelRequest:
+def _dataset_quotes(agent: AgentSpec, question: str, ctx: ToolContext) -> list[dict[str, Any]]:
+    """A chat agent with ``dataset``: its quotes for the question (SPEC C-2)."""
+    if agent.kind != "chat" or not agent.dataset or ctx.knowledge is None:
+        return []
+    return passage_quotes(ctx.knowledge.search(question, [agent.dataset], agent.dataset_k))
+
+
+def _request(
+    agent: AgentSpec, profile: ModelProfile, question: str,
+    quotes: list[dict[str, Any]] | None = None,
+) -> ModelRequest:
     messages = [Message(role="user", content=question)]
+    inputs: dict[str, Any] = {"quotes": quotes} if quotes else {}
+    if quotes and agent.quote_template == DEFAULT_QUOTE_TEMPLATE:
+        agent = agent.model_copy(update={"quote_template": DATASET_QUOTE_TEMPLATE})
     plan = plan_request(agent, profile=profile, state=LoopState(), messages=messages,
-                        catalog={}, plan=None, inputs={})
+                        catalog={}, plan=None, inputs=inputs)
     return ModelRequest(messages=plan.messages, max_tokens=plan.max_tokens,
                         response_format=plan.response_format)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, get_type_hints, runtime_checkable
 
@@ -21,6 +21,7 @@ __all__ = [
     "FileSource",
     "FunctionTool",
     "InvalidToolArguments",
+    "KnowledgeSource",
     "Tool",
     "ToolContext",
     "ToolFunction",
@@ -45,11 +46,19 @@ class FileSource(Protocol):
     def read(self, file_id: str) -> bytes: ...
 
 
+class KnowledgeSource(Protocol):
+    """Searches the calling tenant's datasets (ids or names; none = all of them): the top
+    ``k`` passages ``{text, source, document, dataset_id, chunk_id, score}``, best first."""
+
+    def search(self, query: str, datasets: Sequence[str], k: int) -> list[dict[str, Any]]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ToolContext:
     """Who is calling and within which limits. ``env`` None means ``os.environ`` at call time.
     ``attachments``: the run's files (``{id, name, content_type, size, sha256}``), whose
-    bytes ``files`` reads (None: the run has no readable attachments)."""
+    bytes ``files`` reads (None: the run has no readable attachments). ``knowledge`` searches
+    the tenant's datasets (None: not available here)."""
 
     run_id: str
     call_id: str
@@ -59,6 +68,7 @@ class ToolContext:
     allow_hosts: tuple[str, ...] = ()  # SSRF allow-list: "host", "host:port" or "*.domain"
     env: Mapping[str, str] | None = None
     files: FileSource | None = None
+    knowledge: KnowledgeSource | None = None  # the tenant's datasets (knowledge_search)
 
     @property
     def idempotency_key(self) -> str:

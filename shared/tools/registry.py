@@ -35,7 +35,8 @@ __all__ = [
 
 ENTRY_POINT_GROUP = "treadle.tools"
 AgentToolFactory = Callable[[InlineTool], Tool]
-"""Makes the tool for an inline tool with ``agent:`` (a chat or helper agent as a tool)."""
+"""Makes the tool for an inline tool with ``agent:`` (an agent as a tool) or ``knowledge:``
+(a dataset search): tools the engine builds, with what it knows (profiles, the agent)."""
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,8 @@ class Registry:
         self, spec_tools: Sequence[str | InlineTool], agent_tool: AgentToolFactory | None = None
     ) -> list[Tool]:
         """An agent spec's ``tools`` as tools: registry names, inline HTTP tools, and inline
-        agent tools (``agent:``) made by ``agent_tool`` (the engine supplies it)."""
+        agent and knowledge tools (``agent:``, ``knowledge:``) made by ``agent_tool`` (the
+        engine supplies it)."""
         tools = [self._resolve_one(item, agent_tool) for item in spec_tools]
         names = [t.name for t in tools]
         dupes = sorted({n for n in names if names.count(n) > 1})
@@ -108,7 +110,7 @@ class Registry:
 
     def _resolve_one(self, item: str | InlineTool, agent_tool: AgentToolFactory | None) -> Tool:
         if isinstance(item, InlineTool):
-            if item.agent is not None and agent_tool is not None:
+            if (item.agent is not None or item.knowledge is not None) and agent_tool is not None:
                 return agent_tool(item)
             if item.http is None:
                 raise SpecError(f"inline tool {item.name!r} has no `http` section")

@@ -12,7 +12,7 @@ from tests.live import read_sse
 def test_sse_on_treadle_up(up_server: str) -> None:  # noqa: F811
     model = {"provider": "scripted", "replies": [
         {"tool_calls": [{"id": "c1", "name": "calculator", "arguments": {"expression": "17*23"}}]},
-        {"sleep": 1.0, "text": "It is 391."}]}  # the client is connected before the text streams
+        {"sleep": 3.0, "text": "It is 391."}]}  # the client is connected before the text streams
     body = {"agent": {"kind": "agent", "model": model, "tools": ["calculator"]},
             "input": "What is 17 * 23?"}
     run = httpx.post(f"{up_server}/v1/runs", json=body, timeout=10).json()

@@ -255,7 +255,11 @@ def test_an_agent_tool_failure_is_a_tool_result(
     assert _tool_message(sqlite_rt, run["id"])["result"].startswith("Tool error: ")
 
 
-def test_a_tool_agent_cannot_be_an_agent_tool() -> None:
-    with pytest.raises(ValueError, match="chat or helper"):
-        AgentSpec.model_validate({"kind": "agent", "tools": [
-            {"name": "sub", "agent": {"kind": "agent"}}]})
+def test_a_tool_agent_as_a_tool_is_a_sub_agent() -> None:
+    # issue #10: a tool agent (kind agent) is not one call: it runs as a child run
+    from shared.engine.catalog import build_catalog
+    from shared.tools.agent_tool import SubAgentTool
+
+    spec = AgentSpec.model_validate({"kind": "agent", "tools": [
+        {"name": "sub", "agent": {"kind": "agent"}}]})
+    assert isinstance(build_catalog(spec).tools["sub"], SubAgentTool)

@@ -1,0 +1,403 @@
+"""OpenAI Responses background routes over treadle (issue #16; interop.md §4), mounted at
+``/openai/v1``: ``OpenAI(base_url=".../openai/v1")`` drives treadle with ``model`` = a
+registered agent's name.
+
+Each response is a segment of a treadle run. A pause completes it with a ``function_call``
+named ``ask_user`` (answered by ``previous_response_id`` + ``function_call_output``) or with
+``mcp_approval_request`` items (answered by ``mcp_approval_response`` items); tools treadle ran
+itself are ``mcp_call`` items. A new input after a finished response continues its thread.
+Errors use OpenAI's body; a conflict is 400 (the SDK retries 409).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, ValidationError
+from sqlalchemy.engine import Connection, RowMapping
+from starlette.concurrency import run_in_threadpool
+
+from scheduler.agents import resolve_agent
+from scheduler.auth import Caller, ReadCaller, WriteCaller
+from scheduler.interop import segments as segs
+from scheduler.interop.common import admit, facade_webhook
+from scheduler.interop.oa_stream import ResponseFold, Start, StreamEvent
+from scheduler.interop.shapes import Approve, input_messages, oa_status, pause_id
+from scheduler.interop.tail import Batch, Beat, Delta, follow, wait_for_end
+from shared.engine import commands
+from shared.engine import threads as thread_engine
+from shared.engine.runtime import Runtime
+from shared.errors import Conflict, NotFound, SpecError, TreadleError, Unauthorized
+from shared.store import repo
+
+__all__ = ["openai_router"]
+
+PROTOCOL = segs.OPENAI
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+RESUME_TYPES = ("function_call_output", "mcp_approval_response")
+
+
+class CreateBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    input: str | list[dict[str, Any]] | None = None
+    background: bool | None = None
+    stream: bool | None = None
+    previous_response_id: str | None = None
+    metadata: dict[str, Any] | None = None
+    store: bool | None = None
+    tools: list[Any] | None = None
+
+
+# --- errors ------------------------------------------------------------------------------
+
+def _error(exc: Exception) -> JSONResponse:
+    """OpenAI's error body. A conflict is 400: the SDK retries 409s."""
+    status, code = 400, "invalid_request_error"
+    if isinstance(exc, NotFound):
+        status, code = 404, "not_found"
+    elif isinstance(exc, Unauthorized):
+        status, code = 401, "invalid_api_key"
+    elif isinstance(exc, Conflict):
+        code = "conflict"
+    message = str(exc)
+    if isinstance(exc, ValidationError) and exc.errors():
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        message = f"{where}: {first['msg']}" if where else first["msg"]
+    body = {"error": {"message": message, "type": "invalid_request_error", "param": None,
+                      "code": code}}
+    return JSONResponse(body, status_code=status)
+
+
+FACADE_ERRORS = (TreadleError, ValidationError, ValueError)
+
+
+# --- input items -------------------------------------------------------------------------
+
+def _items(value: str | list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    if value is None:
+        raise SpecError("input is required")
+    if isinstance(value, str):
+        return [{"type": "message", "role": "user", "content": value}]
+    return list(value)
+
+
+def _is_resume(items: list[dict[str, Any]]) -> bool:
+    return any(it.get("type") in RESUME_TYPES for it in items)
+
+
+def _messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if _is_resume(items):
+        raise SpecError("function_call_output and mcp_approval_response items answer a "
+                        "paused response: send them with its previous_response_id")
+    wanted = [it for it in items if it.get("type", "message") == "message"]
+    return input_messages(wanted, "input")
+
+
+def _answers(output: Any) -> list[str]:
+    """A ``function_call_output``: ``{"answers": [...]}``, a list, or a plain string."""
+    text = output if isinstance(output, str) else json.dumps(output)
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return [text]
+    if isinstance(value, dict) and isinstance(value.get("answers"), list):
+        value = value["answers"]
+    if isinstance(value, list):
+        return [v if isinstance(v, str) else json.dumps(v) for v in value]
+    return [value if isinstance(value, str) else text]
+
+
+def _approval(pending: dict[str, Any], items: list[dict[str, Any]]) -> Approve:
+    ids = [str(it["call_id"]) for it in pending.get("items") or []]
+    said: dict[str, tuple[bool, str]] = {}
+    for it in items:
+        if it.get("type") != "mcp_approval_response":
+            continue
+        call_id = str(it.get("approval_request_id") or "").removeprefix("mcpr_")
+        if call_id not in ids:
+            raise SpecError(f"no approval request {it.get('approval_request_id')!r} is pending")
+        said[call_id] = (bool(it.get("approve")), str(it.get("reason") or ""))
+    missing = [f"mcpr_{i}" for i in ids if i not in said]
+    if missing:
+        raise SpecError(f"every approval request needs a response; missing {', '.join(missing)}")
+    notes = [why for ok, why in said.values() if not ok and why]
+    return Approve([i for i in ids if said[i][0]], [i for i in ids if not said[i][0]],
+                   "; ".join(notes) or None)
+
+
+# --- the facade --------------------------------------------------------------------------
+
+class _Facade:
+    def __init__(self, get_rt: Callable[[], Runtime]) -> None:
+        self.get_rt = get_rt
+
+    @property
+    def rt(self) -> Runtime:
+        return self.get_rt()
+
+    def leg(self, tenant: str, response_id: str) -> segs.Leg:
+        with self.rt.engine.connect() as conn:
+            seg = segs.get_segment(conn, response_id, tenant, PROTOCOL)
+            if seg is None:
+                raise NotFound(f"response {response_id} not found")
+            return segs.load_leg(conn, seg)
+
+    def create(self, caller: Caller, body: CreateBody) -> segs.Leg:
+        tenant = caller.tenant
+        if body.tools:
+            raise SpecError("tools: the agent's own tools run in treadle; send none")
+        if body.store is False and body.background:
+            raise SpecError("background responses are stored: store=false is not supported")
+        items = _items(body.input)
+        if body.previous_response_id:
+            prev = self.leg(tenant, body.previous_response_id)
+            if _paused(prev):
+                return self._resume(tenant, body, prev, items)
+            return self._follow_up(caller, body, prev, items)
+        thread_id = f"thr_{uuid.uuid4().hex[:24]}"
+        thread_engine.create_thread(self.rt, tenant, None, "reject", thread_id)
+        return self._submit(caller, body, thread_id, items)
+
+    def _follow_up(self, caller: Caller, body: CreateBody, prev: segs.Leg,
+                   items: list[dict[str, Any]]) -> segs.Leg:
+        if _is_resume(items):
+            raise Conflict(f"response {prev.segment['id']} is not waiting for tool output or "
+                           "approvals")
+        if not prev.closed or prev.run["status"] in ("queued", "running"):
+            raise Conflict(f"response {prev.segment['id']} is still in progress")
+        if prev.run["thread_id"] is None:
+            raise SpecError(f"response {prev.segment['id']} cannot be continued")
+        return self._submit(caller, body, prev.run["thread_id"], items)
+
+    def _submit(self, caller: Caller, body: CreateBody, thread_id: str,
+                items: list[dict[str, Any]]) -> segs.Leg:
+        tenant = caller.tenant
+        spec = resolve_agent(body.model)
+        msgs = _messages(items)
+        admit(self.rt, caller, spec, msgs)
+        hook = facade_webhook(PROTOCOL, self.rt.settings, tenant, body.model)
+        row, _ = commands.submit_run(self.rt, commands.RunInput(
+            agent=spec, input=msgs, tenant=tenant, thread_id=thread_id, metadata=body.metadata,
+            webhook=hook))
+        return self._segment(tenant, row["id"], 0, body, items)
+
+    def _resume(self, tenant: str, body: CreateBody, prev: segs.Leg,
+                items: list[dict[str, Any]]) -> segs.Leg:
+        pending, run_id = dict(prev.run["pending"] or {}), prev.run["id"]
+        if pending.get("kind") == "ask":
+            ask_id = str(pending["ask_id"])
+            out = next((it for it in items if it.get("type") == "function_call_output"
+                        and it.get("call_id") == ask_id), None)
+            if out is None:
+                raise SpecError(f"response {prev.segment['id']} waits for a "
+                                f"function_call_output for call {ask_id} (ask_user)")
+            commands.answer_run(self.rt, tenant, run_id, ask_id, _answers(out.get("output")))
+        else:
+            decided = _approval(pending, items)
+            commands.approve_run(self.rt, tenant, run_id, str(pending["approval_id"]),
+                                 decided.approve, decided.reject, decided.note)
+        return self._segment(tenant, run_id, int(prev.end_seq or 0), body, items)
+
+    def _segment(self, tenant: str, run_id: str, from_seq: int, body: CreateBody,
+                 items: list[dict[str, Any]]) -> segs.Leg:
+        options = {"background": bool(body.background), "stream": bool(body.stream),
+                   "previous_response_id": body.previous_response_id, "input": items}
+        with self.rt.engine.begin() as conn:
+            run = repo.get_run(conn, run_id)
+            assert run is not None
+            if from_seq:
+                segs.close_segments(conn, run_id, from_seq)
+            seg = segs.add_segment(conn, protocol=PROTOCOL, tenant=tenant, run=run,
+                                   from_seq=from_seq, assistant_id=body.model,
+                                   meta=body.metadata, options=options)
+            return segs.load_leg(conn, seg)
+
+    def cancel(self, tenant: str, leg: segs.Leg) -> segs.Leg:
+        if leg.closed and oa_status(leg.run, leg.end) != "cancelled":
+            raise Conflict(f"response {leg.segment['id']} is {oa_status(leg.run, leg.end)}; "
+                           "only a queued or in-progress response can be cancelled")
+        if not leg.closed:
+            try:
+                commands.cancel_run(self.rt, tenant, leg.run["id"])
+            except Conflict:
+                pass  # it ended meanwhile
+        return self.leg(tenant, leg.segment["id"])
+
+    def fold(self, leg: segs.Leg) -> ResponseFold:
+        return ResponseFold(_start(self.rt, leg), self._usage(leg.run["id"]))
+
+    def _usage(self, run_id: str) -> Callable[[set[int]], dict[str, int]]:
+        def usage(rounds: set[int]) -> dict[str, int]:
+            with self.rt.engine.connect() as conn:
+                return segs.usage_of(conn, run_id, rounds)
+        return usage
+
+    def snapshot(self, leg: segs.Leg) -> dict[str, Any]:
+        """The Response object: the fold of the segment's durable events so far."""
+        fold = self.fold(leg)
+        with self.rt.engine.connect() as conn:
+            leg = segs.load_leg(conn, leg.segment)
+            rows, tools = _run_rows(conn, leg.run["id"])
+            fold.begin(rows)
+            for ev in _segment_events(conn, leg):
+                fold.durable(ev, rows, tools)
+        if leg.end is None:
+            fold.status = oa_status(leg.run, None)
+        return fold.response()
+
+    def expand(self, fold: ResponseFold, leg: segs.Leg, events: list[dict[str, Any]]
+               ) -> list[StreamEvent]:
+        with self.rt.engine.connect() as conn:
+            rows, tools = _run_rows(conn, leg.run["id"])
+        out: list[StreamEvent] = []
+        for ev in events:
+            out += fold.durable(ev, rows, tools)
+        return out
+
+    def begin(self, fold: ResponseFold, leg: segs.Leg) -> list[StreamEvent]:
+        with self.rt.engine.connect() as conn:
+            rows, _ = _run_rows(conn, leg.run["id"])
+        return fold.begin(rows)
+
+
+def _paused(leg: segs.Leg) -> bool:
+    """Is this response the pause its run still waits on?"""
+    end = leg.end
+    if end is None or end["type"] != "run.waiting" or leg.run["status"] != "waiting":
+        return False
+    pending = (end["data"] or {}).get("pending") or {}
+    return bool(leg.run["pending"]) and pause_id(pending) == pause_id(leg.run["pending"])
+
+
+def _start(rt: Runtime, leg: segs.Leg) -> Start:
+    seg, opts = leg.segment, leg.segment["options"] or {}
+    start_ts = None
+    if seg["from_seq"]:
+        with rt.engine.connect() as conn:
+            ev = repo.list_events(conn, seg["run_id"], int(seg["from_seq"]) - 1, limit=1)
+        start_ts = float(ev[0]["created_at"]) if ev else None
+    return Start(response_id=seg["id"], run_id=seg["run_id"], model=seg["assistant_id"],
+                 created_at=float(seg["created_at"]), from_seq=int(seg["from_seq"]),
+                 start_ts=start_ts, previous_response_id=opts.get("previous_response_id"),
+                 metadata=dict(seg["meta"] or {}), background=bool(opts.get("background")))
+
+
+def _run_rows(conn: Connection, run_id: str) -> tuple[list[RowMapping], dict[str, RowMapping]]:
+    return repo.list_messages(conn, run_id), segs.tool_rows(conn, run_id)
+
+
+def _segment_events(conn: Connection, leg: segs.Leg) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    after = int(leg.segment["from_seq"])
+    while True:
+        batch = [dict(e) for e in repo.list_events(conn, leg.run["id"], after, limit=1000)]
+        for ev in batch:
+            out.append(ev)
+            if leg.end_seq is not None and ev["seq"] >= leg.end_seq:
+                return out
+        if len(batch) < 1000:
+            return out
+        after = batch[-1]["seq"]
+
+
+# --- streaming ---------------------------------------------------------------------------
+
+def _sse(events: list[StreamEvent], after: int | None) -> str:
+    return "".join(f"event: {p['type']}\ndata: {json.dumps(p, ensure_ascii=False)}\n\n"
+                   for num, p in events if after is None or num > after)
+
+
+async def _stream(f: _Facade, leg: segs.Leg, after: int | None) -> AsyncIterator[str]:
+    """The response's events from its start, those numbered above ``after`` sent; ends after
+    the completing (or failing) event, or at a cancel."""
+    fold = f.fold(leg)
+    yield _sse(await run_in_threadpool(f.begin, fold, leg), after)
+    async for item in follow(f.rt, leg.run["id"], int(leg.segment["from_seq"])):
+        if isinstance(item, Batch):
+            yield _sse(await run_in_threadpool(f.expand, fold, leg, item.events), after)
+        elif isinstance(item, Delta):
+            yield _sse(fold.delta(item.type, item.data), after)
+        elif isinstance(item, Beat):
+            yield ": keep-alive\n\n"
+
+
+def _sse_response(body: AsyncIterator[str]) -> StreamingResponse:
+    return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+async def _finished(f: _Facade, leg: segs.Leg) -> dict[str, Any]:
+    if not leg.closed:
+        async for _ in wait_for_end(f.rt, leg.run["id"], int(leg.segment["from_seq"])):
+            pass
+    return await run_in_threadpool(f.snapshot, leg)
+
+
+def _input_item(item: dict[str, Any], n: int, response_id: str) -> dict[str, Any]:
+    if item.get("type", "message") != "message":
+        return {"id": f"in_{response_id}_{n}", **item}
+    content = item.get("content", "")
+    parts = ([{"type": "input_text", "text": content}] if isinstance(content, str) else content)
+    return {"type": "message", "id": f"in_{response_id}_{n}", "role": item.get("role", "user"),
+            "status": "completed", "content": parts}
+
+
+# --- routes ------------------------------------------------------------------------------
+
+def openai_router(get_rt: Callable[[], Runtime]) -> APIRouter:
+    """The Responses routes; include with ``prefix="/openai/v1"``."""
+    f = _Facade(get_rt)
+    r = APIRouter(tags=["openai"])
+
+    @r.post("/responses", response_model=None)
+    async def create(request: Request, caller: WriteCaller) -> Response:
+        try:
+            body = CreateBody.model_validate(await request.json())
+            leg = await run_in_threadpool(f.create, caller, body)
+        except FACADE_ERRORS as exc:
+            return _error(exc)
+        if body.stream:
+            return _sse_response(_stream(f, leg, None))
+        if body.background:
+            return JSONResponse(await run_in_threadpool(f.snapshot, leg))
+        return JSONResponse(await _finished(f, leg))
+
+    @r.get("/responses/{response_id}", response_model=None)
+    async def retrieve(response_id: str, caller: ReadCaller, stream: bool = False,
+                       starting_after: Annotated[int | None, Query()] = None) -> Response:
+        try:
+            leg = await run_in_threadpool(f.leg, caller.tenant, response_id)
+        except FACADE_ERRORS as exc:
+            return _error(exc)
+        if stream:
+            return _sse_response(_stream(f, leg, starting_after))
+        return JSONResponse(await run_in_threadpool(f.snapshot, leg))
+
+    @r.post("/responses/{response_id}/cancel", response_model=None)
+    def cancel(response_id: str, caller: WriteCaller) -> Response:
+        try:
+            leg = f.cancel(caller.tenant, f.leg(caller.tenant, response_id))
+        except FACADE_ERRORS as exc:
+            return _error(exc)
+        return JSONResponse(f.snapshot(leg))
+
+    @r.get("/responses/{response_id}/input_items", response_model=None)
+    def input_items(response_id: str, caller: ReadCaller) -> Response:
+        try:
+            leg = f.leg(caller.tenant, response_id)
+        except FACADE_ERRORS as exc:
+            return _error(exc)
+        raw = list((leg.segment["options"] or {}).get("input") or [])
+        data = [_input_item(it, i, response_id) for i, it in enumerate(raw)]
+        return JSONResponse({"object": "list", "data": data, "has_more": False,
+                             "first_id": data[0]["id"] if data else None,
+                             "last_id": data[-1]["id"] if data else None})
+
+    return r
