@@ -5,17 +5,27 @@ BIN := $(VENV)/bin
 
 .PHONY: install demo test test-fast services lint typecheck bench test-chaos clean
 
-$(BIN)/.installed: pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@$(BIN)/pip install -q --disable-pip-version-check --upgrade pip
-	@$(BIN)/pip install -q --disable-pip-version-check -e ".[dev]"
+# uv (parallel downloads) when it can be installed, pip otherwise
+install_cmd = if [ -x $(BIN)/uv ]; then $(BIN)/uv pip install -q --python $(BIN)/python $(1); \
+              else $(BIN)/pip install -q --disable-pip-version-check $(1); fi
+
+$(BIN)/python:
+	@$(PYTHON) -m venv $(VENV)
+	@$(BIN)/pip install -q --disable-pip-version-check uv >/dev/null 2>&1 || true
+
+$(BIN)/.runtime: pyproject.toml | $(BIN)/python
+	@$(call install_cmd,-e .)
+	@touch $@
+
+$(BIN)/.installed: pyproject.toml $(BIN)/.runtime
+	@$(call install_cmd,-e ".[dev]")
 	@touch $@
 
 install: $(BIN)/.installed
 
-demo: install  ## a demo run end to end in embedded mode, transcript printed
+demo: $(BIN)/.runtime  ## a demo run end to end in embedded mode, transcript printed
 	@mkdir -p .treadle && rm -f .treadle/demo.db*
-	@TREADLE_DATABASE_URL=sqlite:///.treadle/demo.db $(BIN)/treadle demo
+	@TREADLE_LOG_LEVEL=WARNING TREADLE_DATABASE_URL=sqlite:///.treadle/demo.db $(BIN)/treadle demo
 
 services:  ## PostgreSQL and Redis reachable (started when installed and down); system tools
 	@bash .ci/services.sh || [ -z "$$CI" ]
