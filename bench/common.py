@@ -377,8 +377,8 @@ class Floor:
             procs.start(name, celery_worker_cmd("bench.floorapp", name, concurrency, QUEUE), env)
         self.run(chains=2, hops=3, timeout=60)  # ready and warm (imports, connections)
 
-    def run(self, chains: int, hops: int, sleep_even: float = 0.0,
-            timeout: float = 300) -> FloorResult:
+    def launch(self, chains: int, hops: int, sleep_even: float = 0.0) -> list[int]:
+        """Start ``chains`` chains of ``hops`` hops; their chain ids."""
         with self.engine.begin() as conn:
             conn.execute(sa.text("LOCK TABLE floor_chain IN EXCLUSIVE MODE"))
             first = int(conn.execute(sa.text(
@@ -386,9 +386,14 @@ class Floor:
             ids = list(range(first, first + chains))
             conn.execute(sa.text("INSERT INTO floor_chain (id, version) VALUES (:id, 0)"),
                          [{"id": i} for i in ids])
-        cpu0 = sum(proc_cpu(p) for p in self.pids())
         for i in ids:
             self.app.send_task("bench.hop", args=[i, 0, hops - 1, sleep_even], queue=self.queue)
+        return ids
+
+    def run(self, chains: int, hops: int, sleep_even: float = 0.0,
+            timeout: float = 300) -> FloorResult:
+        cpu0 = sum(proc_cpu(p) for p in self.pids())
+        ids = self.launch(chains, hops, sleep_even)
         lo, hi = ids[0], ids[-1]
 
         def done() -> bool:
@@ -443,7 +448,7 @@ def start_treadle_workers(procs: Procs, env: dict[str, str], n: int, concurrency
                           tag: str = "tw") -> list[str]:
     names = [f"{tag}{i + 1}-{uuid.uuid4().hex[:4]}" for i in range(n)]
     for name in names:
-        procs.start(name, celery_worker_cmd("bench.tworker", name, concurrency, QUEUES), env)
+        procs.start(name, celery_worker_cmd("worker.app", name, concurrency, QUEUES), env)
     return names
 
 
@@ -477,7 +482,8 @@ def submit(rt: Any, agent: dict[str, Any], text: str = "go") -> str:
     return str(row["id"])
 
 
-def tool_agent(rounds: int, sleep: float = 0.0, name: str = "scripted") -> dict[str, Any]:
+def tool_agent(rounds: int, sleep: float = 0.0, name: str = "scripted",
+               text: str = TEXT_500) -> dict[str, Any]:
     """A tool agent on the scripted model: reply k is one ``bench_echo`` call (id ``call_k``)
     with a ~500-char argument (assistant and tool messages ~500 chars), after ``sleep``
     seconds; the run ends on ``max_rounds`` after ``rounds`` tool rounds (that last round
@@ -485,7 +491,7 @@ def tool_agent(rounds: int, sleep: float = 0.0, name: str = "scripted") -> dict[
     replies: list[dict[str, Any]] = []
     for k in range(rounds):
         reply: dict[str, Any] = {"tool_calls": [{"id": f"call_{k}", "name": "bench_echo",
-                                                 "arguments": {"text": TEXT_500}}]}
+                                                 "arguments": {"text": text}}]}
         if sleep:
             reply["sleep"] = sleep
         replies.append(reply)

@@ -9,7 +9,7 @@ scripted one: reply 1 asks, reply 2 answers; each run's profile has its own name
 worker's model-call log (``TREADLE_MODEL_CALL_LOG``) gives the exact time of each run's
 second model request.
 
-    python -m bench.pause     (BENCH_PAUSE_RUNS=5000, BENCH_PAUSE_PACED=200)
+    python -m bench.pause     (BENCH_PAUSE_RUNS=3000, BENCH_PAUSE_PACED=200)
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from bench.common import (
     LOG_DIR,
     Floor,
     FloorResult,
+    Probe,
     Procs,
     Section,
     close_runtime,
@@ -49,7 +50,7 @@ from bench.common import (
     wait_for,
 )
 
-N = int(os.environ.get("BENCH_PAUSE_RUNS", "5000"))
+N = int(os.environ.get("BENCH_PAUSE_RUNS", "3000"))
 PACED = min(int(os.environ.get("BENCH_PAUSE_PACED", "200")), N)
 WORKERS = int(os.environ.get("BENCH_PAUSE_WORKERS", "2"))
 CONC = int(os.environ.get("BENCH_PAUSE_CONCURRENCY", "16"))
@@ -62,10 +63,13 @@ TARGET_HOPS = 3.0
 
 
 def ask_agent(i: int) -> dict[str, Any]:
+    """Reply 1 asks, reply 2 answers. The paced runs' profiles are named ``p<i>`` (the worker's
+    model-call log then tells their calls apart); the others share one name."""
     replies = [{"tool_calls": [{"id": "ask_1", "name": "ask_user", "arguments": ASK}]},
                {"text": "Thanks: the report will be red."}]
+    name = f"p{i}" if i < PACED else "pause"
     return {"kind": "agent", "ask": True,
-            "model": {"provider": "scripted", "name": f"p{i}", "replies": replies}}
+            "model": {"provider": "scripted", "name": name, "replies": replies}}
 
 
 def model_calls(path: str) -> dict[str, list[float]]:
@@ -92,11 +96,12 @@ def main() -> None:
     with scratch_db("pause") as url:
         prefix, fprefix = new_prefix("pause"), new_prefix("pfloor")
         rt = treadle_runtime(url, prefix, pool_size=6)
+        poll = sa.create_engine(url, pool_size=1)  # not rt.engine: its statements are counted
         floors: list[FloorResult] = []
         try:
             floor = Floor(procs, url, fprefix, concurrency=4)
             env = treadle_env(url, prefix, TREADLE_MODEL_CALL_LOG=call_log,
-                              BENCH_POOL_SIZE="8")
+                              TREADLE_DB_POOL_SIZE="8")
             names = start_treadle_workers(procs, env, WORKERS, CONC, tag="pw")
             pids = [procs.pid(n) for n in names]
             with rt.engine.connect() as conn:
@@ -107,11 +112,17 @@ def main() -> None:
                 ids[i] = submit(rt, ask_agent(i))
 
             log(f"pause: submitting {N} runs (4 threads, submit_run)")
+            probe = Probe().attach(rt.engine)
             t0 = time.time()
             rss_1k: list[float] = []
+            m0 = probe.mark()
+            for i in range(min(50, N)):  # the first ones one by one: statements per submit
+                sub(i)
+            res["submit_sql"] = probe.summary(m0, probe.mark())
+            res["submit_n"] = min(50, N)
             with ThreadPoolExecutor(4) as pool:
-                futs = [pool.submit(sub, i) for i in range(N)]
-                for i, f in enumerate(futs):
+                futs = [pool.submit(sub, i) for i in range(min(50, N), N)]
+                for i, f in enumerate(futs, min(50, N)):
                     f.result()
                     if i + 1 == min(1000, N):
                         wait_for(lambda: count_status(rt.engine, ["waiting"]) >= min(1000, N),
@@ -143,13 +154,16 @@ def main() -> None:
             log(f"pause: {PACED} paced answers (one at a time), floor blocks around them")
             floors.append(floor.run(chains=1, hops=100))
             paced: dict[int, tuple[float, float]] = {}
+            m0 = probe.mark()
             for i in range(PACED):
                 a = time.time()
                 answer_run(rt, "default", ids[i], "ask_1", ["red"])
                 paced[i] = (a, time.time())
                 rid = ids[i]
-                wait_for(lambda rid=rid: _status(rt, rid) == "completed", 30, f"run {rid}",
+                wait_for(lambda rid=rid: _status(poll, rid) == "completed", 30, f"run {rid}",
                          interval=0.005)
+            res["answer_sql"] = probe.summary(m0, probe.mark())
+            res["answer_call"] = [b - a for a, b in paced.values()]
             floors.append(floor.run(chains=1, hops=100))
             floor.close()
 
@@ -170,22 +184,41 @@ def main() -> None:
             res["drain_s"] = time.time() - t1
             res["rss_end"] = [proc_rss_mb(p) for p in pids]
             res["failed"] = count_status(rt.engine, ["failed"])
+            res["lat_bulk"] = _claim_latencies(rt, ids, bulk)
         finally:
             procs.stop_all()
             close_runtime(rt)
+            poll.dispose()
             redis_cleanup(prefix)
             redis_cleanup(fprefix)
     calls = model_calls(call_log)
     res["lat_paced"] = _latencies(paced, calls)
-    res["lat_bulk"] = _latencies(bulk, calls)
     fl = merge(floors)
     report(res, fl, started)
 
 
-def _status(rt: Any, run_id: str) -> str:
-    with rt.engine.connect() as conn:
+def _status(engine: sa.Engine, run_id: str) -> str:
+    with engine.connect() as conn:
         return str(conn.execute(sa.text("SELECT status FROM runs WHERE id = :r"),
                                 {"r": run_id}).scalar_one())
+
+
+def _claim_latencies(rt: Any, ids: list[str],
+                     answers: dict[int, tuple[float, float]]) -> tuple[list[float], list[float]]:
+    """(answer sent → round 2 claimed, answer committed → round 2 claimed), from the
+    ``round.started`` events (taken just before the claim, one transaction before the model
+    request)."""
+    with rt.engine.connect() as conn:
+        started = dict(conn.execute(sa.text(
+            "SELECT run_id, created_at FROM events WHERE type = 'round.started' AND "
+            "CAST(data AS jsonb) ->> 'round' = '2'")).all())
+    start, commit = [], []
+    for i, (a, b) in answers.items():
+        t = started.get(ids[i])
+        if t is not None:
+            start.append(t - a)
+            commit.append(t - b)
+    return start, commit
 
 
 def _latencies(answers: dict[int, tuple[float, float]],
@@ -240,8 +273,8 @@ def report(res: dict[str, Any], fl: FloorResult, started: float) -> None:
     a.row(f"{len(sp)} paced (one at a time)", ms(med(sp), 2), ms(p95(sp), 2),
           f"**{ratio:.2f}**", f"<= {TARGET_HOPS:.0f}", verdict(ratio <= TARGET_HOPS),
           ms(med(cp), 2), ms(p95(cp), 2))
-    a.row(f"{len(sb):,} at once (4 answering threads)", ms(med(sb), 0), ms(p95(sb), 0),
-          f"{med(sb) / hop:.0f}", "", "", ms(med(cb), 0), ms(p95(cb), 0))
+    a.row(f"{len(sb):,} at once (4 answering threads; → round 2 claimed)", ms(med(sb), 0),
+          ms(p95(sb), 0), f"{med(sb) / hop:.0f}", "", "", ms(med(cb), 0), ms(p95(cb), 0))
     a.row("floor hop (1 chain, around the paced answers)", ms(hop, 2),
           ms(p95(fl.hop_latencies), 2), "1.00", "", "", "", "")
     a.note(f"All {N - PACED:,} at once: answered in {res['answer_s']:.1f} s "
@@ -252,6 +285,17 @@ def report(res: dict[str, Any], fl: FloorResult, started: float) -> None:
     a.note("From the answer call = `answer_run` called (the API handler's work: one "
            "transaction, then the publish) → the scripted model called in the worker; from "
            "its commit = `answer_run` returned → the model call.")
+    sa_, ss = res["answer_sql"], res["submit_sql"]
+    call = res["answer_call"]
+    a.note(f"Per `answer_run` (driver side, {PACED} paced): {ms(med(call), 2)} ms median, "
+           f"{sa_['statements'] / PACED:.1f} statements, {sa_['commits'] / PACED:.1f} commits, "
+           f"{sa_['checkouts'] / PACED:.1f} pool checkouts (pre-ping round trips), SQL "
+           f"{sa_['sql_s'] / PACED * 1000:.2f} ms on average; the rest is Python and the "
+           "Celery publish (+ its task-sent event) and the wake-up PUBLISH. "
+           f"Per `submit_run` ({res['submit_n']} sequential): "
+           f"{ss['statements'] / res['submit_n']:.1f} statements, "
+           f"{ss['commits'] / res['submit_n']:.1f} commits, "
+           f"{ss['checkouts'] / res['submit_n']:.1f} pool checkouts.")
     head = [[f"queued broker messages while {N:,} runs wait", str(queued), "0",
              verdict(queued == 0)],
             ["worker RSS, 1,000 → all waiting", f"{r1:.0f} → {rn:.0f} MB ({grow:+.1f})",

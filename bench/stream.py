@@ -165,9 +165,9 @@ def main() -> None:
         try:
             procs.start("api", [PY, "-m", "uvicorn", "--factory", "scheduler.api:create_app",
                                 "--host", "127.0.0.1", "--port", str(port), "--log-level",
-                                "warning"], env)
+                                "warning"], {**env, "TREADLE_AUTH": "off"})
             start_treadle_workers(procs, env, 1, 8, tag="sw")
-            wait_for(lambda: _healthy(api), 60, "the API")
+            wait_for(lambda: _healthy(api, procs), 60, "the API")
             sse_run(api, "warm")  # imports, connections, pub/sub subscription
             log(f"stream: baseline, {PUBSUB_N} bare pub/sub messages")
             base = pubsub_baseline(PUBSUB_N)
@@ -197,15 +197,18 @@ def main() -> None:
           ms(p95(base), 3), "1.0")
     s.note(f"{RUNS} chat runs, one at a time, each streaming {WORDS} words "
            f"{CHUNK * 1000:.0f} ms apart; deltas missing at the client: {missing}. One worker "
-           "`-P threads -c 8`, one API process (uvicorn), the client and the fake server in "
-           "the bench process (the clock they share is the one measured against).")
+           "`-P threads -c 8`, one API process (uvicorn, `TREADLE_AUTH=off` on loopback), "
+           "the client and the fake server in the bench process (the clock they share is the "
+           "one measured against).")
     head = [["model delta → SSE client (median / p95)",
              f"{ms(med(lat), 2)} / {ms(p95(lat), 2)} ms = {med(lat) / med(base):.1f}x a bare "
              "pub/sub hop", "", ""]]
     emit("stream", "Streaming latency", [s], started, head)
 
 
-def _healthy(api: str) -> bool:
+def _healthy(api: str, procs: Procs) -> bool:
+    if not procs.alive("api"):
+        raise RuntimeError("the API process exited:\n" + procs.log("api")[-2000:])
     try:
         return httpx.get(f"{api}/healthz", timeout=2).status_code == 200
     except httpx.HTTPError:

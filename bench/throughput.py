@@ -7,8 +7,9 @@ CPU per round of the workers, of PostgreSQL's backends and of the whole machine.
 The model is the scripted one with ``sleep: 0.2`` in each reply: it holds the worker thread
 200 ms like an HTTP call would, without a fake server's CPU on this 2-core machine.
 
-    python -m bench.throughput   (BENCH_TP_RUNS=500, BENCH_TP_ROUNDS=2, BENCH_TP_PROCS=1,2,3,
-                                  BENCH_TP_CONCURRENCY=64, BENCH_TP_LATENCY=0.2)
+    python -m bench.throughput   (BENCH_TP_RUNS=500, BENCH_TP_ROUNDS=8, BENCH_TP_PROCS=1,2,3,
+                                  BENCH_TP_CONCURRENCY=64, BENCH_TP_LATENCY=0.2,
+                                  BENCH_TP_RAMP=4, BENCH_TP_WINDOW=15)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from bench.common import (
+    TEXT_500,
     Floor,
     Procs,
     Section,
@@ -34,7 +36,6 @@ from bench.common import (
     machine_cpu,
     new_prefix,
     num,
-    pct,
     pg_backend_cpu,
     pg_cpu_delta,
     proc_cpu,
@@ -50,21 +51,15 @@ from bench.common import (
 )
 
 RUNS = int(os.environ.get("BENCH_TP_RUNS", "500"))
-ROUNDS = int(os.environ.get("BENCH_TP_ROUNDS", "2"))
+ROUNDS = int(os.environ.get("BENCH_TP_ROUNDS", "8"))
+RAMP = float(os.environ.get("BENCH_TP_RAMP", "4"))
+WINDOW = float(os.environ.get("BENCH_TP_WINDOW", "15"))
+TEXT = TEXT_500[:200]
 PROCS = [int(x) for x in os.environ.get("BENCH_TP_PROCS", "1,2,3").split(",")]
 CONC = int(os.environ.get("BENCH_TP_CONCURRENCY", "64"))
 LATENCY = float(os.environ.get("BENCH_TP_LATENCY", "0.2"))
 POOL = os.environ.get("BENCH_TP_POOL", "6")
 TARGET = 0.8
-
-
-def steady_rate(times: list[float]) -> float:
-    """Events per second between the 10th and the 90th percentile of their times."""
-    if len(times) < 10:
-        return float("nan")
-    lo, hi = pct(times, 10), pct(times, 90)
-    n = sum(1 for t in times if lo <= t <= hi)
-    return n / (hi - lo) if hi > lo else float("nan")
 
 
 class ConnSampler:
@@ -95,72 +90,87 @@ class ConnSampler:
         return self.peak
 
 
+def snapshot(admin: sa.Engine, url: str, pids: list[int]) -> dict[str, Any]:
+    with admin.connect() as conn:
+        pg = pg_backend_cpu(conn, db_name(url))
+    return {"t": time.time(), "machine": machine_cpu()[0], "workers":
+            sum(proc_cpu(p) for p in pids), "pg": pg}
+
+
+def per_round(a: dict[str, Any], b: dict[str, Any], rounds: int) -> dict[str, float]:
+    n = max(rounds, 1)
+    return {"cpu": (b["workers"] - a["workers"]) / n, "machine": (b["machine"] - a["machine"]) / n,
+            "pg": pg_cpu_delta(a["pg"], b["pg"]) / n}
+
+
 def measure(procs: Procs, url: str, n_procs: int) -> dict[str, Any]:
-    """The floor, then treadle, with ``n_procs`` worker processes of ``CONC`` threads."""
-    admin = sa.create_engine(url, pool_size=1)
+    """The floor, then treadle, with ``n_procs`` worker processes of ``CONC`` threads, each
+    over a fixed window once the work is flowing."""
+    admin = sa.create_engine(url, pool_size=2)
     out: dict[str, Any] = {"procs": n_procs, "ideal": n_procs * CONC / LATENCY}
-    # -- floor: 500 chains, 2 hops per round (sleeping hop + tool hop)
+    # -- floor: 500 chains; a round = a hop sleeping the model latency + a hop (the tool)
     fprefix = new_prefix(f"tpf{n_procs}")
     floor = Floor(procs, url, fprefix, workers=n_procs, concurrency=CONC)
     try:
-        m0, c0 = machine_cpu(), sum(proc_cpu(p) for p in floor.pids())
-        res = floor.run(chains=RUNS, hops=2 * ROUNDS, sleep_even=LATENCY, timeout=900)
-        m1, c1 = machine_cpu(), sum(proc_cpu(p) for p in floor.pids())
+        ids = floor.launch(RUNS, 2 * 50, sleep_even=LATENCY)
+        time.sleep(RAMP)
+        a = snapshot(admin, url, floor.pids())
+        time.sleep(WINDOW)
+        b = snapshot(admin, url, floor.pids())
         with floor.engine.connect() as conn:
-            starts = [r[0] for r in conn.execute(sa.text(
-                "SELECT started_at FROM floor_log WHERE hop % 2 = 0 AND chain >= "
-                "(SELECT max(id) FROM floor_chain) - :n"), {"n": RUNS - 1}).all()]
-        rounds = RUNS * ROUNDS
-        out["floor_rate"] = steady_rate(starts)
-        out["floor_cpu"] = (c1 - c0) / rounds
-        out["floor_machine"] = (m1[0] - m0[0]) / rounds
-        out["floor_span"] = res.span
+            n = int(conn.execute(sa.text(
+                "SELECT count(*) FROM floor_log WHERE hop % 2 = 0 AND chain BETWEEN :lo AND :hi "
+                "AND started_at BETWEEN :a AND :b"),
+                {"lo": ids[0], "hi": ids[-1], "a": a["t"], "b": b["t"]}).scalar_one())
+        out["floor_rate"] = n / (b["t"] - a["t"])
+        out["floor"] = per_round(a, b, n)
     finally:
         floor.close()
         redis_cleanup(fprefix)
-    # -- treadle
+    # -- treadle: the runs are queued first, then the workers start
     prefix = new_prefix(f"tp{n_procs}")
-    env = treadle_env(url, prefix, BENCH_POOL_SIZE=POOL, TREADLE_WORKER_CONCURRENCY=str(CONC))
-    names = start_treadle_workers(procs, env, n_procs, CONC, tag=f"tp{n_procs}-")
     rt = treadle_runtime(url, prefix, pool_size=4)
+    names: list[str] = []
     sampler = ConnSampler(url)
     try:
         with admin.begin() as conn:  # a fresh count for this configuration
             for table in ("usage", "events", "messages", "tool_calls", "outbox", "runs"):
                 conn.execute(sa.text(f"DELETE FROM {table}"))
-        before = count_status(rt.engine, ["completed", "failed"])
-        submit(rt, tool_agent(1))  # warm: imports, connections
-        wait_for(lambda: count_status(rt.engine, ["completed"]) > before, 120, "warm-up run")
-        pids = [procs.pid(n) for n in names]
-        with admin.connect() as conn:
-            pg0 = pg_backend_cpu(conn, db_name(url))
-        m0, c0, t0 = machine_cpu(), sum(proc_cpu(p) for p in pids), time.time()
-        agent = tool_agent(ROUNDS, sleep=LATENCY)
+        agent = tool_agent(ROUNDS, sleep=LATENCY, text=TEXT)
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(lambda _: submit(rt, agent), range(RUNS)))
-        t_sub = time.time() - t0
-        wait_for(lambda: count_status(rt.engine, ["completed", "failed"]) >= before + 1 + RUNS,
-                 900, f"{RUNS} runs", interval=0.25)
-        m1, c1 = machine_cpu(), sum(proc_cpu(p) for p in pids)
+        env = treadle_env(url, prefix, TREADLE_DB_POOL_SIZE=POOL,
+                          TREADLE_WORKER_CONCURRENCY=str(CONC))
+        names = start_treadle_workers(procs, env, n_procs, CONC, tag=f"tp{n_procs}-")
+        pids = [procs.pid(n) for n in names]
+        wait_for(lambda: count_usage(admin) > 0, 120, "the first round")
+        time.sleep(RAMP)
+        a = snapshot(admin, url, pids)
+        time.sleep(WINDOW)
+        b = snapshot(admin, url, pids)
         with admin.connect() as conn:
-            pg1 = pg_backend_cpu(conn, db_name(url))
-            starts = [r[0] for r in conn.execute(sa.text(
-                "SELECT created_at FROM usage WHERE purpose = 'round' AND committed AND "
-                "created_at >= :t"), {"t": t0}).all()]
-        rounds = len(starts)
-        out.update(rate=steady_rate(starts), rounds=rounds, submit_s=t_sub,
-                   wall=max(starts) - t0 if starts else float("nan"),
-                   cpu=(c1 - c0) / max(rounds, 1), pg=pg_cpu_delta(pg0, pg1) / max(rounds, 1),
-                   machine=(m1[0] - m0[0]) / max(rounds, 1),
-                   failed=count_status(rt.engine, ["failed"]), fails=failed_runs(rt.engine))
+            n = int(conn.execute(sa.text(
+                "SELECT count(*) FROM usage WHERE purpose = 'round' AND created_at BETWEEN :a "
+                "AND :b"), {"a": a["t"], "b": b["t"]}).scalar_one())
+            finished = int(conn.execute(sa.text(
+                "SELECT count(*) FROM runs WHERE status IN ('completed', 'failed')"))
+                .scalar_one())
+        out.update(rate=n / (b["t"] - a["t"]), rounds=n, finished=finished,
+                   failed=count_status(rt.engine, ["failed"]), fails=failed_runs(rt.engine),
+                   **per_round(a, b, n))
     finally:
         out["peak_conns"] = sampler.close()
-        for n in names:
-            procs.stop(n)
+        for name in names:
+            procs.stop(name)
         close_runtime(rt)
         admin.dispose()
         redis_cleanup(prefix)
     return out
+
+
+def count_usage(engine: sa.Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.text("SELECT count(*) FROM usage")).scalar_one())
 
 
 def main() -> None:
@@ -189,10 +199,12 @@ def main() -> None:
               verdict(r["rate"] >= TARGET * r["ideal"]), num(r["floor_rate"], 1),
               f"{r['rate'] / r['floor_rate']:.2f}")
     s.note("Ideal = processes x threads / model latency (every thread always in a model call). "
-           "Rounds/s = model calls per second between the 10th and 90th percentile of their "
-           "start times (the steady part). The floor does the same shape with raw Celery: a "
-           "hop that sleeps the model latency then commits one SQL transaction, and a hop "
-           "that only commits one (the tool), per round, same processes and threads.")
+           f"Rounds/s = model calls started in a {WINDOW:.0f} s window that opens {RAMP:.0f} s "
+           f"after the first round: the {RUNS} runs ({ROUNDS} rounds each, 200-char tool "
+           "arguments) are all queued before the workers start, and are far from done when "
+           "the window closes. The floor does the same shape with raw Celery: a hop that "
+           "sleeps the model latency then commits one SQL transaction, and a hop that only "
+           "commits one (the tool), per round, same processes and threads, same window.")
     sections = [s]
     c = Section("CPU per round (milliseconds of CPU time)",
                 ["worker processes", "treadle workers", "treadle PostgreSQL backends",
@@ -200,16 +212,17 @@ def main() -> None:
                  "peak PG connections (treadle)", "failed runs"])
     for r in results:
         c.row(r["procs"], num(r["cpu"] * 1000, 2), num(r["pg"] * 1000, 2),
-              num(r["machine"] * 1000, 2), num(r["floor_cpu"] * 1000, 2),
-              num(r["floor_machine"] * 1000, 2), r["peak_conns"], r["failed"])
-    c.note("Workers: utime+stime of the worker processes over the whole measurement / rounds. "
+              num(r["machine"] * 1000, 2), num(r["floor"]["cpu"] * 1000, 2),
+              num(r["floor"]["machine"] * 1000, 2), r["peak_conns"], r["failed"])
+    c.note("Workers: utime+stime of the worker processes in the window / rounds in it. "
            "PostgreSQL: the backends connected to the bench database. Whole machine: all busy "
            "CPU time of the 2 cores (other processes included) / rounds: with 2 cores the "
            "machine cannot exceed 2000 ms of CPU per second, so 2000 / (machine ms per round) "
            "is the CPU-bound ceiling in rounds/s.")
-    c.note(f"Worker processes run `celery -A bench.tworker` (= `worker.app` with the engine's "
-           f"pool set to {POOL} + {POOL} overflow per process: the default 20 + 20 per process "
-           "would exhaust PostgreSQL's max_connections = 100 shared with other test runs).")
+    c.note(f"Workers run with `TREADLE_DB_POOL_SIZE={POOL}` (+ the engine's 5 overflow) per "
+           "process: the default, concurrency + 4 = 68 (+5) per 64-thread process, could open "
+           "more connections than PostgreSQL's max_connections = 100, which other test runs "
+           "share on this machine.")
     for e in errors:
         c.note(f"**not measured**: {e}")
     for r in results:

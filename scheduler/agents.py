@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from shared.agent.spec import AgentSpec, InlineTool
+from shared.engine.children import MAX_DEPTH
 from shared.errors import NotFound, SpecError
 
 __all__ = [
@@ -122,15 +123,25 @@ def resolve_agent(agent: AgentSpec | str) -> AgentSpec:
     return _resolve_tool_agents(AgentSpec.model_validate(spec))
 
 
-def _resolve_tool_agents(spec: AgentSpec) -> AgentSpec:
-    if not any(isinstance(t, InlineTool) and isinstance(t.agent, str) for t in spec.tools):
+def _resolve_tool_agents(spec: AgentSpec, depth: int = 0) -> AgentSpec:
+    """Agent tools naming a registered agent get its spec, and a sub-agent's (a tool agent
+    run as a child run) own agent tools too, at most ``MAX_DEPTH`` levels down (a
+    registered agent may name itself)."""
+    if not any(isinstance(t, InlineTool) and t.agent is not None for t in spec.tools):
         return spec
-    tools: list[str | InlineTool] = []
-    for tool in spec.tools:
-        if isinstance(tool, InlineTool) and isinstance(tool.agent, str):
-            tool = tool.model_copy(update={"agent": _tool_agent(tool.name, tool.agent)})
-        tools.append(tool)
+    tools = [_resolve_tool(tool, depth) for tool in spec.tools]
     return spec.model_copy(update={"tools": tools})
+
+
+def _resolve_tool(tool: str | InlineTool, depth: int) -> str | InlineTool:
+    if not isinstance(tool, InlineTool) or tool.agent is None:
+        return tool
+    sub = _tool_agent(tool.name, tool.agent) if isinstance(tool.agent, str) else tool.agent
+    if sub.kind == "agent":
+        if depth >= MAX_DEPTH:
+            raise SpecError(f"tool {tool.name!r}: sub-agents nest at most {MAX_DEPTH} levels")
+        sub = _resolve_tool_agents(sub, depth + 1)
+    return tool.model_copy(update={"agent": sub})
 
 
 def _tool_agent(tool: str, name: str) -> AgentSpec:
@@ -138,8 +149,4 @@ def _tool_agent(tool: str, name: str) -> AgentSpec:
     if raw is None:
         raise SpecError(f"tool {tool!r}: no registered agent named {name!r}; "
                         f"known: {', '.join(agent_names())}")
-    sub = AgentSpec.model_validate(raw)
-    if sub.kind == "agent":
-        raise SpecError(f"tool {tool!r}: agent {name!r} is a tool agent; an agent tool must be "
-                        "a chat or helper agent (one model call)")
-    return sub
+    return AgentSpec.model_validate(raw)

@@ -23,11 +23,13 @@ from scheduler.auth import (
     metrics_access,
 )
 from scheduler.console import EventsQueryToken, console_router
+from scheduler.datasets_api import datasets_router
 from scheduler.deliveries import DeliveryList, DeliveryView, delivery_view
 from scheduler.errors import install_error_handlers
 from scheduler.files_api import files_router, upload_overhead
 from scheduler.interop.langgraph import langgraph_router
 from scheduler.interop.openai_responses import openai_router
+from scheduler.openapi import install_openapi
 from scheduler.schemas import (
     ERROR_RESPONSES,
     AnswerBody,
@@ -42,10 +44,8 @@ from scheduler.schemas import (
     message_view,
     run_view,
 )
-from scheduler.spec_policy import check_submitted_spec
 from scheduler.sse import event_stream
 from scheduler.threads_api import threads_router
-from shared.agent.spec import AgentSpec
 from shared.engine import commands, metrics
 from shared.engine.runtime import Runtime
 from shared.errors import NotFound, SpecError
@@ -94,16 +94,6 @@ def _replayed(rt: Runtime, tenant: str, key: str | None) -> Any:
         return repo.find_idempotent(conn, tenant, key)
 
 
-def _admit(rt: Runtime, caller: Caller, body: RunCreate, spec: AgentSpec,
-           inp: str | list[dict[str, Any]]) -> None:
-    """Limits and the tenant policy on a new run: 413, 429 or 422 before anything is written."""
-    limits.check_size(rt.settings, spec, inp)
-    if caller.key_id is not None:  # a tenant's key (auth required), not the keyless owner
-        check_submitted_spec(rt.settings, body.agent, body.webhook)
-    limits.check_rate(rt, caller.limit_key)
-    limits.check_in_flight(rt, caller.tenant)
-
-
 def _runs_router(get_rt: Callable[[], Runtime]) -> APIRouter:
     r = APIRouter(prefix="/v1", tags=["runs"])
 
@@ -118,7 +108,7 @@ def _runs_router(get_rt: Callable[[], Runtime]) -> APIRouter:
         if found is not None:
             response.status_code = 200
             return run_view(found)
-        _admit(rt, caller, body, spec, inp)
+        limits.admit(rt, caller, body.agent, spec, inp, body.webhook)
         row, created = commands.submit_run(rt, commands.RunInput(
             agent=spec, input=inp, tenant=caller.tenant, thread_id=body.thread_id,
             idempotency_key=idempotency_key, metadata=body.metadata, webhook=body.webhook,
@@ -310,16 +300,18 @@ def create_app(
                   description="Durable, distributed execution of LLM agents on Celery.")
     app.state.auth = authenticator = Authenticator(get_rt, auth)
     install_error_handlers(app)
-    app.include_router(_runs_router(get_rt), responses=ERROR_RESPONSES)
-    app.include_router(threads_router(get_rt), responses=ERROR_RESPONSES)
+    app.include_router(_runs_router(get_rt))
+    app.include_router(threads_router(get_rt))
     app.include_router(_ops_router(get_rt))
-    app.include_router(files_router(get_rt), responses=ERROR_RESPONSES)
-    app.include_router(console_router(get_rt), responses=ERROR_RESPONSES)
+    app.include_router(files_router(get_rt))
+    app.include_router(datasets_router(get_rt), responses=ERROR_RESPONSES)  # issue #10
+    app.include_router(console_router(get_rt))
     app.include_router(langgraph_router(get_rt), prefix="/langgraph")  # interop (issue #16)
     app.include_router(openai_router(get_rt), prefix="/openai/v1")
     # outermost last: body size, then ?access_token= (EventSource), then the key check
     app.add_middleware(AuthMiddleware, auth=authenticator)
     app.add_middleware(EventsQueryToken)  # ?access_token= on the SSE route (EventSource)
     app.add_middleware(limits.BodyLimit, limit_for=_body_limit_for(get_rt))
+    install_openapi(app)
     _redact_access_logs()
     return app

@@ -144,10 +144,10 @@ def migrate() -> None:
 
 @app.command()
 def demo(question: Annotated[str | None, typer.Argument(show_default=False, help=(
-             "the input [default: a time-and-arithmetic question; with --interactive, "
-             "'Please save a note for me.']"))] = None,
+             "the input (default: a time-and-arithmetic question; with --interactive, "
+             "'Please save a note for me.')"))] = None,
          agent: Annotated[str | None, typer.Option(show_default=False, help=(
-             "agent name or file [default: demo; with --interactive, demo-assistant]"))] = None,
+             "agent name or file (default: demo; with --interactive, demo-assistant)"))] = None,
          interactive: Annotated[bool, typer.Option(
              "--interactive", "-i", help="watch it live and answer its question and approval "
              "yourself (an in-process API server on a free loopback port)")] = False,

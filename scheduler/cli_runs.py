@@ -24,7 +24,7 @@ from scheduler.client import FINAL, ApiClient, ApiError
 from scheduler.interactive import ask_answers, decide_approval, watch_run
 from scheduler.prompts import interactive_terminal
 from scheduler.render import print_run, print_transcript
-from scheduler.watch import STATUS_STYLE
+from scheduler.watch import STATUS_STYLE, model_name
 
 __all__ = ["DEFAULT_URL", "exit_code", "load_agent", "register"]
 
@@ -121,7 +121,7 @@ def _watch(client: ApiClient, run_id: str, interactive: bool | None, as_json: bo
 def submit(
     text: Annotated[str | None, typer.Argument(help="the input ('-': read stdin)")] = None,
     agent: Annotated[str | None, typer.Option(
-        "--agent", "-a", help="agent file (YAML/JSON) or registered name [default: demo]",
+        "--agent", "-a", help="agent file (YAML/JSON) or registered name (default: demo)",
         show_default=False)] = None,
     kind: Annotated[str | None, typer.Option(help="spec: kind (agent, chat, …)")] = None,
     model: Annotated[str | None, typer.Option(help="spec: model profile name")] = None,
@@ -146,6 +146,8 @@ def submit(
         if v is not None}
     spec = _agent_spec(agent, overrides)
     meta = _json_object(metadata) if metadata else None
+    if isinstance(spec, str):  # a registered agent: its name shows in `runs` and the console
+        meta = {"agent": spec, **(meta or {})}
     with api(url, key) as client:
         run = client.submit(spec, _read_input(text), thread_id=thread, metadata=meta,
                             idempotency_key=idempotency_key)
@@ -292,10 +294,9 @@ def runs(status: Annotated[str | None, typer.Option(help="only runs with this st
     for col in ("run", "status", "kind", "model", "round", "tokens in→out", "cost", "created"):
         table.add_column(col, justify="right" if col in ("round", "cost") else "left")
     for r in page["runs"]:
-        model = r["agent"].get("model")
         u = r["usage"]
         table.add_row(r["id"], Text(r["status"], style=STATUS_STYLE.get(r["status"], "")),
-                      r["kind"], model if isinstance(model, str) else model.get("name", "inline"),
+                      r["kind"], (r.get("metadata") or {}).get("agent") or model_name(r["agent"]),
                       str(r["round"]), f"{u['input_tokens']}→{u['output_tokens']}",
                       f"${u['cost']:.4f}", _age(r["created_at"]))
     console.print(table if page["runs"] else Text("no runs", style="dim"))

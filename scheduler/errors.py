@@ -12,7 +12,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from shared.errors import ConfigError, Conflict, NotFound, SpecError, TreadleError, Unauthorized
 
-__all__ = ["ApiError", "error_body", "error_response", "install_error_handlers"]
+__all__ = [
+    "ApiError",
+    "allowed_methods",
+    "error_body",
+    "error_response",
+    "install_error_handlers",
+]
 
 _STATUS = {NotFound: 404, Conflict: 409, SpecError: 422, ConfigError: 422, Unauthorized: 401}
 _CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
@@ -27,6 +33,16 @@ class ApiError(HTTPException):
                  headers: dict[str, str] | None = None) -> None:
         super().__init__(status, message, headers)
         self.code = code
+
+
+def allowed_methods(request: Request) -> str:
+    """Every method of every route on the request's path (Starlette names only the first)."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        regex = getattr(route, "path_regex", None)
+        if regex is not None and regex.match(request.url.path):
+            methods |= set(getattr(route, "methods", None) or ())
+    return ", ".join(sorted(methods))
 
 
 def error_response(exc: StarletteHTTPException) -> JSONResponse:
@@ -71,5 +87,11 @@ def install_error_handlers(app: FastAPI) -> None:
                             status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 405:
+            exc.headers = {"Allow": allowed_methods(request)}
+        if exc.status_code == 400 and exc.__cause__ is not None:  # FastAPI: body did not parse
+            reason = "not valid UTF-8" if isinstance(exc.__cause__, UnicodeDecodeError) else \
+                type(exc.__cause__).__name__
+            exc = HTTPException(400, f"the request body does not parse ({reason})")
         return error_response(exc)

@@ -44,7 +44,8 @@ def _args_text(arguments: Any, width: int = 100) -> str:
 def approval_choices(pending: dict[str, Any]) -> list[Choice]:
     """The approval's writes as checklist rows: tool, call id, argument preview."""
     return [Choice(str(item.get("tool")), item["call_id"],
-                   f"{_args_text(item.get('arguments') or {})}  ({item['call_id']})")
+                   f"({item['call_id']})  {_args_text(item.get('arguments') or {})}",
+                   json.dumps(item.get("arguments") or {}, indent=2, ensure_ascii=False))
             for item in pending.get("items") or []]
 
 

@@ -13,14 +13,23 @@ import sqlalchemy as sa
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from scheduler.auth import Caller
 from scheduler.errors import ApiError, error_response
-from shared.agent.spec import AgentSpec
+from scheduler.spec_policy import check_submitted_spec
+from shared.agent.spec import AgentSpec, WebhookSpec
 from shared.config import Settings
 from shared.engine.runtime import Runtime
 from shared.llm.ratelimit import Limits
 from shared.store.tables import runs
 
-__all__ = ["BODY_LIMIT", "BodyLimit", "check_in_flight", "check_rate", "check_size"]
+__all__ = [
+    "BODY_LIMIT",
+    "BodyLimit",
+    "admit",
+    "check_in_flight",
+    "check_rate",
+    "check_size",
+]
 
 BODY_LIMIT = 2_000_000
 IN_FLIGHT = ("queued", "running", "waiting")
@@ -110,3 +119,18 @@ def check_rate(rt: Runtime, key: str) -> None:
     if not permit.granted:
         raise too_many("rate_limited", f"over {per_minute} run submissions a minute for this "
                        "API key", permit.wait)
+
+
+def admit(
+    rt: Runtime, caller: Caller, submitted: AgentSpec | str, spec: AgentSpec,
+    value: str | list[dict[str, Any]], webhook: WebhookSpec | None = None,
+) -> None:
+    """Every check on a new run, before anything is written: sizes (413), what a tenant's spec
+    may reach (422, ``scheduler.spec_policy``), submissions per minute and runs in flight (429).
+    ``submitted``: the agent as sent (a registered name is not policed), ``spec`` resolved.
+    Any route that creates runs for a caller calls this first."""
+    check_size(rt.settings, spec, value)
+    if caller.key_id is not None:  # a tenant's key (auth required), not the keyless owner
+        check_submitted_spec(rt.settings, submitted, webhook)
+    check_rate(rt, caller.limit_key)
+    check_in_flight(rt, caller.tenant)

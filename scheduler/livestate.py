@@ -16,7 +16,9 @@ from scheduler.client import TERMINAL, Event
 
 __all__ = ["LiveRun", "RoundView", "ToolCard", "pause_id"]
 
-_SYNC_ON = frozenset({"tool.finished", "plan.updated", "run.waiting", "run.resumed"}) | TERMINAL
+DECLINED = "Declined by user"  # shared.engine.commands.DECLINED_TEXT (not imported: no engine here)
+_SYNC_ON = frozenset({"tool.started", "tool.finished", "plan.updated", "run.waiting",
+                      "run.resumed"}) | TERMINAL
 
 
 def pause_id(pending: Mapping[str, Any] | None) -> str | None:
@@ -37,6 +39,11 @@ class ToolCard:
     cost: float = 0.0
     started_at: float | None = None  # epoch seconds
     finished_at: float | None = None
+
+    @property
+    def declined(self) -> bool:
+        """A write the person rejected (its result is the engine's decline text)."""
+        return self.status == "done" and self.preview.startswith(DECLINED)
 
     def seconds(self, now: float | None = None) -> float | None:
         if self.started_at is None:
@@ -68,6 +75,7 @@ class LiveRun:
     live_reasoning: dict[int, str] = field(default_factory=dict)
     started: dict[str, ToolCard] = field(default_factory=dict)  # from events, before a sync
     printed: set[int] = field(default_factory=set)  # rounds a terminal view already printed
+    printed_tools: set[str] = field(default_factory=set)  # and tool calls (by call id)
 
     # -- input
 

@@ -7,6 +7,7 @@ same client code, as any other client.
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
@@ -20,8 +21,8 @@ __all__ = ["LocalApi"]
 class LocalApi:
     """``with LocalApi() as api: ApiClient(api.url)``: embedded treadle on 127.0.0.1:<free>."""
 
-    def __init__(self, concurrency: int = 4) -> None:
-        self.concurrency = concurrency
+    def __init__(self, concurrency: int = 4, *, quiet: bool = True) -> None:
+        self.concurrency, self.quiet = concurrency, quiet
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
@@ -37,6 +38,8 @@ class LocalApi:
         from scheduler.embedded import start_embedded
         from worker.runtime import get_runtime
 
+        if self.quiet:  # the worker logs INFO to stderr; keep the person's terminal clean
+            logging.disable(logging.WARNING)
         start_embedded(get_runtime(), self.concurrency)
         config = uvicorn.Config(create_app(), log_config=None, log_level="warning",
                                 access_log=False, lifespan="off", timeout_graceful_shutdown=1)

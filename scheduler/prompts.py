@@ -23,6 +23,7 @@ from rich.text import Text
 __all__ = ["Choice", "checklist", "choose", "interactive_terminal"]
 
 UP, DOWN, ENTER, SPACE = "up", "down", "enter", "space"
+_FULL_LINES = 14
 _KEYS = {"\x1b[A": UP, "\x1bOA": UP, "k": UP, "\x1b[B": DOWN, "\x1bOB": DOWN, "j": DOWN,
          "\r": ENTER, "\n": ENTER, " ": SPACE}
 
@@ -31,7 +32,8 @@ _KEYS = {"\x1b[A": UP, "\x1bOA": UP, "k": UP, "\x1b[B": DOWN, "\x1bOB": DOWN, "j
 class Choice:
     label: str
     value: str
-    detail: str = ""
+    detail: str = ""  # one line beside the label
+    full: str = ""  # shown below the list while the cursor is on this choice
 
 
 def interactive_terminal() -> bool:
@@ -75,8 +77,13 @@ def _menu(title: str, choices: Sequence[Choice], cursor: int, marks: Sequence[bo
                              (choice.label, "bold cyan" if here else ""))
         if choice.detail:
             line.append(f"  {choice.detail}", style="dim")
+        line.no_wrap, line.overflow = True, "ellipsis"
         lines.append(line)
     lines.append(Text(hint, style="dim"))
+    if 0 <= cursor < len(choices) and choices[cursor].full:
+        full = choices[cursor].full.splitlines()
+        more = [f"… {len(full) - _FULL_LINES} more lines"] if len(full) > _FULL_LINES else []
+        lines.append(Text("\n".join(["", *full[:_FULL_LINES], *more]), style="dim"))
     return Group(*lines)
 
 

@@ -23,10 +23,10 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
-from scheduler.client import TERMINAL, ApiClient, Event
+from scheduler.client import FINAL, TERMINAL, ApiClient, Event
 from scheduler.livestate import LiveRun, RoundView, ToolCard, pause_id
 
-__all__ = ["STATUS_STYLE", "RunPanel", "follow"]
+__all__ = ["STATUS_STYLE", "RunPanel", "follow", "model_name"]
 
 STATUS_STYLE = {"completed": "green", "failed": "red", "cancelled": "yellow",
                 "waiting": "magenta", "running": "cyan", "queued": "blue"}
@@ -44,6 +44,14 @@ def _args_preview(arguments: str, width: int = 90) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _spinner(text: RenderableType = "") -> Spinner:
+    """A spinner whose frame follows the clock: the live region is rebuilt on every refresh,
+    so a fresh spinner (first frame each time) would never turn."""
+    spinner = Spinner("dots", text=text, style="cyan")
+    spinner.start_time = 0.0
+    return spinner
+
+
 def _seconds(value: float | None) -> str:
     if value is None:
         return ""
@@ -55,11 +63,13 @@ def _tool_line(card: ToolCard, now: float) -> RenderableType:
                          (")", "dim"))
     timing = Text(_seconds(card.seconds(now)), style="dim")
     if card.status == "running":
-        mark: RenderableType = Spinner("dots", style="cyan")
+        mark: RenderableType = _spinner()
     elif card.status == "waiting":
         mark = Text("⏸", style="magenta")
     elif card.status == "queued":
         mark = Text("…", style="dim")
+    elif card.declined:
+        mark = Text("⊘", style="yellow")
     else:
         mark = Text("✖" if card.error else "✔", style="red" if card.error else "green")
     grid = Table.grid(padding=(0, 1), expand=True)
@@ -69,8 +79,8 @@ def _tool_line(card: ToolCard, now: float) -> RenderableType:
     grid.add_row(mark, head, timing)
     result = card.error or card.preview
     if card.status == "done" and result:
-        grid.add_row("", Text("→ " + result.replace("\n", " ")[:200],
-                              style="red" if card.error else "dim"), "")
+        style = "red" if card.error else "yellow" if card.declined else "dim"
+        grid.add_row("", Text("→ " + result.replace("\n", " ")[:200], style=style), "")
     return grid
 
 
@@ -85,15 +95,17 @@ def _round_header(view: RoundView) -> Text:
     return line
 
 
-def _round(view: RoundView, now: float) -> list[RenderableType]:
+def _round(view: RoundView, now: float, tools: list[ToolCard] | None = None
+           ) -> list[RenderableType]:
+    """A round: header, dimmed reasoning, answer text, and ``tools`` (default: all)."""
     out: list[RenderableType] = [_round_header(view)]
     if view.reasoning:
         out.append(Text(view.reasoning.strip(), style="dim italic"))
     if view.text:
         out.append(Text(view.text.strip() + (" ▌" if view.streaming else "")))
     elif view.streaming or (not view.tools and view.usage is None):
-        out.append(Spinner("dots", text=Text("thinking", style="dim"), style="cyan"))
-    out.extend(_tool_line(card, now) for card in view.tools)
+        out.append(_spinner(Text("thinking", style="dim")))
+    out.extend(_tool_line(card, now) for card in (view.tools if tools is None else tools))
     return out
 
 
@@ -120,61 +132,100 @@ def _pending(pending: dict[str, Any]) -> RenderableType:
     return Panel(Group(*items), title="waiting: approval", border_style="magenta")
 
 
-def _status_bar(state: LiveRun, elapsed: float) -> Text:
+def model_name(agent: dict[str, Any]) -> str:
+    """A spec's model as people call it: the profile name, or an inline profile's model."""
+    model = agent.get("model") or "demo"
+    if isinstance(model, str):
+        return model
+    name = model.get("name")
+    return str(name if name and name != "inline" else model.get("model") or "inline")
+
+
+def _wall_seconds(run: dict[str, Any]) -> float:
+    """How long the run has taken: created → updated when it ended, → now while it runs."""
+    from datetime import UTC, datetime
+
+    def parse(iso: str) -> datetime:
+        return datetime.fromisoformat(iso.replace("Z", "+00:00"))
+
+    if not run.get("created_at"):
+        return 0.0
+    end = parse(run["updated_at"]) if run.get("status") in FINAL else datetime.now(UTC)
+    return max(0.0, (end - parse(run["created_at"])).total_seconds())
+
+
+def _status_bar(state: LiveRun) -> Text:
     run, status = state.run, state.status
     usage = run.get("usage") or {}
     agent = run.get("agent") or {}
-    model = agent.get("model")
-    model_name = model if isinstance(model, str) else (model or {}).get("name") or "inline"
+    rnd = max(int(run.get("round") or 0), state.current_round)
     return Text.assemble(
         ("● ", STATUS_STYLE.get(status, "white")), (state.run_id, "bold"), "  ",
         (status, STATUS_STYLE.get(status, "white")), ("  ", ""),
-        (f"{agent.get('kind', '')} · {model_name} · round {run.get('round', 0)} · "
+        (f"{agent.get('kind', '')} · {model_name(agent)} · round {rnd} · "
          f"{usage.get('input_tokens', 0)}→{usage.get('output_tokens', 0)} tok · "
-         f"${usage.get('cost', 0):.6f} · {elapsed:.1f} s", "dim"),
+         f"${usage.get('cost', 0):.6f} · {_wall_seconds(run):.1f} s", "dim"),
     )
 
 
-def _settled(state: LiveRun, view: RoundView) -> bool:
-    """A round that will not change any more: committed, its tools done, and the run moved
-    on (a later round, a pause or the end)."""
-    if view.streaming or view.usage is None or any(t.status != "done" for t in view.tools):
+def _committed(state: LiveRun, view: RoundView) -> bool:
+    """A round whose model reply is stored and that the run moved past (a later round, a
+    pause or the end): its reasoning and text will not change any more."""
+    if view.streaming or view.usage is None:
         return False
     return view.n < state.current_round or state.status not in ("queued", "running")
 
 
 class RunPanel:
-    """The live region: unsettled rounds, plan, pending pause, a status bar. Settled rounds
-    are printed once above it (``flush``). Renders under ``lock``, which the watcher holds
-    while it changes the state."""
+    """The terminal view as an append-only log plus a live region. ``flush`` prints, once,
+    the question, each committed round, and each tool line once the tool is done; the live
+    region (this renderable) holds the rest: a streaming round, running or waiting tools, the
+    plan, the pause and a status bar. Renders under ``lock``, which the watcher holds while
+    it changes the state."""
 
     def __init__(self, state: LiveRun, console: Console) -> None:
         self.state, self.console = state, console
-        self.lock, self.t0 = threading.RLock(), time.monotonic()
-        self.printed = state.printed
+        self.lock = threading.RLock()
+        self.printed, self.printed_tools = state.printed, state.printed_tools
 
     def flush(self) -> None:
-        """Print the question (once) and every newly settled round above the live region."""
+        # build under the lock, print outside it: printing waits for the Live refresh thread,
+        # which waits for this lock to render the live region (lock order)
+        for renderable in self._newly_printable():
+            self.console.print(renderable)
+
+    def _newly_printable(self) -> list[RenderableType]:
+        out: list[RenderableType] = []
         with self.lock:
             if not self.printed and self.state.question():
-                self.console.print(Text.assemble(("› ", "bold cyan"),
-                                                 (self.state.question(), "bold")))
+                out.append(Text.assemble(("› ", "bold cyan"), (self.state.question(), "bold")))
                 self.printed.add(0)
+            now = time.time()
             for view in self.state.rounds():
-                if view.n not in self.printed and _settled(self.state, view):
-                    self.console.print(Group(*_round(view, time.time())))
+                done = [t for t in view.tools if t.status == "done"
+                        and t.call_id not in self.printed_tools]
+                if view.n in self.printed:
+                    out.extend(_tool_line(t, now) for t in done)
+                elif _committed(self.state, view):
+                    out.append(Group(*_round(view, now, done)))
                     self.printed.add(view.n)
+                else:
+                    continue
+                self.printed_tools.update(t.call_id for t in done)
+        return out
 
     def tail(self, *, pending: bool = True) -> RenderableType:
         with self.lock:
-            return self._render(rounds=False, pending=pending)
+            return self._render(pending=pending)
 
-    def _render(self, *, rounds: bool = True, pending: bool = True) -> RenderableType:
-        state, parts = self.state, []
-        if rounds:
-            for view in state.rounds():
-                if view.n not in self.printed:
-                    parts.extend(_round(view, time.time()))
+    def _render(self, *, pending: bool = True) -> RenderableType:
+        state, parts, now = self.state, [], time.time()
+        for view in state.rounds():
+            if view.n not in self.printed:
+                parts.extend(_round(view, now))
+            else:
+                parts.extend(_tool_line(t, now) for t in view.tools
+                             if t.call_id not in self.printed_tools)
         if state.run.get("plan"):
             parts.append(_plan(state.run["plan"]))
         if pending and state.pending:
@@ -183,12 +234,13 @@ class RunPanel:
             err = state.run["error"]
             parts.append(Panel(escape(str(err.get("message"))),
                                title=f"failed: {err.get('code')}", border_style="red"))
-        parts.append(_status_bar(state, time.monotonic() - self.t0))
+        parts.append(_status_bar(state))
         return Group(*parts)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         with self.lock:
-            yield self._render()
+            region = self._render()
+        yield region
 
 
 def _sync(client: ApiClient, panel: RunPanel) -> None:
@@ -206,16 +258,19 @@ def _is_current_pause(ev: Event, state: LiveRun) -> bool:
 
 
 def _pump(client: ApiClient, panel: RunPanel) -> None:
-    """Apply events until the run ends or pauses on its current pause."""
-    state, last_sync = panel.state, 0.0
+    """Apply events until the run ends or pauses on its current pause. The stored state is
+    fetched again after events that change it, at most every ``_MIN_SYNC_S`` (a skipped fetch
+    is made at the next event after that) and always at a pause or the end."""
+    state, last_sync, dirty = panel.state, 0.0, False
     for ev in client.events(state.run_id, after=state.cursor):
         with panel.lock:
-            wants = state.apply(ev)
-        important = ev.type == "run.waiting" or ev.type in TERMINAL
-        if important or (wants and time.monotonic() - last_sync > _MIN_SYNC_S):
+            dirty = state.apply(ev) or dirty
+        final = ev.type in TERMINAL
+        if final or ev.type == "run.waiting" or \
+                (dirty and time.monotonic() - last_sync > _MIN_SYNC_S):
             _sync(client, panel)
-            last_sync = time.monotonic()
-        if ev.type in TERMINAL or (ev.type == "run.waiting" and _is_current_pause(ev, state)):
+            last_sync, dirty = time.monotonic(), False
+        if final or (ev.type == "run.waiting" and _is_current_pause(ev, state)):
             return
 
 

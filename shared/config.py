@@ -55,6 +55,10 @@ class Settings(BaseSettings):
     )
     log_level: str = Field(default="INFO", description="Logging level")
     log_format: str = Field(default="text", description="text, or json (one object a line)")
+    task_events: bool = Field(
+        default=False,
+        description="Celery task events from the start (Flower also switches them on itself)",
+    )
     worker_metrics_port: int = Field(
         default=0, description="Serve a worker's /metrics on this port (0 = off)"
     )

@@ -48,8 +48,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_prefetch_multiplier": 1,
         "worker_hijack_root_logger": False,
         "worker_redirect_stdouts": False,
-        "worker_send_task_events": True,
-        "task_send_sent_event": True,
+        # events cost ~25 % of a hop (bench/floor.py); Flower enables them when it runs
+        "worker_send_task_events": settings.task_events,
+        "task_send_sent_event": settings.task_events,
         "task_default_queue": ROUNDS_QUEUE,
         "task_routes": {
             "treadle.round": {"queue": ROUNDS_QUEUE},

@@ -18,12 +18,12 @@ RENDER = {"langgraph": "scheduler.interop.webhooks:langgraph_body",
           "openai": "scheduler.interop.webhooks:openai_body"}
 
 
-def admit(rt: Runtime, caller: Caller, spec: AgentSpec, msgs: list[dict[str, Any]]) -> None:
-    """The limits ``POST /v1/runs`` applies to a new run (413, 429), before anything is written.
-    Facades only run registered agents (the operator's specs): no tenant spec policy applies."""
-    limits.check_size(rt.settings, spec, msgs)
-    limits.check_rate(rt, caller.limit_key)
-    limits.check_in_flight(rt, caller.tenant)
+def admit(rt: Runtime, caller: Caller, agent: str, spec: AgentSpec,
+          msgs: list[dict[str, Any]]) -> None:
+    """The checks ``POST /v1/runs`` makes on a new run (413, 429), before anything is written.
+    Facades only run registered agents, by name (the operator's specs, not policed); the
+    webhook's secret env is the operator's, not the caller's."""
+    limits.admit(rt, caller, agent, spec, msgs)
 
 
 class FacadeWebhook(WebhookSpec):
@@ -37,14 +37,16 @@ class FacadeWebhook(WebhookSpec):
 def facade_webhook(
     protocol: str, settings: Settings, tenant: str, assistant: str, url: str | None = None
 ) -> FacadeWebhook | None:
-    """The facade's webhook: the client's ``url`` (LangGraph), else the operator's default
-    (``TREADLE_WEBHOOK_URL``). Both for the default tenant only are signed, with the
-    operator's secret (``TREADLE_WEBHOOK_SECRET_ENV``); another tenant's are unsigned."""
+    """A facade run's webhook. LangGraph: the run's own ``webhook`` URL (without one, the run
+    keeps treadle's default webhook and body). OpenAI: the operator's ``TREADLE_WEBHOOK_URL``
+    (default tenant), where OpenAI's webhooks are project-wide. Signed with the operator's
+    secret (``TREADLE_WEBHOOK_SECRET_ENV``) for the default tenant only."""
     own = tenant == DEFAULT_TENANT
-    if url is None and (not settings.webhook_url or not own):
+    if protocol == "openai":
+        url = str(settings.webhook_url) if settings.webhook_url and own else None
+    if url is None:
         return None
-    return FacadeWebhook(url=url or str(settings.webhook_url),
-                         secret_env=settings.webhook_secret_env if own else None,
+    return FacadeWebhook(url=url, secret_env=settings.webhook_secret_env if own else None,
                          render=RENDER[protocol], assistant=assistant)
 
 

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
+import anyio
 import sqlalchemy as sa
 from fastapi import APIRouter, Body, Header, Query, Response
 from fastapi.responses import StreamingResponse
@@ -253,7 +254,7 @@ class _Facade:
         tenant = caller.tenant
         spec = resolve_agent(body.assistant_id)
         msgs = input_messages(_input_list(body.input))
-        admit(self.rt, caller, spec, msgs)
+        admit(self.rt, caller, body.assistant_id, spec, msgs)
         self._make_room(tenant, thread_id, active, queued, strategy)
         hook = facade_webhook(PROTOCOL, self.rt.settings, tenant, body.assistant_id, body.webhook)
         row, _ = commands.submit_run(self.rt, commands.RunInput(
@@ -364,8 +365,9 @@ async def _stream(f: _Facade, leg: segs.Leg, modes: list[str], cursor: int,
             elif isinstance(item, Beat):
                 yield ": heartbeat\n\n"
     finally:
-        if cancel_on_drop and not finished:
-            await run_in_threadpool(_cancel_quietly, f, tenant, leg)
+        if cancel_on_drop and not finished:  # the client left (on_disconnect="cancel")
+            with anyio.CancelScope(shield=True):
+                await run_in_threadpool(_cancel_quietly, f, tenant, leg)
 
 
 def _cancel_quietly(f: _Facade, tenant: str, leg: segs.Leg) -> None:
@@ -448,9 +450,8 @@ def _thread_routes(r: APIRouter, f: _Facade) -> None:
                        ) -> list[dict[str, Any]]:
         body = body or SearchBody()
         with f.rt.engine.connect() as conn:
-            found = [_thread_view(conn, t) for t in _tenant_threads(conn, caller.tenant, body.ids)]
-        hits = [t for t in found if _matches(t, body)]
-        return hits[body.offset: body.offset + body.limit]
+            rows = _search(conn, caller.tenant, body)
+            return [_thread_view(conn, t) for t in rows[body.offset: body.offset + body.limit]]
 
     @r.get("/threads/{thread_id}/state")
     def get_state(thread_id: str, caller: ReadCaller) -> dict[str, Any]:
@@ -481,11 +482,16 @@ def _tenant_threads(conn: Connection, tenant: str, ids: list[str] | None) -> lis
     return list(conn.execute(q).mappings())
 
 
-def _matches(thread: dict[str, Any], body: SearchBody) -> bool:
-    if body.status and thread["status"] != body.status:
-        return False
-    meta = thread["metadata"] or {}
-    return all(meta.get(k) == v for k, v in (body.metadata or {}).items())
+def _search(conn: Connection, tenant: str, body: SearchBody) -> list[RowMapping]:
+    """The tenant's threads (newest first) whose metadata holds ``body.metadata``, in
+    ``body.status``."""
+    want = body.metadata or {}
+    rows = [t for t in _tenant_threads(conn, tenant, body.ids)
+            if all((t["meta"] or {}).get(k) == v for k, v in want.items())]
+    if body.status:
+        rows = [t for t in rows
+                if lg_thread_status(segs.latest_run(conn, t["id"])) == body.status]
+    return rows
 
 
 def _run_routes(r: APIRouter, f: _Facade) -> None:

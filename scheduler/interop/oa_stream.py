@@ -17,7 +17,7 @@ from typing import Any
 
 from scheduler.interop.shapes import INCOMPLETE
 
-__all__ = ["M", "ResponseFold", "Start", "StreamEvent"]
+__all__ = ["M", "Facts", "ResponseFold", "Start", "StreamEvent"]
 
 M = 1_000_000
 ADDED_AT, PART_AT, DELTA_AT = 998, 999, 1000
@@ -40,6 +40,16 @@ class Start:
     background: bool = True
 
 
+@dataclass(frozen=True)
+class Facts:
+    """What the stored run says now: its messages, its tool calls, its usage by rounds (read
+    on the caller's connection)."""
+
+    rows: Sequence[Row]
+    tools: Mapping[str, Row]
+    usage: Callable[[set[int]], dict[str, int]]
+
+
 @dataclass
 class _Text:
     index: int
@@ -59,8 +69,9 @@ class ResponseFold:
     """Feed it the segment's durable events (``durable``) and live deltas (``delta``); it
     returns the stream events each one expands to and keeps the Response object."""
 
-    def __init__(self, start: Start, usage: Callable[[set[int]], dict[str, int]]) -> None:
-        self.s, self.usage_of = start, usage
+    def __init__(self, start: Start) -> None:
+        self.s = start
+        self.totals: dict[str, int] | None = None  # token usage, once the segment ended
         self.items: dict[int, dict[str, Any]] = {}
         self.texts: dict[int, _Text] = {}  # round → its message item
         self.round_seq: dict[int, int] = {}
@@ -93,11 +104,12 @@ class ResponseFold:
         }
 
     def _usage(self) -> dict[str, Any] | None:
-        if self.end is None:
+        u = self.totals
+        if u is None:
             return None
-        u = self.usage_of(set(self.round_seq))
         return {"input_tokens": u["input_tokens"],
-                "input_tokens_details": {"cached_tokens": u["cached_input_tokens"]},
+                "input_tokens_details": {"cached_tokens": u["cached_input_tokens"],
+                                         "cache_write_tokens": 0},
                 "output_tokens": u["output_tokens"],
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": u["input_tokens"] + u["output_tokens"]}
@@ -114,7 +126,8 @@ class ResponseFold:
             out.append(self._ev(base + 2, "response.queued", response=self._lifecycle()))
         return out
 
-    def durable(self, ev: Row, rows: Sequence[Row], tools: Mapping[str, Row]) -> list[StreamEvent]:
+    def durable(self, ev: Row, facts: Facts) -> list[StreamEvent]:
+        rows = facts.rows
         n = _Counter(int(ev["seq"]) * M)
         out: list[StreamEvent] = []
         kind, data = ev["type"], dict(ev["data"] or {})
@@ -127,7 +140,9 @@ class ResponseFold:
                and r["created_at"] <= ev["created_at"]]
         self.observed.update(r["seq"] for r in new)
         for row in new:
-            out += self._message(row, tools, n)
+            out += self._message(row, facts.tools, n)
+        if kind in ("run.waiting", "run.completed", "run.failed", "run.cancelled"):
+            self.totals = facts.usage(set(self.round_seq))
         out += self._ending(ev, kind, data, n)
         return self._keep(out)
 

@@ -19,14 +19,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, ValidationError
-from sqlalchemy.engine import Connection, RowMapping
+from sqlalchemy.engine import Connection
 from starlette.concurrency import run_in_threadpool
 
 from scheduler.agents import resolve_agent
 from scheduler.auth import Caller, ReadCaller, WriteCaller
 from scheduler.interop import segments as segs
 from scheduler.interop.common import admit, facade_webhook
-from scheduler.interop.oa_stream import ResponseFold, Start, StreamEvent
+from scheduler.interop.oa_stream import Facts, ResponseFold, Start, StreamEvent
 from scheduler.interop.shapes import Approve, input_messages, oa_status, pause_id
 from scheduler.interop.tail import Batch, Beat, Delta, follow, wait_for_end
 from shared.engine import commands
@@ -150,7 +150,9 @@ class _Facade:
                 raise NotFound(f"response {response_id} not found")
             return segs.load_leg(conn, seg)
 
-    def create(self, caller: Caller, body: CreateBody) -> segs.Leg:
+    def create(self, caller: Caller, body: CreateBody, key: str | None = None) -> segs.Leg:
+        """A new response: a resume of a paused one, a follow-up on its thread, or a new
+        conversation. ``key``: an ``Idempotency-Key`` (a retried create finds its run)."""
         tenant = caller.tenant
         if body.tools:
             raise SpecError("tools: the agent's own tools run in treadle; send none")
@@ -162,9 +164,21 @@ class _Facade:
             if _paused(prev):
                 return self._resume(tenant, body, prev, items)
             return self._follow_up(caller, body, prev, items)
+        replayed = self._replayed(tenant, key)
+        if replayed is not None:
+            return self._segment(tenant, replayed, 0, body, items)
         thread_id = f"thr_{uuid.uuid4().hex[:24]}"
         thread_engine.create_thread(self.rt, tenant, None, "reject", thread_id)
-        return self._submit(caller, body, thread_id, items)
+        return self._submit(caller, body, thread_id, items, key)
+
+    def _replayed(self, tenant: str, key: str | None) -> str | None:
+        if not key:
+            return None
+        if len(key) > 200:
+            raise SpecError("Idempotency-Key: at most 200 characters")
+        with self.rt.engine.connect() as conn:
+            found = repo.find_idempotent(conn, tenant, key)
+        return str(found["id"]) if found is not None else None
 
     def _follow_up(self, caller: Caller, body: CreateBody, prev: segs.Leg,
                    items: list[dict[str, Any]]) -> segs.Leg:
@@ -178,15 +192,15 @@ class _Facade:
         return self._submit(caller, body, prev.run["thread_id"], items)
 
     def _submit(self, caller: Caller, body: CreateBody, thread_id: str,
-                items: list[dict[str, Any]]) -> segs.Leg:
+                items: list[dict[str, Any]], key: str | None = None) -> segs.Leg:
         tenant = caller.tenant
         spec = resolve_agent(body.model)
         msgs = _messages(items)
-        admit(self.rt, caller, spec, msgs)
+        admit(self.rt, caller, body.model, spec, msgs)
         hook = facade_webhook(PROTOCOL, self.rt.settings, tenant, body.model)
         row, _ = commands.submit_run(self.rt, commands.RunInput(
             agent=spec, input=msgs, tenant=tenant, thread_id=thread_id, metadata=body.metadata,
-            webhook=hook))
+            webhook=hook, idempotency_key=key))
         return self._segment(tenant, row["id"], 0, body, items)
 
     def _resume(self, tenant: str, body: CreateBody, prev: segs.Leg,
@@ -232,40 +246,33 @@ class _Facade:
         return self.leg(tenant, leg.segment["id"])
 
     def fold(self, leg: segs.Leg) -> ResponseFold:
-        return ResponseFold(_start(self.rt, leg), self._usage(leg.run["id"]))
-
-    def _usage(self, run_id: str) -> Callable[[set[int]], dict[str, int]]:
-        def usage(rounds: set[int]) -> dict[str, int]:
-            with self.rt.engine.connect() as conn:
-                return segs.usage_of(conn, run_id, rounds)
-        return usage
+        return ResponseFold(_start(self.rt, leg))
 
     def snapshot(self, leg: segs.Leg) -> dict[str, Any]:
         """The Response object: the fold of the segment's durable events so far."""
         fold = self.fold(leg)
-        with self.rt.engine.connect() as conn:
+        with self.rt.engine.connect() as conn:  # one connection: SQLite locks on each
             leg = segs.load_leg(conn, leg.segment)
-            rows, tools = _run_rows(conn, leg.run["id"])
-            fold.begin(rows)
+            facts = _facts(conn, leg.run["id"])
+            fold.begin(facts.rows)
             for ev in _segment_events(conn, leg):
-                fold.durable(ev, rows, tools)
+                fold.durable(ev, facts)
         if leg.end is None:
             fold.status = oa_status(leg.run, None)
         return fold.response()
 
     def expand(self, fold: ResponseFold, leg: segs.Leg, events: list[dict[str, Any]]
                ) -> list[StreamEvent]:
-        with self.rt.engine.connect() as conn:
-            rows, tools = _run_rows(conn, leg.run["id"])
         out: list[StreamEvent] = []
-        for ev in events:
-            out += fold.durable(ev, rows, tools)
+        with self.rt.engine.connect() as conn:
+            facts = _facts(conn, leg.run["id"])
+            for ev in events:
+                out += fold.durable(ev, facts)
         return out
 
     def begin(self, fold: ResponseFold, leg: segs.Leg) -> list[StreamEvent]:
         with self.rt.engine.connect() as conn:
-            rows, _ = _run_rows(conn, leg.run["id"])
-        return fold.begin(rows)
+            return fold.begin(_facts(conn, leg.run["id"]).rows)
 
 
 def _paused(leg: segs.Leg) -> bool:
@@ -290,8 +297,11 @@ def _start(rt: Runtime, leg: segs.Leg) -> Start:
                  metadata=dict(seg["meta"] or {}), background=bool(opts.get("background")))
 
 
-def _run_rows(conn: Connection, run_id: str) -> tuple[list[RowMapping], dict[str, RowMapping]]:
-    return repo.list_messages(conn, run_id), segs.tool_rows(conn, run_id)
+def _facts(conn: Connection, run_id: str) -> Facts:
+    def usage(rounds: set[int]) -> dict[str, int]:
+        return segs.usage_of(conn, run_id, rounds)
+
+    return Facts(repo.list_messages(conn, run_id), segs.tool_rows(conn, run_id), usage)
 
 
 def _segment_events(conn: Connection, leg: segs.Leg) -> list[dict[str, Any]]:
@@ -318,7 +328,7 @@ def _sse(events: list[StreamEvent], after: int | None) -> str:
 async def _stream(f: _Facade, leg: segs.Leg, after: int | None) -> AsyncIterator[str]:
     """The response's events from its start, those numbered above ``after`` sent; ends after
     the completing (or failing) event, or at a cancel."""
-    fold = f.fold(leg)
+    fold = await run_in_threadpool(f.fold, leg)
     yield _sse(await run_in_threadpool(f.begin, fold, leg), after)
     async for item in follow(f.rt, leg.run["id"], int(leg.segment["from_seq"])):
         if isinstance(item, Batch):
@@ -360,7 +370,8 @@ def openai_router(get_rt: Callable[[], Runtime]) -> APIRouter:
     async def create(request: Request, caller: WriteCaller) -> Response:
         try:
             body = CreateBody.model_validate(await request.json())
-            leg = await run_in_threadpool(f.create, caller, body)
+            key = request.headers.get("idempotency-key") or None
+            leg = await run_in_threadpool(f.create, caller, body, key)
         except FACADE_ERRORS as exc:
             return _error(exc)
         if body.stream:

@@ -61,25 +61,30 @@ class _Reader:
         self.round = 0
         self.last_read = time.monotonic()
 
-    async def read(self) -> AsyncIterator[Batch]:
+    async def read(self, upto_round: int | None = None) -> AsyncIterator[Batch]:
+        """Committed events after the cursor; with ``upto_round``, only up to that round's
+        ``round.started`` (a live delta of the round goes right after it)."""
         self.last_read = time.monotonic()
         while not self.done:
             rows = await run_in_threadpool(_fetch, self.rt, self.run_id, self.cursor)
-            kept = self._cut(rows)
+            kept, paused = self._cut(rows, upto_round)
             if kept:
                 self.cursor = kept[-1]["seq"]
                 yield Batch(kept, last=self.done)
-            if len(rows) < BATCH:
+            if paused or len(rows) < BATCH:
                 return
 
-    def _cut(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _cut(self, rows: list[dict[str, Any]], upto_round: int | None
+             ) -> tuple[list[dict[str, Any]], bool]:
         for i, ev in enumerate(rows):
-            if ev["type"] == "round.started":
-                self.round = int((ev["data"] or {}).get("round") or 0)
             if ev["type"] in END_TYPES or (self.until is not None and ev["seq"] >= self.until):
                 self.done = True
-                return rows[: i + 1]
-        return rows
+                return rows[: i + 1], False
+            if ev["type"] == "round.started":
+                self.round = int((ev["data"] or {}).get("round") or 0)
+                if upto_round is not None and self.round >= upto_round:
+                    return rows[: i + 1], True
+        return rows, False
 
 
 def _put(q: asyncio.Queue[dict[str, Any]], event: dict[str, Any]) -> None:
@@ -140,7 +145,7 @@ async def _handle(
         data = dict(item.get("data") or {})
         round_ = int(data.get("round") or 0)
         if round_ > reader.round:  # its round.started (committed before the call) first
-            async for batch in reader.read():
+            async for batch in reader.read(upto_round=round_):
                 yield batch
             reader.round = max(reader.round, round_)
         if not reader.done:

@@ -68,5 +68,7 @@ export function modelName(run) {
   const meta = run.metadata || {};
   if (meta.agent) return meta.agent;
   const model = (run.agent || {}).model;
-  return typeof model === "string" ? model : (model && model.name) || "inline";
+  if (typeof model === "string") return model;
+  if (!model) return "inline";
+  return model.name && model.name !== "inline" ? model.name : model.model || "inline";
 }

@@ -11,6 +11,7 @@ const TERMINAL = new Set(["run.completed", "run.failed", "run.cancelled"]);
 const DURABLE = ["run.queued", "round.started", "tool.started", "tool.finished", "plan.updated",
   "run.waiting", "run.resumed", ...TERMINAL];
 const HIDDEN_TOOLS = new Set(["ask_user", "set_plan", "update_plan", "stop"]);
+const DECLINED = "Declined by user"; // shared.engine.commands.DECLINED_TEXT
 const PLAN_MARK = { done: "✓", in_progress: "▸", blocked: "✕", skipped: "–", pending: "○" };
 
 function textOf(content) {
@@ -174,7 +175,7 @@ export class RunDetail {
     this.side = h("aside", { class: "run-side" });
     this.toast = h("div", { class: "toast", hidden: true });
     replace(this.root, h("section", { class: "detail", "data-testid": "run-detail", "data-run-id": this.runId },
-      this.head,
+      h("div", { class: "head-wrap" }, this.head),
       h("div", { class: "detail-body" },
         h("div", { class: "detail-main" }, this.timeline, this.pause, this.footer),
         this.side),
@@ -204,7 +205,7 @@ export class RunDetail {
   setLive(state) {
     this.live = state;
     const el = this.head.querySelector(".live");
-    if (el) { el.textContent = state || ""; el.className = `live ${state}`; }
+    if (el) { el.textContent = state || ""; el.className = `live ${state ? `is-${state}` : ""}`; }
   }
 
   flash(message) {
@@ -219,7 +220,7 @@ export class RunDetail {
     const u = run.usage;
     const end = FINAL.has(run.status) ? epoch(run.updated_at) : Date.now() / 1000;
     const facts = [
-      ["agent", modelName(run)], ["kind", run.kind], ["round", run.round],
+      ["agent", modelName(run)], ["kind", run.kind], ["round", Math.max(run.round, this.currentRound)],
       ["tokens", `${fmtTokens(u.input_tokens)} → ${fmtTokens(u.output_tokens)}`],
       ["cost", fmtCost(u.cost)], ["time", fmtSeconds(end - epoch(run.created_at))],
     ];
@@ -227,7 +228,7 @@ export class RunDetail {
       h("div", { class: "rh-top" },
         h("span", { class: `badge big st-${run.status}`, "data-testid": "run-status" }, run.status),
         h("h1", { class: "mono run-id", title: "run id" }, run.id),
-        h("span", { class: `live ${this.live}` }, this.live || ""),
+        h("span", { class: `live ${this.live ? `is-${this.live}` : ""}` }, this.live || ""),
         h("span", { class: "spacer" }),
         FINAL.has(run.status) ? null : this.cancelButton()),
       h("dl", { class: "facts" }, facts.map(([k, v]) => h("div", { class: "fact" }, h("dt", {}, k), h("dd", { "data-fact": k }, String(v))))));
@@ -274,39 +275,47 @@ export class RunDetail {
   }
 
   reasoningBlock(v) {
-    const open = this.reasoningOpen.has(v.n) ? this.reasoningOpen.get(v.n) : v.streaming;
-    const det = h("details", { class: "reasoning", open },
-      h("summary", {}, v.streaming ? "Reasoning (streaming)" : "Reasoning", h("span", { class: "muted" }, ` · ${v.reasoning.length} chars`)),
-      h("div", { class: "reasoning-text" }, v.reasoning));
-    det.addEventListener("toggle", () => this.reasoningOpen.set(v.n, det.open));
+    const open = this.reasoningOpen.has(v.n) ? this.reasoningOpen.get(v.n) : v.streaming || v.reasoning.length <= 280;
+    const summary = h("summary", {}, v.streaming ? "Reasoning (streaming)" : "Reasoning",
+      h("span", { class: "muted" }, ` · ${v.reasoning.length} chars`));
+    const det = h("details", { class: "reasoning", open }, summary, h("div", { class: "reasoning-text" }, v.reasoning));
+    summary.addEventListener("click", () => this.reasoningOpen.set(v.n, !det.open));
     return det;
   }
 
   askRecord(c) {
     let questions = [];
     try { questions = JSON.parse(c.arguments || "{}").questions || []; } catch { /* shown raw */ }
+    const answers = (c.result || "").split(/^## /m).filter(Boolean).map((block) => {
+      const [question, ...rest] = block.split("\n");
+      return [question.trim(), rest.join("\n").replace(/^Answer:\s*/m, "").trim()];
+    });
+    const done = c.status === "done" && answers.length;
     return h("div", { class: "ask-record" },
-      h("div", { class: "ar-head" }, h("span", { class: "tag" }, "asked you"), questions.map((q) => q.question).join(" · ")),
-      c.status === "done" && c.result ? h("pre", { class: "ar-answer" }, c.result) : h("div", { class: "muted" }, "waiting for the answer"));
+      h("span", { class: "tag" }, done ? "you answered" : "asked you"),
+      done
+        ? h("dl", { class: "qa" }, answers.map(([q, a]) => [h("dt", {}, q), h("dd", {}, a)]))
+        : h("span", {}, questions.map((q) => q.question).join(" · "), h("span", { class: "muted" }, " · waiting for the answer")));
   }
 
   toolCard(c) {
     const now = Date.now() / 1000;
     const running = c.status === "running" || c.status === "queued";
     const secs = c.started_at ? (c.finished_at || now) - c.started_at : null;
-    const state = c.status === "done" ? (c.error ? "error" : "ok") : c.status;
-    const icon = running ? h("span", { class: "spinner" }) : h("span", { class: `ti ti-${state}` }, { ok: "✓", error: "✕", waiting: "⏸", pending: "…" }[state] || "•");
+    const declined = c.status === "done" && (c.result || "").startsWith(DECLINED);
+    const state = c.status === "done" ? (c.error ? "error" : declined ? "declined" : "ok") : c.status;
+    const icon = running ? h("span", { class: "spinner" }) : h("span", { class: `ti ti-${state}` }, { ok: "✓", error: "✕", declined: "⊘", waiting: "●", pending: "…" }[state] || "•");
     const args = c.arguments ? prettyJson(c.arguments) : "";
     const result = c.error || c.result || "";
     return h("div", { class: `tool tool-${state}`, "data-testid": "tool-card", "data-tool": c.name },
       h("div", { class: "tool-head" }, icon,
         h("span", { class: "tool-name mono" }, c.name),
-        h("span", { class: "tool-status" }, c.status === "waiting" ? "needs approval" : c.status),
+        h("span", { class: "tool-status" }, c.status === "waiting" ? "needs approval" : declined ? "declined" : c.status),
         h("span", { class: "spacer" }),
         c.attempts > 1 ? h("span", { class: "muted" }, `${c.attempts} attempts`) : null,
         c.cost ? h("span", { class: "muted mono" }, fmtCost(c.cost)) : null,
         h("span", { class: "muted mono" }, fmtSeconds(secs))),
-      args && args !== "{}" ? h("pre", { class: "args" }, args) : null,
+      args && args !== "{}" && c.status !== "waiting" ? h("pre", { class: "args" }, args) : null, // waiting: the approval card shows them
       result ? h("details", { class: "result", open: result.length < 400 },
         h("summary", {}, c.error ? "error" : "result", h("span", { class: "muted" }, ` · ${result.length} chars`)),
         h("pre", {}, result)) : null);
@@ -463,12 +472,13 @@ export class RunDetail {
   usageTable() {
     const rows = this.rounds().filter((v) => v.usage);
     const u = this.run.usage;
+    const latency = rows.reduce((sum, v) => sum + v.usage.latency_ms, 0);
     return h("table", { class: "usage" },
       h("thead", {}, h("tr", {}, ["round", "in", "out", "cost", "time"].map((c) => h("th", {}, c)))),
       h("tbody", {}, rows.map((v) => h("tr", {},
         h("td", {}, v.n), h("td", {}, fmtTokens(v.usage.input_tokens)), h("td", {}, fmtTokens(v.usage.output_tokens)),
         h("td", {}, fmtCost(v.usage.cost)), h("td", {}, fmtSeconds(v.usage.latency_ms / 1000))))),
       h("tfoot", {}, h("tr", {}, h("td", {}, "total"), h("td", {}, fmtTokens(u.input_tokens)),
-        h("td", {}, fmtTokens(u.output_tokens)), h("td", {}, fmtCost(u.cost)), h("td", {}, ""))));
+        h("td", {}, fmtTokens(u.output_tokens)), h("td", {}, fmtCost(u.cost)), h("td", {}, fmtSeconds(latency / 1000)))));
   }
 }

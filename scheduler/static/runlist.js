@@ -85,9 +85,8 @@ export class RunList {
       h("div", { class: "ri-top" },
         h("span", { class: "ri-name" }, modelName(run)),
         h("span", { class: `badge st-${run.status}` }, run.status)),
-      h("div", { class: "ri-sub mono" },
-        h("span", {}, run.id),
-        h("span", {}, `r${run.round} · ${fmtTokens(u.input_tokens + u.output_tokens)} tok · ${fmtCost(u.cost)}`)),
-      h("div", { class: "ri-age muted" }, `${run.kind} · ${ago(run.created_at)}`)));
+      h("div", { class: "ri-id mono" }, run.id),
+      h("div", { class: "ri-sub" },
+        `${run.kind} · r${run.round} · ${fmtTokens(u.input_tokens + u.output_tokens)} tok · ${fmtCost(u.cost)} · ${ago(run.created_at)}`)));
   }
 }

@@ -82,7 +82,7 @@ class KnowledgeToolSpec(_Strict):
     datasets: list[str] = Field(min_length=1, max_length=20)  # dataset ids or names
     k: int = Field(default=5, ge=1, le=50)
     filter: bool = False
-    filter_model: str | ModelProfile | None = None  # default: the agent's model
+    filter_model: str | None = None  # a named profile; default: the agent's model
 
 
 class InlineTool(_Strict):

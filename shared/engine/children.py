@@ -28,14 +28,15 @@ result, these updates do not bump it), so in-flight messages of the parent's oth
 stay valid; the join bumps it.
 
 **Lock order** (PostgreSQL; SQLite serializes writers): the root run's thread (when a run may
-end), then runs rows top-down — the root, …, the parent, then the child's rows. Every
-transaction that changes a child in a way its ancestors see locks the ancestors' rows first
-(``lock_lineage``): ``apply_final`` does it before the child's update; paths that touch a
-child's rows before calling it (a tool commit, cancel, ask expiry, answer, approval) call
-``lock_lineage`` at their start. Within one run, its tool-call rows may be locked before its
-runs row (the tool commit's order); the next pending call is taken with ``SKIP LOCKED``
-(``afters.next_pending``), so a child's end never waits for a sibling's commit holding a row
-of the parent.
+end), then run by run top-down — the root, …, the parent, the child — and within one run its
+tool-call rows before its runs row (the order a tool commit and a cancel already take them
+in). Every transaction that changes a child in a way its ancestors see locks its lineage
+first (``lock_lineage``: for each ancestor, the call leading down, then its runs row):
+``apply_final`` does it before the child's update; paths that touch a child's rows before
+calling it (a tool commit whose join ends or pauses the run, cancel, ask expiry, answer,
+approval) call it at their start. The parent's next pending call is taken with ``SKIP
+LOCKED`` (``afters.next_pending``), so a child's end never waits for a sibling's commit that
+holds a row of the parent. A test races four child ends and a cancel on PostgreSQL.
 
 Cancel cascades: cancelling a run cancels its active children in the same transaction
 (``shared.engine.commands``).
@@ -49,10 +50,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import json5
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
 
+from shared.agent.arguments import ArgumentsError, parse_arguments
 from shared.agent.compression import reduce_tool_result, tool_result_budget
 from shared.agent.messages import Message
 from shared.agent.spec import AgentSpec, InlineTool
@@ -166,8 +167,8 @@ def _mark_child(conn: Connection, call: RowMapping, child_id: str, budget: int) 
 
 def _child_input(call: RowMapping) -> str:
     try:
-        args = json5.loads(call["arguments"] or "{}")
-    except ValueError:
+        args = parse_arguments(call["arguments"] or "{}")
+    except ArgumentsError:
         return str(call["arguments"])
     return question_of(args) if isinstance(args, dict) else json.dumps(args)
 
@@ -201,19 +202,22 @@ def _insert_child(
 # --- locks -------------------------------------------------------------------------------
 
 
-def _lineage(conn: Connection, run_id: str) -> list[RowMapping]:
-    """The run's ancestors, root first (unlocked reads: ``parent_run_id`` never changes)."""
-    chain: list[RowMapping] = []
-    current = conn.execute(sa.select(runs.c.parent_run_id).where(runs.c.id == run_id)).scalar()
-    while current is not None and len(chain) <= MAX_DEPTH + 1:
-        row = conn.execute(
-            sa.select(runs.c.id, runs.c.parent_run_id, runs.c.thread_id).where(runs.c.id == current)
-        ).mappings().first()
-        if row is None:
+_LINK = (runs.c.id, runs.c.parent_run_id, runs.c.parent_call_id, runs.c.thread_id)
+
+
+def _lineage(conn: Connection, run_id: str) -> list[tuple[RowMapping, str]]:
+    """The run's ancestors, root first, each with the id of its call that leads down to the
+    next level (unlocked reads: a run's parent and parent call never change)."""
+    links: list[tuple[RowMapping, str]] = []
+    row = conn.execute(sa.select(*_LINK).where(runs.c.id == run_id)).mappings().first()
+    while row is not None and row["parent_run_id"] is not None and len(links) <= MAX_DEPTH:
+        parent = conn.execute(
+            sa.select(*_LINK).where(runs.c.id == row["parent_run_id"])).mappings().first()
+        if parent is None:
             break
-        chain.append(row)
-        current = row["parent_run_id"]
-    return list(reversed(chain))
+        links.append((parent, str(row["parent_call_id"])))
+        row = parent
+    return list(reversed(links))
 
 
 def _lock_row(conn: Connection, run_id: str) -> RowMapping | None:
@@ -222,20 +226,26 @@ def _lock_row(conn: Connection, run_id: str) -> RowMapping | None:
     ).mappings().first()
 
 
-def lock_lineage(
-    conn: Connection, run_id: str, *, ts: float, ending: bool, include_self: bool = False
-) -> RowMapping | None:
-    """Take the locks a change of ``run_id`` needs before it touches any of its rows: the
-    root's thread when the change may end runs (``ending``), then the ancestors' runs rows
-    root first, then (``include_self``) the run's own row. Returns the run's fresh row when
-    ``include_self``, else its parent's (None: no parent)."""
+def _lock_call(conn: Connection, run_id: str, call_id: str) -> None:
+    conn.execute(sa.select(tool_calls.c.call_id)
+                 .where(tool_calls.c.run_id == run_id, tool_calls.c.call_id == call_id)
+                 .with_for_update())
+
+
+def lock_lineage(conn: Connection, run_id: str, *, ts: float, ending: bool) -> RowMapping | None:
+    """Take the locks a change of ``run_id`` needs before it touches any of its own rows: the
+    root's thread when the change may end runs (``ending``), then for each ancestor, root
+    first, its call that leads down (a tool-call row) and then its runs row — the order every
+    transaction takes a run's rows in (tool calls, then the run). Returns the parent's fresh
+    row (None: no parent)."""
     chain = _lineage(conn, run_id)
-    if ending and chain and chain[0]["thread_id"] is not None:
-        thread_store.lock_thread(conn, chain[0]["thread_id"], ts)
-    locked = [_lock_row(conn, r["id"]) for r in chain]
-    if include_self:
-        return _lock_row(conn, run_id)
-    return locked[-1] if locked else None
+    if ending and chain and chain[0][0]["thread_id"] is not None:
+        thread_store.lock_thread(conn, chain[0][0]["thread_id"], ts)
+    parent: RowMapping | None = None
+    for ancestor, call_id in chain:
+        _lock_call(conn, ancestor["id"], call_id)
+        parent = _lock_row(conn, ancestor["id"])
+    return parent
 
 
 # --- after a child's status change ---------------------------------------------------------
@@ -254,7 +264,7 @@ def after_change(
     return []
 
 
-def child_result_text(child: Mapping[str, Any]) -> str:
+def child_result_text(child: Mapping[Any, Any]) -> str:
     """What the parent's model reads for a finished child: its answer, or why it has none."""
     status = child["status"]
     if status == "completed":
@@ -265,7 +275,7 @@ def child_result_text(child: Mapping[str, Any]) -> str:
     return "Tool error: the sub-agent run was cancelled"
 
 
-def _close_call(conn: Connection, child: RowMapping, ts: float) -> RowMapping | None:
+def _close_call(conn: Connection, child: RowMapping, text: str, ts: float) -> RowMapping | None:
     """``child → done`` with the child's answer and cost; None when the call is no longer
     waiting on the child (the parent was cancelled: its calls were closed already)."""
     call = conn.execute(
@@ -274,7 +284,6 @@ def _close_call(conn: Connection, child: RowMapping, ts: float) -> RowMapping | 
     ).mappings().first()
     if call is None or call["status"] != CHILD:
         return None
-    text = child_result_text(child)
     budget = int((call["data"] or {}).get("result_budget") or 4096)
     conn.execute(
         sa.update(tool_calls)
@@ -292,12 +301,12 @@ def _finish_child(
     parent = _lock_row(conn, child["parent_run_id"])
     if parent is None or parent["status"] in FINAL:
         return []
-    call = _close_call(conn, child, ts)
+    text = child_result_text(child)
+    call = _close_call(conn, child, text, ts)
     if call is None:
         return []
     changes = repo.Changes(bump_version=False)
     changes.values.update(open_calls=runs.c.open_calls - 1, cost=runs.c.cost + child["cost"])
-    text = child_result_text(child)
     changes.event("tool.finished", call_id=call["call_id"], name=call["name"],
                   preview=text[:300], cost=child["cost"], child_run_id=child["id"])
     nxt = afters.next_pending(conn, parent["id"], call["round"])
@@ -340,7 +349,7 @@ def _join(
 # --- pauses --------------------------------------------------------------------------------
 
 
-def surfaced_pending(child: Mapping[str, Any]) -> dict[str, Any]:
+def surfaced_pending(child: Mapping[Any, Any]) -> dict[str, Any]:
     """A child's pause as its parent shows it: the same ask or approval, with ``run_id`` =
     the run that paused (the child, or the descendant the child itself surfaces)."""
     pending = dict(child["pending"] or {})

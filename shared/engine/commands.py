@@ -243,10 +243,8 @@ def _cancel(
     is dropped, its active children are cancelled too (same transaction). On a thread
     (``release``) the thread's next held run starts. A child's parent sees it end (its call
     gets the cancellation as result). None = lost a race (or it ended meanwhile)."""
-    # lock order: ancestors, then the run, then its calls and its children
-    fresh = children.lock_lineage(conn, run["id"], ts=ts, ending=True, include_self=True)
-    if fresh is None or fresh["status"] in FINAL or fresh["version"] != run["version"]:
-        return None
+    if run["parent_run_id"] is not None:  # lock order: the ancestors, then the run's rows
+        children.lock_lineage(conn, run["id"], ts=ts, ending=True)
     changes = repair_changes(conn, run, CANCELLED_TEXT)
     changes.values.update(status="cancelled", stop_reason="cancelled", pending=None,
                           after_join=None, open_calls=0, lease_until=None,

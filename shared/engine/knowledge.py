@@ -200,7 +200,7 @@ def _vector_ranking(rt: Runtime, conn: Connection, ids: list[str], query: str) -
     return [i for _, i in scored[:CANDIDATES]]
 
 
-def _hit(chunk: Mapping[str, Any], score: float) -> dict[str, Any]:
+def _hit(chunk: Mapping[Any, Any], score: float) -> dict[str, Any]:
     return {"chunk_id": chunk["id"], "dataset_id": chunk["dataset_id"],
             "document_id": chunk["document_id"], "document": chunk["document"],
             "index": chunk["idx"], "text": chunk["text"], "source": chunk["source"],
@@ -250,7 +250,7 @@ def _dataset_refs(spec: AgentSpec, inputs: Mapping[str, Any]) -> list[str]:
 
 
 def with_dataset_quotes(
-    rt: Runtime, run: Mapping[str, Any], spec: AgentSpec, history: Sequence[Message],
+    rt: Runtime, run: Mapping[Any, Any], spec: AgentSpec, history: Sequence[Message],
     inputs: dict[str, Any],
 ) -> tuple[AgentSpec, dict[str, Any]]:
     """A chat run with ``dataset`` (spec) or ``quotes_from`` (run): the passages for the

@@ -32,7 +32,7 @@ from shared.agent.spec import AgentSpec, ModelProfile
 from shared.agent.state import LoopState
 from shared.agent.step import StepResult, step
 from shared.agent.tokens import estimate_tokens
-from shared.engine import metrics, threads
+from shared.engine import cache, metrics, threads
 from shared.engine.afters import encode_after, flush_calls, settle
 from shared.engine.attachments import request_inputs
 from shared.engine.catalog import Catalog, build_catalog
@@ -120,13 +120,13 @@ def _claim(rt: Runtime, run_id: str, version: int, outbox_id: int | None) -> _Cl
         if run is None:
             _drop_if_stale(conn, run_id, version, outbox_id)
             return None
-        spec = AgentSpec.model_validate(run["agent"])
+        spec = cache.spec_of(run)
         profile = resolve_profile(spec.model, rt.profiles)
         state = replace(
             LoopState.from_dict(run["loop"]),
             cost=run["cost"], input_tokens=run["input_tokens"], output_tokens=run["output_tokens"],
         )
-        history = [repo.message_from_row(r) for r in repo.list_messages(conn, run_id, run["view_start"])]
+        history = cache.history(conn, run_id, run["view_start"], run["msg_seq"])
         usage_id = conn.execute(
             sa.insert(usage).values(
                 run_id=run_id, round=state.round + 1, purpose="round", profile=profile.name,

@@ -110,4 +110,5 @@ def test_an_agent_tool_may_name_a_registered_agent(
     assert r.status_code == 422
     r = client.post("/v1/runs", json={"agent": {**agent, "tools": [
         {"name": "x", "agent": "demo"}]}, "input": "go"})
-    assert r.status_code == 422 and "chat or helper" in r.json()["error"]["message"]
+    # a registered tool agent is a sub-agent (issue #10): it runs as a child run
+    assert r.status_code == 201 and r.json()["agent"]["tools"][0]["agent"]["kind"] == "agent"

@@ -3,6 +3,7 @@ and reaper in one process, SQLite), for the CLI and browser tests."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import socket
 import subprocess
@@ -10,12 +11,25 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 
 import httpx
+import pytest
 
-from tests.support import ROOT, wait_for
+from tests.support import IN_CI, ROOT, wait_for
 
-__all__ = ["cli", "embedded_env", "free_port", "treadle_up"]
+__all__ = ["cli", "embedded_env", "free_port", "need_module", "treadle_up"]
+
+
+def need_module(name: str) -> ModuleType:
+    """Import a test-only package (playwright, pexpect); missing: fail in CI, skip locally."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        msg = f"{name} is not installed (pip install playwright pexpect)"
+        if IN_CI:
+            pytest.fail(msg)
+        pytest.skip(msg)
 
 
 def free_port() -> int:

@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pexpect
 import pytest
 
-from tests.e2e.servers import cli, embedded_env, treadle_up
+from tests.e2e.servers import cli, embedded_env, need_module, treadle_up
 from tests.support import ROOT, wait_for
 
 DOWN, ENTER, SPACE = "\x1b[B", "\r", " "
@@ -129,7 +128,8 @@ def test_cancel_runs_and_errors(up: str) -> None:
 # -- in a real terminal (pty)
 
 
-def _spawn(args: list[str], env: dict[str, str]) -> pexpect.spawn:
+def _spawn(args: list[str], env: dict[str, str]) -> Any:
+    pexpect = need_module("pexpect")
     env = {**env, "TERM": "xterm-256color", "COLUMNS": "110", "LINES": "40"}
     env.pop("NO_COLOR", None)
     child = pexpect.spawn(sys.executable, ["-m", "scheduler.cli", *args], cwd=str(ROOT),
@@ -137,6 +137,12 @@ def _spawn(args: list[str], env: dict[str, str]) -> pexpect.spawn:
     child.logfile_read = _Log(Path(os.environ.get("TREADLE_TEST_ARTIFACTS", ROOT /
                                                   "test-artifacts")) / f"pty-{args[0]}.log")
     return child
+
+
+def _exit_status(child: Any) -> int:
+    child.expect(need_module("pexpect").EOF, timeout=20)
+    child.close()
+    return int(child.exitstatus)
 
 
 class _Log:
@@ -166,9 +172,7 @@ def test_demo_interactive_in_a_terminal(tmp_path: Path) -> None:
     child.expect("approving 1, rejecting 0")
     child.expect("Done. I asked what to save")
     child.expect("completed")
-    child.expect(pexpect.EOF, timeout=20)
-    child.close()
-    assert child.exitstatus == 0
+    assert _exit_status(child) == 0
 
 
 def test_submit_watch_free_text_and_reject_in_a_terminal(up: str, tmp_path: Path) -> None:
@@ -185,9 +189,7 @@ def test_submit_watch_free_text_and_reject_in_a_terminal(up: str, tmp_path: Path
     child.send(ENTER)
     child.expect("approving 0, rejecting 1")
     child.expect("completed")
-    child.expect(pexpect.EOF, timeout=20)
-    child.close()
-    assert child.exitstatus == 0
+    assert _exit_status(child) == 0
     runs = httpx.get(f"{up}/v1/runs", params={"limit": 1}).json()["runs"]
     calls = httpx.get(f"{up}/v1/runs/{runs[0]['id']}/tool-calls").json()["tool_calls"]
     by_name = {c["name"]: c for c in calls}

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,8 @@ AGENTS: dict[str, dict[str, Any]] = {
                      {"text": "Wrote A; B was declined."})},
     "it-tool": {"kind": "agent", "tools": ["echo"], "model": _scripted(
         {"tool_calls": [{"id": "e1", "name": "echo", "arguments": {"text": "ping"}}]},
-        {"text": "The echo said ping.", "reasoning": "I have the result."})},
+        # the pause lets a stream opened right after the submit subscribe before the deltas
+        {"text": "The echo said ping.", "reasoning": "I have the result.", "sleep": 0.3})},
     "it-slow": {"kind": "chat", "model": _scripted({"text": "too late", "sleep": 4})},
     "it-long": {"kind": "chat", "model": _scripted(
         {"text": " ".join(f"word{i}" for i in range(40)), "sleep": 0.5})},
@@ -85,15 +87,14 @@ def _env(tmp: Path, receiver: Receiver) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="session")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    tmp = tmp_path_factory.mktemp("interop")
-    receiver = Receiver().start()
+@contextmanager
+def _serve(tmp: Path, receiver: Receiver, **extra: str) -> Iterator[str]:
+    """``treadle up`` on a free loopback port; yields its URL."""
     port = _free_port()
     log = open(tmp / "up.log", "wb")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(
         [sys.executable, "-m", "scheduler.cli", "up", "--port", str(port), "-c", "8"],
-        cwd=ROOT, env=_env(tmp, receiver), stdout=log, stderr=subprocess.STDOUT,
+        cwd=ROOT, env={**_env(tmp, receiver), **extra}, stdout=log, stderr=subprocess.STDOUT,
         start_new_session=True)
     url = f"http://127.0.0.1:{port}"
 
@@ -107,11 +108,47 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
     try:
         wait_for(ready, 60, what="treadle up")
-        yield Served(url, tmp / "effects.log", receiver)
+        yield url
     finally:
         proc.terminate()
         proc.wait(timeout=15)
         log.close()
+
+
+@pytest.fixture(scope="session")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    tmp = tmp_path_factory.mktemp("interop")
+    receiver = Receiver().start()
+    try:
+        with _serve(tmp, receiver) as url:
+            yield Served(url, tmp / "effects.log", receiver)
+    finally:
+        receiver.stop()
+
+
+@dataclass
+class Keyed:
+    url: str
+    keys: dict[str, str]  # tenant → API key
+
+
+@pytest.fixture(scope="session")
+def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keyed]:
+    """The facades with API keys required: one key for each of two tenants."""
+    from shared.store import keys
+    from shared.store.db import make_engine, migrate
+
+    tmp = tmp_path_factory.mktemp("interop-keys")
+    engine = make_engine(f"sqlite:///{tmp / 'interop.db'}")
+    migrate(engine)
+    with engine.begin() as conn:
+        made = {t: keys.create_key(conn, t).secret for t in ("acme", "globex")}
+    engine.dispose()
+    receiver = Receiver().start()
+    try:
+        with _serve(tmp, receiver, TREADLE_AUTH="required") as url:
+            yield Keyed(url, made)
+    finally:
         receiver.stop()
 
 

@@ -71,7 +71,7 @@ def test_submit_join_get_list(served: Served) -> None:
         assert [r["run_id"] for r in listed] == [second["run_id"], run["run_id"]]  # newest first
         history = await client.threads.get_history(tid)
         assert history and len(history[0]["values"]["messages"]) == 4
-        found = await client.threads.search(metadata={"user": "u1"})
+        found = await client.threads.search(metadata={"user": "u1"}, status="idle")
         assert [t["thread_id"] for t in found] == [tid]
         assert counter.count() < 15
 
@@ -193,8 +193,9 @@ def test_stream_modes(served: Served) -> None:
         assert any(p.event == "messages" and p.data[0]["type"] == "tool" for p in parts)
         updates = [p.data for p in parts if p.event == "updates"]
         assert any("agent" in u for u in updates) and any("tools" in u for u in updates)
+        assert counter.count(f"/runs/{run_id}", "GET") <= 1  # the SDK's run check at the end
+        assert counter.count() <= 3  # the thread, the stream, the check: no reconnect loop
         assert (await client.runs.get(tid, run_id))["status"] == "success"
-        assert counter.count(f"/runs/{run_id}", "GET") <= 2  # the SDK's one run check (+ ours)
 
     _run(served, test)
 
@@ -212,8 +213,52 @@ def test_stream_v2_values_carry_the_interrupt(served: Served) -> None:
     _run(served, test)
 
 
-def _durable(parts: list[Any]) -> list[tuple[str, str, str]]:
-    return [(p.event, p.id, json.dumps(p.data, sort_keys=True)) for p in parts if p.id]
+def test_stream_events_and_custom_modes(served: Served) -> None:
+    async def test(client: LangGraphClient, counter: Counter) -> None:
+        thread = await client.threads.create()
+        parts = await _collect(client.runs.stream(thread["thread_id"], "it-tool", input=HELLO,
+                                                  stream_mode=["events", "custom"]))
+        kinds = {p.data["event"] for p in parts if p.event == "events"}
+        assert {"on_chat_model_stream", "on_tool_start", "on_tool_end"} <= kinds
+        custom = [p.data["type"] for p in parts if p.event == "custom"]
+        assert custom[0] == "run.queued" and custom[-1] == "run.completed"
+        assert "text.delta" in custom and "tool.finished" in custom
+
+    _run(served, test)
+
+
+def test_stream_cancels_on_disconnect(served: Served) -> None:
+    async def test(client: LangGraphClient, counter: Counter) -> None:
+        thread = await client.threads.create()
+        tid = thread["thread_id"]
+        stream = client.runs.stream(tid, "it-slow", input=HELLO, on_disconnect="cancel")
+        first = await anext(stream)
+        assert first.event == "metadata"
+        await stream.aclose()  # the client goes away while the model works
+        run_id = first.data["run_id"]
+
+        async def cancelled() -> bool:
+            return (await client.runs.get(tid, run_id))["status"] == "interrupted"
+
+        for _ in range(100):
+            if await cancelled():
+                break
+            await asyncio.sleep(0.05)
+        assert await cancelled()
+        assert (await client.threads.get(tid))["status"] == "idle"
+
+    _run(served, test)
+
+
+def _body(parts: list[Any]) -> list[tuple[str, str]]:
+    return [(p.event, json.dumps(p.data, sort_keys=True)) for p in parts if p.event != "metadata"]
+
+
+def _after(parts: list[Any], last_id: str) -> list[tuple[str, str]]:
+    """What a client that saw up to ``last_id`` has not seen (an SSE id is the last one sent,
+    so the parts of the next event before its own id carry it too)."""
+    cut = next(i for i, p in enumerate(parts) if p.id == last_id)
+    return _body(parts[cut + 1:])
 
 
 def test_join_stream_replays_after_last_event_id(served: Served) -> None:
@@ -224,13 +269,12 @@ def test_join_stream_replays_after_last_event_id(served: Served) -> None:
                                        stream_mode=["values", "updates"])
         await client.runs.join(tid, run["run_id"])
         full = await _collect(client.runs.join_stream(tid, run["run_id"]))
-        ids = [p.id for p in full if p.id]
+        ids = list(dict.fromkeys(p.id for p in full if p.id))
         assert len(ids) >= 4 and ids == sorted(ids, key=int)
-        mid = ids[len(ids) // 2]
-        rest = await _collect(client.runs.join_stream(tid, run["run_id"], last_event_id=mid))
-        after = _durable(full)[[i for _, i, _ in _durable(full)].index(mid) + 1:]
-        assert _durable(rest) == after  # no duplicate, no gap
-        assert counter.count() < 20
+        for mid in ids:
+            rest = await _collect(client.runs.join_stream(tid, run["run_id"], last_event_id=mid))
+            assert _body(rest) == _after(full, mid)  # no duplicate, no gap
+        assert counter.count() < 30
 
     _run(served, test)
 
@@ -249,7 +293,7 @@ def test_reconnect_a_live_stream_midway(served: Served) -> None:
         rest = await _collect(client.runs.join_stream(tid, run["run_id"],
                                                       last_event_id=seen[-1].id))
         whole = await _collect(client.runs.join_stream(tid, run["run_id"]))
-        assert _durable(seen) + _durable(rest) == _durable(whole)
+        assert _body(seen) + _body(rest) == _body(whole)
         assert _last([p for p in rest if p.event == "values"][-1].data)["content"] == \
             "The echo said ping."
 

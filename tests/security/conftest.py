@@ -7,12 +7,14 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from scheduler.api import create_app
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.store import keys
+from shared.store.tables import metadata
 from tests.tools.conftest import fake_dns, other_server, server  # noqa: F401  (fixtures)
 
 MakeKey = Callable[..., str]
@@ -44,3 +46,26 @@ def api(secure_rt: Runtime) -> Iterator[TestClient]:
 
 def bearer(key: str) -> dict[str, Any]:
     return {"Authorization": f"Bearer {key}"}
+
+
+def row_counts(rt: Runtime) -> dict[str, int]:
+    """Rows in every table of the schema: hostile input must leave them all as they were."""
+    present = set(sa.inspect(rt.engine).get_table_names())
+    with rt.engine.connect() as conn:
+        return {t.name: int(conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one())
+                for t in metadata.sorted_tables if t.name in present}
+
+
+def with_settings(rt: Runtime, **changes: Any) -> Runtime:
+    return Runtime(engine=rt.engine, publish=rt.publish, settings=rt.settings.model_copy(
+        update=changes))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The schemathesis summary line (tests/security/test_fuzz.py), when it ran."""
+    import sys
+
+    fuzz = sys.modules.get("tests.security.test_fuzz")
+    line = fuzz.summary_line() if fuzz is not None else None
+    if line:
+        terminalreporter.write_line(line)

@@ -81,8 +81,8 @@ def upgrade() -> None:
     op.create_index("ix_dataset_chunks_document", "dataset_chunks", ["document_id", "idx"],
                     unique=False)
     op.create_index("ix_runs_parent", "runs", ["parent_run_id"], unique=False)
-    dialect = op.get_bind().dialect.name
-    for statement in _SQLITE_FTS if dialect == "sqlite" else _PG_FTS if dialect == "postgresql" else []:
+    fts = {"sqlite": _SQLITE_FTS, "postgresql": _PG_FTS}.get(op.get_bind().dialect.name, [])
+    for statement in fts:
         op.execute(statement)
 
 

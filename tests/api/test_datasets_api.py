@@ -1,0 +1,111 @@
+"""The knowledge base over HTTP (issue #10) and sub-agents through the API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from shared.engine.runtime import Runtime
+from shared.engine.testing import StubBroker
+from tests.files_support import tiny_pdf
+
+GUIDE = "# Guide\n\nThe blue button restarts the machine. Hold it for three seconds."
+NOTES = "Cleaning: wipe the filter every week with warm water."
+
+
+def _dataset(client: TestClient, name: str = "manuals") -> dict[str, Any]:
+    r = client.post("/v1/datasets", json={"name": name, "description": "Machine manuals"})
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
+def test_create_upload_and_search(client: TestClient) -> None:
+    ds = _dataset(client)
+    assert ds["id"].startswith("ds_") and ds["name"] == "manuals"
+    assert client.post("/v1/datasets", json={"name": "manuals"}).status_code == 409
+    r = client.post(f"/v1/datasets/{ds['id']}/documents", json={"name": "guide.md", "text": GUIDE})
+    assert r.status_code == 201, r.text
+    doc = r.json()
+    assert (doc["content_type"], doc["chunks"]) == ("text/markdown", 1)
+    r = client.post("/v1/datasets/manuals/documents",  # by name, multipart
+                    files={"file": ("notes.txt", NOTES.encode(), "text/plain")})
+    assert r.status_code == 201, r.text
+    found = client.get(f"/v1/datasets/{ds['id']}/search", params={"q": "restart button"}).json()
+    assert found["query"] == "restart button"
+    (hit,) = found["results"]
+    assert hit["document"] == "guide.md" and hit["source"] == "guide.md › Guide"
+    assert "three seconds" in hit["text"]
+    weekly = client.get("/v1/datasets/manuals/search", params={"q": "filter", "k": 1}).json()
+    assert [h["document"] for h in weekly["results"]] == ["notes.txt"]
+    detail = client.get("/v1/datasets/manuals").json()
+    assert [d["name"] for d in detail["documents"]] == ["guide.md", "notes.txt"]
+    assert [d["name"] for d in client.get("/v1/datasets").json()["datasets"]] == ["manuals"]
+
+
+def test_a_pdf_from_the_files_api(client: TestClient) -> None:
+    ds = _dataset(client)
+    pdf = tiny_pdf([["Safety first."], ["Unplug the machine before cleaning."]])
+    file_id = client.post("/v1/files", files={"file": ("manual.pdf", pdf)}).json()["id"]
+    r = client.post(f"/v1/datasets/{ds['id']}/documents", json={"file_id": file_id})
+    assert r.status_code == 201, r.text
+    assert r.json()["file_id"] == file_id and r.json()["chunks"] == 2
+    hits = client.get(f"/v1/datasets/{ds['id']}/search", params={"q": "unplug"}).json()
+    assert hits["results"][0]["source"] == "manual.pdf, p. 2"
+
+
+def test_errors(client: TestClient) -> None:
+    assert client.get("/v1/datasets/nope").status_code == 404
+    assert client.get("/v1/datasets/nope/search", params={"q": "x"}).status_code == 404
+    ds = _dataset(client)
+    url = f"/v1/datasets/{ds['id']}/documents"
+    assert client.post(url, json={"text": "no name"}).status_code == 422
+    assert client.post(url, json={"name": "a", "text": "b", "file_id": "f"}).status_code == 422
+    assert client.post(url, json={"file_id": "file_missing"}).status_code == 404
+    assert client.post(url, content=b"not json",
+                       headers={"content-type": "application/json"}).status_code == 422
+    assert client.post(url, json={"name": "empty.txt", "text": "   "}).status_code == 422
+    assert client.get(f"/v1/datasets/{ds['id']}/search").status_code == 422  # q is required
+
+
+def test_a_chat_run_with_a_dataset_and_an_unknown_one(
+    client: TestClient, sqlite_rt: Runtime, stub: StubBroker
+) -> None:
+    _dataset(client)
+    client.post("/v1/datasets/manuals/documents", json={"name": "guide.md", "text": GUIDE})
+    r = client.post("/v1/runs", json={"agent": {"kind": "chat", "model": "demo",
+                                                "dataset": "manuals"}, "input": "restart?"})
+    assert r.status_code == 201, r.text
+    stub.drain(sqlite_rt)
+    assert client.get(f"/v1/runs/{r.json()['id']}").json()["status"] == "completed"
+    r = client.post("/v1/runs", json={"agent": {"kind": "chat", "dataset": "missing"},
+                                      "input": "x"})
+    assert r.status_code == 422 and "missing" in r.json()["error"]["message"]
+
+
+def test_sub_agents_through_the_api(
+    client: TestClient, sqlite_rt: Runtime, stub: StubBroker
+) -> None:
+    child = {"kind": "agent", "ask": True, "model": {"provider": "scripted", "replies": [
+        {"tool_calls": [{"id": "q1", "name": "ask_user",
+                         "arguments": {"question": "Color?", "options": ["red", "blue"]}}]},
+        {"text": "Painted blue."}]}}
+    agent = {"kind": "agent", "model": {"provider": "scripted", "replies": [
+        {"tool_calls": [{"id": "c1", "name": "painter", "arguments": {"input": "paint"}}]},
+        {"text": "The painter is done."}]},
+        "tools": [{"name": "painter", "description": "Paints.", "agent": child}]}
+    run = client.post("/v1/runs", json={"agent": agent, "input": "go"}).json()
+    stub.drain(sqlite_rt)
+    got = client.get(f"/v1/runs/{run['id']}").json()
+    assert got["status"] == "waiting" and got["pending"]["ask_id"] == "q1"
+    child_id = got["pending"]["run_id"]
+    assert client.get(f"/v1/runs/{child_id}").json()["parent_run_id"] == run["id"]
+    calls = client.get(f"/v1/runs/{run['id']}/tool-calls").json()["tool_calls"]
+    assert calls[0]["status"] == "child"
+    r = client.post(f"/v1/runs/{run['id']}/answer", json={"ask_id": "q1", "answers": ["blue"]})
+    assert r.status_code == 200 and r.json()["status"] == "running"
+    stub.drain(sqlite_rt)
+    done = client.get(f"/v1/runs/{run['id']}").json()
+    assert done["status"] == "completed" and done["result"]["text"] == "The painter is done."
+    msgs = client.get(f"/v1/runs/{run['id']}/messages").json()["messages"]
+    assert [m["content"] for m in msgs if m["role"] == "tool"] == ["Painted blue."]

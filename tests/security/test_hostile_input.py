@@ -1,0 +1,144 @@
+"""Hostile input changes nothing (issue #11): malformed JSON, wrong types, huge strings, unknown
+fields, invalid UTF-8, bad ids — each gets a clear 4xx in the error shape, and every table keeps
+its rows (counted, and compared whole)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+
+from shared.engine.runtime import Runtime
+from shared.engine.testing import StubBroker
+from shared.store.tables import metadata
+from tests.engine.helpers import agent, call
+from tests.security.conftest import MakeKey, bearer, row_counts
+
+HUGE = "x" * 2_100_000
+
+
+def _snapshot(rt: Runtime) -> tuple[dict[str, int], str]:
+    digest = hashlib.sha256()
+    with rt.engine.connect() as conn:
+        for table in metadata.sorted_tables:
+            for row in conn.execute(sa.select(table).order_by(*table.primary_key.columns)):
+                digest.update(json.dumps(list(row), default=str).encode())
+    return row_counts(rt), digest.hexdigest()
+
+
+@pytest.fixture
+def key(api: TestClient, secure_rt: Runtime, stub: StubBroker, make_key: MakeKey) -> str:
+    """A tenant with a run waiting on an ask, a thread and a file."""
+    k = make_key("acme")
+    ask = {"question": "Which city?", "options": ["Paris", "Rome"]}
+    spec = agent([{"tool_calls": [call("ask_user", ask, "ask1")]}, {"text": "ok"}],
+                 ask=True).model_dump(mode="json", exclude_none=True)
+    made = api.post("/v1/runs", json={"agent": spec, "input": "go"}, headers=bearer(k))
+    stub.drain(secure_rt)
+    run = api.get(f"/v1/runs/{made.json()['id']}", headers=bearer(k)).json()
+    assert run["status"] == "waiting"
+    api.post("/v1/threads", json={}, headers=bearer(k))
+    api.post("/v1/files", files={"file": ("a.txt", b"hello")}, headers=bearer(k))
+    return k
+
+
+def _run_id(api: TestClient, key: str) -> str:
+    return str(api.get("/v1/runs", headers=bearer(key)).json()["runs"][0]["id"])
+
+
+JSON = {"content-type": "application/json"}
+BODIES: list[tuple[str, bytes | str | dict[str, Any]]] = [
+    ("malformed json", b'{"agent": "demo", "input": '),
+    ("not an object", b"[1, 2, 3]"),
+    ("invalid utf-8", b'{"agent": "demo", "input": "\xff\xfe\xfa"}'),
+    ("utf-16 garbage", b"\xff\xfe{\x00\xd8"),
+    ("nul bytes", b'{"agent": "demo", "input": "hi"}\x00\x00'),
+    ("wrong types", {"agent": 42, "input": {"a": 1}, "attachments": "file_x"}),
+    ("unknown field", {"agent": "demo", "input": "hi", "admin": True}),
+    ("unknown spec field", {"agent": {"kind": "chat", "model": "demo", "shell": "rm -rf /"},
+                            "input": "hi"}),
+    ("bad thread id", {"agent": "demo", "input": "hi", "thread_id": "../../etc/passwd"}),
+    ("long thread id", {"agent": "demo", "input": "hi", "thread_id": "t" * 41}),
+    ("huge string", {"agent": "demo", "input": HUGE}),
+    ("huge metadata", {"agent": "demo", "input": "hi", "metadata": {"k": HUGE}}),
+    ("deep nesting", b'{"agent": "demo", "input": "hi", "metadata": ' + b"[" * 5000
+     + b"]" * 5000 + b"}"),
+    ("empty input", {"agent": "demo", "input": ""}),
+    ("unknown agent", {"agent": "no-such-agent", "input": "hi"}),
+    ("unknown tool", {"agent": {"kind": "agent", "model": "demo", "tools": ["rm"]},
+                      "input": "hi"}),
+]
+
+
+def _send(api: TestClient, method: str, path: str, body: Any, key: str) -> Any:
+    headers = {**bearer(key), **JSON}
+    if isinstance(body, dict):
+        return api.request(method, path, content=json.dumps(body), headers=headers)
+    return api.request(method, path, content=body, headers=headers)
+
+
+def _assert_clear_4xx(got: Any, what: str) -> None:
+    assert 400 <= got.status_code < 500, (what, got.status_code, got.text[:300])
+    err = got.json()["error"]
+    assert err["code"] and err["message"], what
+
+
+@pytest.mark.parametrize(("what", "body"), BODIES, ids=[b[0] for b in BODIES])
+def test_hostile_submissions_change_nothing(
+    api: TestClient, secure_rt: Runtime, key: str, what: str, body: Any
+) -> None:
+    before = _snapshot(secure_rt)
+    _assert_clear_4xx(_send(api, "POST", "/v1/runs", body, key), what)
+    assert _snapshot(secure_rt) == before
+
+
+@pytest.mark.parametrize(("what", "body"), BODIES[:7] + [
+    ("wrong answer types", {"ask_id": 1, "answers": "Paris"}),
+    ("too many answers", {"ask_id": "ask1", "answers": ["a", "b", "c", "d"]}),
+    ("unknown field", {"ask_id": "ask1", "answers": ["Paris"], "force": True}),
+    ("huge answer", {"ask_id": "ask1", "answers": [HUGE]}),
+    ("wrong ask", {"ask_id": "ask9", "answers": ["Paris"]}),
+], ids=[b[0] for b in BODIES[:7]] + ["types", "count", "unknown", "huge", "wrong ask"])
+def test_hostile_answers_change_nothing(
+    api: TestClient, secure_rt: Runtime, key: str, what: str, body: Any
+) -> None:
+    path = f"/v1/runs/{_run_id(api, key)}/answer"
+    before = _snapshot(secure_rt)
+    _assert_clear_4xx(_send(api, "POST", path, body, key), what)
+    assert _snapshot(secure_rt) == before
+
+
+def test_hostile_requests_elsewhere_change_nothing(
+    api: TestClient, secure_rt: Runtime, key: str
+) -> None:
+    run_id = _run_id(api, key)
+    before = _snapshot(secure_rt)
+    cases: list[tuple[str, str, Any]] = [
+        ("POST", f"/v1/runs/{run_id}/approval", {"approval_id": "x", "approve": 7}),
+        ("POST", f"/v1/runs/{run_id}/approval", {"approval_id": "ask1", "approve": "all"}),
+        ("POST", f"/v1/runs/{run_id}/approval", {"approval_id": "a", "approve": [], "x": 1}),
+        ("POST", "/v1/threads", {"multitask": "explode"}),
+        ("POST", "/v1/threads", {"metadata": "not a dict"}),
+        ("POST", "/v1/threads", b"\xff\xfe"),
+        ("GET", "/v1/runs/%00%01", None),
+        ("GET", "/v1/runs/" + "r" * 300, None),
+        ("GET", "/v1/runs?limit=0", None),
+        ("GET", "/v1/runs?limit=abc", None),
+        ("GET", "/v1/runs?cursor=garbage", None),
+        ("GET", f"/v1/runs/{run_id}/events?after=-5", None),
+        ("GET", "/v1/threads/..%2F..%2Fetc", None),
+        ("GET", "/v1/files/%27%20OR%201%3D1--", None),
+        ("POST", "/v1/files", b"not multipart"),
+        ("DELETE", f"/v1/runs/{run_id}", None),
+    ]
+    for method, path, body in cases:
+        got = _send(api, method, path, body, key)
+        _assert_clear_4xx(got, f"{method} {path} {body!r}"[:200])
+    empty = api.post("/v1/files", files={"file": ("e.txt", b"")}, headers=bearer(key))
+    _assert_clear_4xx(empty, "empty file")
+    assert _snapshot(secure_rt) == before
+    assert api.get(f"/v1/runs/{run_id}", headers=bearer(key)).json()["status"] == "waiting"
