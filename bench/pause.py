@@ -114,22 +114,24 @@ def main() -> None:
             log(f"pause: submitting {N} runs (4 threads, submit_run)")
             probe = Probe().attach(rt.engine)
             t0 = time.time()
-            rss_1k: list[float] = []
+            first = min(1000, N)
             m0 = probe.mark()
             for i in range(min(50, N)):  # the first ones one by one: statements per submit
                 sub(i)
             res["submit_sql"] = probe.summary(m0, probe.mark())
             res["submit_n"] = min(50, N)
             with ThreadPoolExecutor(4) as pool:
-                futs = [pool.submit(sub, i) for i in range(min(50, N), N)]
-                for i, f in enumerate(futs, min(50, N)):
-                    f.result()
-                    if i + 1 == min(1000, N):
-                        wait_for(lambda: count_status(rt.engine, ["waiting"]) >= min(1000, N),
-                                 300, "1000 waiting runs", interval=0.2)
-                        rss_1k = [proc_rss_mb(p) for p in pids]
+                list(pool.map(sub, range(min(50, N), first)))
+            # RSS with 1,000 waiting, idle, then with all waiting, idle: the same processing
+            # came before each sample, only the number of waiting runs differs
+            wait_for(lambda: count_status(poll, ["waiting"]) >= first, 300,
+                     f"{first} waiting runs", interval=0.2)
+            time.sleep(2)
+            rss_1k = [proc_rss_mb(p) for p in pids]
+            with ThreadPoolExecutor(4) as pool:
+                list(pool.map(sub, range(first, N)))
             res["submit_s"] = time.time() - t0
-            wait_for(lambda: count_status(rt.engine, ["waiting"]) >= N, 900,
+            wait_for(lambda: count_status(poll, ["waiting"]) >= N, 900,
                      f"{N} waiting runs", interval=0.5)
             res["all_waiting_s"] = time.time() - t0
             time.sleep(2)
@@ -179,11 +181,11 @@ def main() -> None:
             with ThreadPoolExecutor(4) as pool:
                 list(pool.map(ans, range(PACED, N)))
             res["answer_s"] = time.time() - t1
-            wait_for(lambda: count_status(rt.engine, ["completed"]) >= N, 900,
+            wait_for(lambda: count_status(poll, ["completed"]) >= N, 900,
                      f"{N} completed runs", interval=0.5)
             res["drain_s"] = time.time() - t1
             res["rss_end"] = [proc_rss_mb(p) for p in pids]
-            res["failed"] = count_status(rt.engine, ["failed"])
+            res["failed"] = count_status(poll, ["failed"])
             res["lat_bulk"] = _claim_latencies(rt, ids, bulk)
         finally:
             procs.stop_all()
@@ -245,7 +247,7 @@ def report(res: dict[str, Any], fl: FloorResult, started: float) -> None:
     s.row("outbox rows while all wait", res["outbox"], "0", verdict(res["outbox"] == 0))
     r1, rn = sum(res["rss_1k"]), sum(res["rss_n"])
     grow = rn - r1
-    s.row("worker RSS at 1,000 waiting → at all waiting (MB, all workers)",
+    s.row(f"worker RSS at 1,000 waiting → at {N:,} waiting, idle (MB, all workers)",
           f"{r1:.1f} → {rn:.1f} ({grow:+.1f})", "no growth",
           verdict(grow <= max(5.0, 0.05 * r1)))
     s.row("worker RSS after all were answered and completed (MB)",

@@ -189,6 +189,17 @@ def anatomy(url: str, prefix: str, base_url: str, rounds: int,
         real_start(self)
 
     json5_s = [0.0]
+    client_cpu = [0.0]
+    from shared.llm.openai_compat import OpenAICompatModel
+
+    real_complete = OpenAICompatModel.complete
+
+    def timed_complete(self: Any, *args: Any, **kw: Any) -> Any:
+        c = time.thread_time()
+        try:
+            return real_complete(self, *args, **kw)
+        finally:
+            client_cpu[0] += time.thread_time() - c
     real_json5 = json5.loads
 
     def timed_json5(*args: Any, **kw: Any) -> Any:
@@ -202,13 +213,14 @@ def anatomy(url: str, prefix: str, base_url: str, rounds: int,
     per_round: dict[int, list[dict[str, Any]]] = {}
     threading.Thread.start = counting_start  # type: ignore[method-assign]
     json5.loads = timed_json5
+    OpenAICompatModel.complete = timed_complete  # type: ignore[method-assign]
     try:
         with lsn_engine.connect() as lsn_conn:
             _walinspect(lsn_conn)
             for _ in range(repeats):
                 run_id = submit(rt, http_tool_agent(base_url, rounds))
                 marks: list[tuple[int, int, float, int, Counter[str], Counter[str], float,
-                                  float]] = []
+                                  float, float]] = []
                 while queue:
                     _oid, kind, payload = queue.popleft()
                     if kind == "round":
@@ -217,7 +229,7 @@ def anatomy(url: str, prefix: str, base_url: str, rounds: int,
                             {"r": run_id}).scalar_one())
                         marks.append((wal_lsn(lsn_conn), probe.mark(), time.perf_counter(), seq,
                                       Counter(published), Counter(spawned), json5_s[0],
-                                      time.thread_time()))
+                                      time.thread_time() - client_cpu[0], client_cpu[0]))
                         run_round(rt, payload["run_id"], payload["version"], _oid)
                     elif kind == "tool":
                         run_tool(rt, payload["run_id"], payload["call_id"], payload["version"],
@@ -227,18 +239,19 @@ def anatomy(url: str, prefix: str, base_url: str, rounds: int,
                     "SELECT round, latency_ms FROM usage WHERE run_id = :r AND purpose = "
                     "'round'"), {"r": run_id}).all())
                 for k in range(1, min(rounds, len(marks) - 1) + 1):
-                    (w0, p0, t0, _, pub0, sp0, j0, c0) = marks[k - 1]
-                    (w1, p1, t1, _, pub1, sp1, j1, c1) = marks[k]
+                    (w0, p0, t0, _, pub0, sp0, j0, c0, m0) = marks[k - 1]
+                    (w1, p1, t1, _, pub1, sp1, j1, c1, m1) = marks[k]
                     per_round.setdefault(k, []).append({
                         "wal": own_wal(lsn_conn, w0, w1), "cluster_wal": w1 - w0,
                         "seconds": t1 - t0 - (model.get(k) or 0) / 1000,
-                        "cpu": c1 - c0,
+                        "cpu": c1 - c0, "client_cpu": m1 - m0,
                         "json5": j1 - j0, **probe.summary(p0, p1),
                         "txns": probe.transactions(p0, p1), "rows_bytes": sizes.get(k, 0),
                         "published": pub1 - pub0, "threads": sp1 - sp0,
                     })
     finally:
         json5.loads = real_json5
+        OpenAICompatModel.complete = real_complete  # type: ignore[method-assign]
         threading.Thread.start = real_start  # type: ignore[method-assign]
         lsn_engine.dispose()
         close_runtime(rt)
@@ -256,6 +269,7 @@ def _pick(per_round: dict[int, list[dict[str, Any]]], k: int, last: int) -> dict
     best["json5"] = med([s["json5"] for s in near])
     best["sql_s"] = med([s["sql_s"] for s in near])
     best["cpu"] = med([s["cpu"] for s in near])
+    best["client_cpu"] = med([s["client_cpu"] for s in near])
     best["wal"], best["fpi"] = min(s["wal"] for s in per_round[k])
     return best
 
@@ -400,7 +414,8 @@ def main() -> None:
 
     s = Section(f"Per-round time and bytes as the run grows ({LONG}-round run)",
                 ["round", "overhead ms (real worker, k±2)", "in floor hops",
-                 "engine in-process ms", "its CPU ms", "of which json5 ms", "rows read",
+                 "engine in-process ms", "engine CPU ms", "of which json5 ms",
+                 "model client CPU ms", "rows read",
                  "WAL bytes",
                  "row bytes written", "statements", "commits", "pool checkouts"])
     for k in AT:
@@ -408,7 +423,7 @@ def main() -> None:
         a = per_round.get(k, {})
         s.row(k, ms(med(xs), 2), f"{med(xs) / hop_med:.2f}",
               ms(a.get("seconds", float("nan")), 2), ms(a.get("cpu", float("nan")), 2),
-              ms(a.get("json5", float("nan")), 2),
+              ms(a.get("json5", float("nan")), 2), ms(a.get("client_cpu", float("nan")), 2),
               a.get("rows", ""), f"{a.get('wal', 0):,}" + (f" ({a['fpi']:,} FPI)"
                                                            if a.get("fpi") else ""),
               f"{a.get('rows_bytes', 0) + row_size * _runs_updates(a):,}",
@@ -418,16 +433,16 @@ def main() -> None:
     s.note(f"Target: bytes written per round flat to round {AT[-1]}: WAL at round {AT[-1]} is "
            f"{wl / max(w1, 1):.2f}x round {AT[0]} → {verdict(flat)}. Time per round is not flat "
            "if `rows read` grows: the round claim reads the whole history every round.")
-    s.note("Engine in-process = the same round (round task + tool task, model call excluded) "
-           "driven by this process with a list for a broker (no Celery): the median over "
-           "rounds k±2; its CPU = this thread's CPU time (the HTTP client's parsing of the "
-           "model reply included). WAL = the bytes of the WAL records the round wrote for "
-           "this database (pg_walinspect over the round's LSN range: records of transactions "
-           "that touched the bench database, commits included; other databases share the "
-           "cluster's WAL), full-page images included when a checkpoint fell in the round. "
-           "Row bytes = `pg_column_size` of the rows the round inserted (messages, "
-           f"tool_calls, usage, events) + one {row_size:,}-byte `runs` row version per "
-           "UPDATE of it.")
+    s.note(f"Engine in-process = the same round (round task + tool task, model call excluded) "
+           f"driven by this process with a list for a broker (no Celery): the median over rounds "
+           f"k±2; engine CPU = this thread's CPU time outside the model client's `complete()` "
+           f"(model client CPU = inside it: encoding the request, which carries the whole history, "
+           f"and parsing the streamed reply). WAL = the bytes of the WAL records the round wrote "
+           f"for this database (pg_walinspect over the round's LSN range: records of transactions "
+           f"that touched the bench database, commits included; other databases share the cluster's"
+           f" WAL), full-page images included when a checkpoint fell in the round. Row bytes = "
+           f"`pg_column_size` of the rows the round inserted (messages, tool_calls, usage, events) "
+           f"+ one {row_size:,}-byte `runs` row version per UPDATE of it.")
     sections.append(s)
 
     ref = per_round.get(10) or per_round.get(max(per_round))
@@ -454,14 +469,16 @@ def main() -> None:
     s.note("All commands on the bench's Redis DB while one run ran (worker + the submitting "
            "process; PUBLISH includes Celery task events and live wake-ups).")
     sections.append(s)
-    x1 = per_round.get(AT[0], {}).get("cpu", float("nan"))
+    k0 = 10 if 10 in per_round else AT[0]
+    x1 = per_round.get(k0, {}).get("cpu", float("nan"))
     xl = per_round.get(AT[-1], {}).get("cpu", float("nan"))
     head = [["tool round overhead, in floor hops (median)",
              f"{ratio:.2f} ({ms(med(over), 1)} ms vs hop {ms(hop_med, 2)} ms)",
              f"<= {TARGET_HOPS}", verdict(ratio <= TARGET_HOPS)],
             [f"WAL bytes per round, round {AT[-1]} vs round {AT[0]}",
              f"{wl:,} vs {w1:,} ({wl / max(w1, 1):.2f}x)", "flat", verdict(flat)],
-            [f"engine CPU per round (in-process), round {AT[-1]} vs round {AT[0]}",
+            [f"engine CPU per round (in-process, model client excluded), round {AT[-1]} vs "
+             f"round {k0}",
              f"{ms(xl, 1)} vs {ms(x1, 1)} ms ({xl / x1:.2f}x)", "", ""],
             ["statements / commits per tool round",
              f"{ref['statements']} / {ref['commits']} (+{ref['checkouts']} pre-pings)", "", ""]]

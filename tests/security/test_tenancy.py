@@ -210,8 +210,8 @@ def test_resume_tokens_work_without_a_key(
 
 def test_open_routes_and_metrics(secure_rt: Runtime, make_key: MakeKey) -> None:
     with TestClient(create_app(lambda: secure_rt)) as api:
-        for path in ("/healthz", "/openapi.json", "/docs", "/metrics"):
-            assert api.get(path).status_code == 200, path
+        for path in ("/healthz", "/openapi.json", "/docs", "/metrics", "/"):
+            assert api.get(path).status_code == 200, path  # "/": the console loads keyless
     closed = Runtime(engine=secure_rt.engine, publish=secure_rt.publish,
                      settings=secure_rt.settings.model_copy(update={"metrics_public": False}))
     with TestClient(create_app(lambda: closed)) as api:
