@@ -1,7 +1,7 @@
 """The floor: a raw Celery chain of hops on the same Redis broker, each hop one small versioned
 SQL transaction (INSERT + ``UPDATE … WHERE version = v``) on the same PostgreSQL. Per-hop
 latency of one chain, and hops/s with 20 concurrent chains; then the same with treadle's
-Celery task events on, and with its engine's ``pool_pre_ping`` too (what those cost a hop).
+Celery task events on, and with SQLAlchemy's ``pool_pre_ping`` too (what those cost a hop).
 The variants run side by side (one worker each, own broker prefix) and their blocks alternate,
 so a noisy neighbour hits them alike.
 
@@ -37,8 +37,8 @@ CHAIN_HOPS = int(os.environ.get("BENCH_FLOOR_CHAIN_HOPS", "30"))
 REPEATS = int(os.environ.get("BENCH_FLOOR_REPEATS", "3"))
 VARIANTS = [
     ("raw Celery + one SQL transaction (**the floor**)", False, False),
-    ("+ task events (treadle's Celery config)", True, False),
-    ("+ task events + pool_pre_ping (treadle's engine)", True, True),
+    ("+ Celery task events (`TREADLE_TASK_EVENTS`, or Flower)", True, False),
+    ("+ task events + `pool_pre_ping`", True, True),
 ]
 
 

@@ -291,9 +291,9 @@ def report(res: dict[str, Any], fl: FloorResult, started: float) -> None:
     call = res["answer_call"]
     a.note(f"Per `answer_run` (driver side, {PACED} paced): {ms(med(call), 2)} ms median, "
            f"{sa_['statements'] / PACED:.1f} statements, {sa_['commits'] / PACED:.1f} commits, "
-           f"{sa_['checkouts'] / PACED:.1f} pool checkouts (pre-ping round trips), SQL "
+           f"{sa_['checkouts'] / PACED:.1f} pool checkouts, SQL "
            f"{sa_['sql_s'] / PACED * 1000:.2f} ms on average; the rest is Python and the "
-           "Celery publish (+ its task-sent event) and the wake-up PUBLISH. "
+           "Celery publish and the wake-up PUBLISH. "
            f"Per `submit_run` ({res['submit_n']} sequential): "
            f"{ss['statements'] / res['submit_n']:.1f} statements, "
            f"{ss['commits'] / res['submit_n']:.1f} commits, "

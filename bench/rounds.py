@@ -181,6 +181,9 @@ def anatomy(url: str, prefix: str, base_url: str, rounds: int,
     bus.publish = live  # type: ignore[method-assign]
     rt = replace(rt, publish=publish, live=bus)
     probe = Probe().attach(rt.engine)
+    PREPING[0] = ("each one a `SELECT 1` round trip: `pool_pre_ping` is on"
+                  if getattr(rt.engine.pool, "_pre_ping", False)
+                  else "`pool_pre_ping` is off: no extra round trip")
     spawned = Counter[str]()
     real_start = threading.Thread.start
 
@@ -296,6 +299,7 @@ def _lsn(x: int) -> str:
 
 
 WALINSPECT = [False]
+PREPING = ["?"]
 DB_OID = [0]
 
 
@@ -452,7 +456,7 @@ def main() -> None:
     pub = ref["published"]
     s.note(f"Per round: {ref['statements']} statements in {ref['commits']} commits "
            f"(+{ref['rollbacks']} rollbacks of read-only connections), {ref['checkouts']} pool "
-           f"checkouts (each one a `SELECT 1` round trip: the engine sets `pool_pre_ping`). "
+           f"checkouts ({PREPING[0]}). "
            f"Of the round's {ref['seconds'] * 1000:.2f} ms in-process (model call excluded): "
            f"SQL statements {ref['sql_s'] * 1000:.2f} ms, `json5.loads` of the tool arguments "
            f"(shared/engine/toolrun.py `execute_tool`) {ref['json5'] * 1000:.2f} ms; CPU "
@@ -467,7 +471,8 @@ def main() -> None:
         s.row(cmd, num(n / mon_rounds, 1))
     s.row("**total**", num(sum(commands.values()) / mon_rounds, 1))
     s.note("All commands on the bench's Redis DB while one run ran (worker + the submitting "
-           "process; PUBLISH includes Celery task events and live wake-ups).")
+           "process; PUBLISH = live wake-ups, and Celery task events when "
+           "`TREADLE_TASK_EVENTS` is on).")
     sections.append(s)
     k0 = 10 if 10 in per_round else AT[0]
     x1 = per_round.get(k0, {}).get("cpu", float("nan"))
@@ -481,7 +486,8 @@ def main() -> None:
              f"round {k0}",
              f"{ms(xl, 1)} vs {ms(x1, 1)} ms ({xl / x1:.2f}x)", "", ""],
             ["statements / commits per tool round",
-             f"{ref['statements']} / {ref['commits']} (+{ref['checkouts']} pre-pings)", "", ""]]
+             f"{ref['statements']} / {ref['commits']}"
+             + (f" (+{ref['checkouts']} pre-pings)" if "on" in PREPING[0][:40] else ""), "", ""]]
     emit("rounds", "Tool rounds vs the floor", sections, started, head)
 
 

@@ -139,19 +139,7 @@ class ScriptedModel:
             time.sleep(float(spec["sleep"]))
         reply = _reply_from_dict(spec, idx)
         _stream(reply, on_delta)
-        usage = Usage(
-            input_tokens=_request_tokens(request),
-            output_tokens=estimate_tokens(reply.text + reply.reasoning) + 1,
-            estimated=True,
-        )
-        return Reply(
-            text=reply.text,
-            reasoning=reply.reasoning,
-            tool_calls=reply.tool_calls,
-            finish_reason=reply.finish_reason,
-            usage=usage,
-            raw_model=self.name,
-        )
+        return _with_usage(reply, request, self.name)
 
 
 _TIME_WORDS = ("time", "clock", "date", "几点", "时间")
@@ -170,20 +158,8 @@ class DemoModel:
     def complete(self, request: ModelRequest, on_delta: DeltaSink | None = None) -> Reply:
         _log_call(self.name)
         reply = self._decide(request)
-        _stream(reply, on_delta, delay=0.0)
-        usage = Usage(
-            input_tokens=_request_tokens(request),
-            output_tokens=estimate_tokens(reply.text + reply.reasoning) + 1,
-            estimated=True,
-        )
-        return Reply(
-            text=reply.text,
-            reasoning=reply.reasoning,
-            tool_calls=reply.tool_calls,
-            finish_reason=reply.finish_reason,
-            usage=usage,
-            raw_model="demo",
-        )
+        _stream(reply, on_delta)
+        return _with_usage(reply, request, self.name)
 
     def _decide(self, request: ModelRequest) -> Reply:
         msgs = request.messages
