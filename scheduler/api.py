@@ -281,7 +281,7 @@ def _body_limit_for(get_rt: Callable[[], Runtime]) -> Callable[[str], tuple[int,
 
 
 def _redact_access_logs() -> None:
-    for name in ("uvicorn.access", "uvicorn.error", "treadle"):
+    for name in ("uvicorn.access", "uvicorn.error"):
         logger = logging.getLogger(name)
         if not any(isinstance(f, RedactKeys) for f in logger.filters):
             logger.addFilter(RedactKeys())

@@ -57,7 +57,7 @@ from shared.agent.arguments import ArgumentsError, parse_arguments
 from shared.agent.compression import reduce_tool_result, tool_result_budget
 from shared.agent.messages import Message
 from shared.agent.spec import AgentSpec, InlineTool
-from shared.engine import afters
+from shared.engine import afters, cache
 from shared.engine.runtime import OutboxItem, Runtime
 from shared.errors import ConfigError
 from shared.llm.profiles import resolve_profile
@@ -334,7 +334,7 @@ def _join(
     continue the parent, and so reach the grandparent through ``apply_final`` again)."""
     from shared.engine.threads import apply_final  # threads calls this module: no cycle
 
-    spec = AgentSpec.model_validate(parent["agent"])
+    spec = cache.spec_of(parent)
     changes = afters.join_changes(conn, parent, round_, ts, spec.ask_timeout_s)
     joined = apply_final(conn, parent["id"], parent["version"], changes,
                          thread_id=parent["thread_id"], redrive_after=redrive_after, ts=ts)

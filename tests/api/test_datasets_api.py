@@ -1,4 +1,4 @@
-"""The knowledge base over HTTP (issue #10) and sub-agents through the API."""
+"""The knowledge base over HTTP (issue #10)."""
 
 from __future__ import annotations
 
@@ -81,31 +81,3 @@ def test_a_chat_run_with_a_dataset_and_an_unknown_one(
     r = client.post("/v1/runs", json={"agent": {"kind": "chat", "dataset": "missing"},
                                       "input": "x"})
     assert r.status_code == 422 and "missing" in r.json()["error"]["message"]
-
-
-def test_sub_agents_through_the_api(
-    client: TestClient, sqlite_rt: Runtime, stub: StubBroker
-) -> None:
-    child = {"kind": "agent", "ask": True, "model": {"provider": "scripted", "replies": [
-        {"tool_calls": [{"id": "q1", "name": "ask_user",
-                         "arguments": {"question": "Color?", "options": ["red", "blue"]}}]},
-        {"text": "Painted blue."}]}}
-    agent = {"kind": "agent", "model": {"provider": "scripted", "replies": [
-        {"tool_calls": [{"id": "c1", "name": "painter", "arguments": {"input": "paint"}}]},
-        {"text": "The painter is done."}]},
-        "tools": [{"name": "painter", "description": "Paints.", "agent": child}]}
-    run = client.post("/v1/runs", json={"agent": agent, "input": "go"}).json()
-    stub.drain(sqlite_rt)
-    got = client.get(f"/v1/runs/{run['id']}").json()
-    assert got["status"] == "waiting" and got["pending"]["ask_id"] == "q1"
-    child_id = got["pending"]["run_id"]
-    assert client.get(f"/v1/runs/{child_id}").json()["parent_run_id"] == run["id"]
-    calls = client.get(f"/v1/runs/{run['id']}/tool-calls").json()["tool_calls"]
-    assert calls[0]["status"] == "child"
-    r = client.post(f"/v1/runs/{run['id']}/answer", json={"ask_id": "q1", "answers": ["blue"]})
-    assert r.status_code == 200 and r.json()["status"] == "running"
-    stub.drain(sqlite_rt)
-    done = client.get(f"/v1/runs/{run['id']}").json()
-    assert done["status"] == "completed" and done["result"]["text"] == "The painter is done."
-    msgs = client.get(f"/v1/runs/{run['id']}/messages").json()["messages"]
-    assert [m["content"] for m in msgs if m["role"] == "tool"] == ["Painted blue."]

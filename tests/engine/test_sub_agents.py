@@ -458,3 +458,24 @@ def test_children_ending_together_on_postgresql(
         else:
             assert cancel and parent["status"] == "cancelled"
         assert _outbox(pg_rt, run_id, *[k["id"] for k in kids]) == 0
+
+
+def test_a_parent_on_a_thread_ended_by_its_childs_join_releases_the_next_run(
+    sqlite_rt: Runtime, stub: StubBroker
+) -> None:
+    from shared.engine import threads
+
+    threads.create_thread(sqlite_rt, "default", None, "enqueue", "thr_sub")
+    spec = _parent([{"tool_calls": [call("sub", {"input": "x"}, "c1"),
+                                    call("stop", {"reason": "that is all"}, "s1")]}],
+                   _tool("sub", _child({"text": "sub answer"})), "stop")
+    first, _ = commands.submit_run(sqlite_rt, commands.RunInput(agent=spec, input="one",
+                                                                thread_id="thr_sub"))
+    second, _ = commands.submit_run(sqlite_rt, commands.RunInput(
+        agent=agent([{"text": "second done"}]), input="two", thread_id="thr_sub"))
+    assert run(sqlite_rt, second["id"])["held"] is True
+    stub.drain(sqlite_rt)
+    assert run(sqlite_rt, first["id"])["stop_reason"] == "stop_tool"
+    (kid,) = _children_of(sqlite_rt, first["id"])
+    assert kid["thread_id"] is None  # a child is not part of the conversation
+    assert run(sqlite_rt, second["id"])["result"]["text"] == "second done"

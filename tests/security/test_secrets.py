@@ -137,3 +137,20 @@ def test_no_secret_is_stored_or_logged(
     for where, text in haystacks.items():
         for needle in _needles(values, key):
             assert needle not in text, f"a secret ({needle[:8]}…) is in the {where}"
+
+
+def test_access_logs_do_not_show_api_keys() -> None:
+    from scheduler.auth import RedactKeys
+
+    key = "trd_" + secrets.token_urlsafe(32)
+    record = logging.LogRecord(
+        "uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d',
+        ("127.0.0.1:50000", "GET", f"/v1/runs/run_1/events?access_token={key}&after=3", "1.1",
+         200), None)
+    RedactKeys().filter(record)
+    line = record.getMessage()
+    assert key not in line and "access_token=…&after=3" in line
+    record = logging.LogRecord("uvicorn.access", logging.INFO, __file__, 1, f"GET /?key={key}",
+                               None, None)
+    RedactKeys().filter(record)
+    assert key not in record.getMessage()
