@@ -83,6 +83,8 @@ def _submit_input(body: RunCreate) -> tuple[str | list[dict[str, Any]], dict[str
         inputs["quotes"] = [q.model_dump(exclude_none=True) for q in body.quotes]
     if body.attachments:
         inputs["attachments"] = body.attachments
+    if body.quotes_from:
+        inputs["quotes_from"] = body.quotes_from.model_dump()
     return inp, inputs
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy.engine import RowMapping
 from starlette.concurrency import run_in_threadpool
@@ -28,7 +28,8 @@ from shared.store import datasets as store
 
 __all__ = ["DatasetCreate", "DocumentCreate", "datasets_router"]
 
-DatasetRef = Annotated[str, "a dataset id or name"]
+DatasetRef = Annotated[str, Path(min_length=1, max_length=200,
+                                 description="A dataset id (ds_...) or its name")]
 
 
 class _Strict(BaseModel):

@@ -50,12 +50,19 @@ class Quote(_Strict):
     source: str | None = None
 
 
+class QuotesFrom(_Strict):
+    dataset: str = Field(min_length=1, max_length=200)
+    k: int = Field(default=5, ge=1, le=50)
+
+
 class RunCreate(_Strict):
     agent: AgentSpec | str = Field(description="An agent spec, or the name of a registered agent")
     input: str | list[InputMessage] = Field(description="The question, or a list of messages")
     thread_id: str | None = Field(default=None, max_length=40, pattern=ID_PATTERN)
     attachments: list[str] = Field(default_factory=list, max_length=20)
     quotes: list[Quote] = Field(default_factory=list, max_length=200)
+    quotes_from: QuotesFrom | None = Field(
+        default=None, description="Quotes for a chat run from a dataset search on the question")
     metadata: dict[str, Any] | None = None
     webhook: WebhookSpec | None = None
 

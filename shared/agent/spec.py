@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -152,9 +152,10 @@ class ExtractField(_Strict):
 
 
 class WebhookSpec(_Strict):
-    url: str
-    events: list[str] | None = None
-    secret_env: str | None = None
+    # no whitespace or control characters: the URL is stored as text (PostgreSQL refuses NUL)
+    url: str = Field(max_length=2048, pattern=r"^[^\s\x00-\x1f\x7f]+$")
+    events: list[Annotated[str, Field(max_length=64)]] | None = Field(default=None, max_length=64)
+    secret_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
 class AgentSpec(_Strict):

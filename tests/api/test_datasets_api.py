@@ -81,3 +81,25 @@ def test_a_chat_run_with_a_dataset_and_an_unknown_one(
     r = client.post("/v1/runs", json={"agent": {"kind": "chat", "dataset": "missing"},
                                       "input": "x"})
     assert r.status_code == 422 and "missing" in r.json()["error"]["message"]
+
+
+def test_quotes_from_a_dataset_on_the_run_body(
+    client: TestClient, sqlite_rt: Runtime, stub: StubBroker
+) -> None:
+    # SPEC C-2 with quotes taken from a dataset search (issue #10): the request carries the
+    # passage and its source
+    from shared.llm.fake_server import FakeLLMServer, ReplySpec
+
+    _dataset(client)
+    client.post("/v1/datasets/manuals/documents", json={"name": "guide.md", "text": GUIDE})
+    with FakeLLMServer() as llm:
+        llm.script(ReplySpec(text="Hold the blue button for three seconds (guide.md)."))
+        agent = {"kind": "chat", "model": {"provider": "openai", "base_url": llm.base_url,
+                                            "model": "m"}}
+        r = client.post("/v1/runs", json={"agent": agent, "input": "How do I restart it?",
+                                          "quotes_from": {"dataset": "manuals", "k": 3}})
+        assert r.status_code == 201, r.text
+        stub.drain(sqlite_rt)
+        sent = str(llm.bodies[0]["messages"])
+    assert client.get(f"/v1/runs/{r.json()['id']}").json()["status"] == "completed"
+    assert "blue button restarts the machine" in sent and "guide.md" in sent

@@ -1,6 +1,7 @@
 """Hostile input changes nothing (issue #11): malformed JSON, wrong types, huge strings, unknown
-fields, invalid UTF-8, bad ids — each gets a clear 4xx in the error shape, and every table keeps
-its rows (counted, and compared whole)."""
+fields, invalid UTF-8, bad ids, NUL characters — each gets a clear 4xx in the error shape, and
+every table keeps its rows (counted, and compared whole). On SQLite and on PostgreSQL (which
+refuses NUL in text columns and enforces column lengths)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
+from shared.config import Settings
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.store.tables import metadata
@@ -19,6 +21,18 @@ from tests.engine.helpers import agent, call
 from tests.security.conftest import MakeKey, bearer, row_counts
 
 HUGE = "x" * 2_100_000
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def secure_rt(request: pytest.FixtureRequest, stub: StubBroker) -> Runtime:
+    """Overrides the conftest's: keys required, on each database."""
+    if request.param == "sqlite":
+        base: Runtime = request.getfixturevalue("sqlite_rt")
+        engine, url = base.engine, base.settings.database_url
+    else:
+        engine, url = request.getfixturevalue("pg_engine"), request.getfixturevalue("pg_url")
+    settings = Settings(database_url=url, broker_url="memory://", auth="required")
+    return Runtime(engine=engine, settings=settings, publish=stub)
 
 
 def _snapshot(rt: Runtime) -> tuple[dict[str, int], str]:
@@ -63,6 +77,11 @@ BODIES: list[tuple[str, bytes | str | dict[str, Any]]] = [
                             "input": "hi"}),
     ("bad thread id", {"agent": "demo", "input": "hi", "thread_id": "../../etc/passwd"}),
     ("long thread id", {"agent": "demo", "input": "hi", "thread_id": "t" * 41}),
+    ("nul in thread id", {"agent": "demo", "input": "hi", "thread_id": "thr_\u0000"}),
+    ("nul in webhook url", {"agent": "demo", "input": "hi", "webhook": {
+        "url": "https://93.184.216.34/\u0000", "events": ["*"]}}),
+    ("bad secret_env", {"agent": "demo", "input": "hi", "webhook": {
+        "url": "https://93.184.216.34/", "secret_env": "X" * 200}}),
     ("huge string", {"agent": "demo", "input": HUGE}),
     ("huge metadata", {"agent": "demo", "input": "hi", "metadata": {"k": HUGE}}),
     ("deep nesting", b'{"agent": "demo", "input": "hi", "metadata": ' + b"[" * 5000
