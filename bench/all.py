@@ -46,6 +46,20 @@ def _services() -> tuple[str, str]:
     return pg, rv
 
 
+def _pg_started() -> str:
+    import sqlalchemy as sa
+
+    try:
+        eng = sa.create_engine(PG_ADMIN)
+        with eng.connect() as conn:
+            return str(conn.execute(sa.text("SELECT pg_postmaster_start_time()")).scalar_one())
+    except Exception:
+        return "?"
+    finally:
+        with contextlib.suppress(Exception):
+            eng.dispose()
+
+
 def main(argv: list[str]) -> int:
     names = argv or SCRIPTS
     started = time.time()
@@ -53,8 +67,10 @@ def main(argv: list[str]) -> int:
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     walls: dict[str, float] = {}
     failed: list[str] = []
+    restarted: list[str] = []
     for name in names:
         t = time.time()
+        pg0 = _pg_started()
         print(f"==> python -m bench.{name}", file=sys.stderr, flush=True)
         for suffix in (".md.tmp", ".json.tmp"):
             (RESULTS / f"{name}{suffix}").unlink(missing_ok=True)
@@ -62,6 +78,8 @@ def main(argv: list[str]) -> int:
         walls[name] = time.time() - t
         if rc != 0:
             failed.append(name)
+        if _pg_started() != pg0:
+            restarted.append(name)
     total = time.time() - started
     load1 = os.getloadavg()
     m = machine()
@@ -89,6 +107,9 @@ def main(argv: list[str]) -> int:
     ]
     if failed:
         lines.append(f"- **failed**: {', '.join(failed)} (see their output above the tables)")
+    if restarted:
+        lines.append(f"- **PostgreSQL was restarted** (by another suite's chaos test) during: "
+                     f"{', '.join(restarted)} — their figures include the outage")
     lines += ["", "## Summary", "", "| bench | measure | value | target | verdict |",
               "|---|---|---|---|---|"]
     for name in names:

@@ -306,7 +306,10 @@ class Procs:
 def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
     deadline = time.monotonic() + timeout
     while True:
-        value = pred()
+        try:
+            value = pred()
+        except sa.exc.OperationalError:  # PostgreSQL restarting: poll again
+            value = None
         if value:
             return value
         if time.monotonic() > deadline:
@@ -474,11 +477,25 @@ def close_runtime(rt: Any) -> None:
         rt.publish.app.close()
 
 
+def retrying(fn: Callable[..., Any], *args: Any, attempts: int = 8, **kw: Any) -> Any:
+    """``fn`` retried on a database connection error, as an API client would on a 5xx: the
+    shared PostgreSQL is restarted now and then by another suite's chaos test."""
+    for i in range(attempts):
+        try:
+            return fn(*args, **kw)
+        except sa.exc.OperationalError:
+            if i == attempts - 1:
+                raise
+            time.sleep(min(0.5 * 2**i, 5.0))
+    raise AssertionError("unreachable")
+
+
 def submit(rt: Any, agent: dict[str, Any], text: str = "go") -> str:
     from shared.agent.spec import AgentSpec
     from shared.engine.commands import RunInput, submit_run
 
-    row, _ = submit_run(rt, RunInput(agent=AgentSpec.model_validate(agent), input=text))
+    row, _ = retrying(submit_run, rt, RunInput(agent=AgentSpec.model_validate(agent),
+                                                input=text))
     return str(row["id"])
 
 

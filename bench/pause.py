@@ -41,6 +41,7 @@ from bench.common import (
     proc_rss_mb,
     queued_messages,
     redis_cleanup,
+    retrying,
     scratch_db,
     start_treadle_workers,
     table_bytes,
@@ -163,7 +164,7 @@ def main() -> None:
             m0 = probe.mark()
             for i in range(PACED):
                 a = time.time()
-                answer_run(rt, "default", ids[i], "ask_1", ["red"])
+                retrying(answer_run, rt, "default", ids[i], "ask_1", ["red"])
                 paced[i] = (a, time.time())
                 rid = ids[i]
                 wait_for(lambda rid=rid: _status(poll, rid) == "completed", 30, f"run {rid}",
@@ -178,7 +179,7 @@ def main() -> None:
 
             def ans(i: int) -> None:
                 a = time.time()
-                answer_run(rt, "default", ids[i], "ask_1", ["red"])
+                retrying(answer_run, rt, "default", ids[i], "ask_1", ["red"])
                 bulk[i] = (a, time.time())
 
             t1 = time.time()

@@ -12,13 +12,16 @@ from typing import Any
 
 __all__ = ["JsonFormatter", "configure_logging", "log_context"]
 
-_context: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("treadle_log", default={})
+_context: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "treadle_log", default=None
+)
 
 
 @contextmanager
 def log_context(**fields: Any) -> Iterator[None]:
     """Attach fields (run_id, round, call_id) to every log record in this block."""
-    token = _context.set({**_context.get(), **{k: v for k, v in fields.items() if v is not None}})
+    current = _context.get() or {}
+    token = _context.set({**current, **{k: v for k, v in fields.items() if v is not None}})
     try:
         yield
     finally:
@@ -27,7 +30,7 @@ def log_context(**fields: Any) -> Iterator[None]:
 
 class _ContextFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        for key, value in _context.get().items():
+        for key, value in (_context.get() or {}).items():
             setattr(record, key, value)
         return True
 

@@ -93,9 +93,16 @@ def prod_rt(
     from worker.runtime import CeleryPublisher
 
     overrides = {k.removeprefix("TREADLE_").lower(): v for k, v in fast_recovery.items()}
-    settings = Settings(**{"database_url": pg_url, "broker_url": redis_url,
-                           "broker_prefix": f"t{SESSION}:", "redrive_seconds": 15.0,
-                           "auth": "off", **overrides})  # API tests on loopback, no keys
+    settings = Settings(
+        **{
+            "database_url": pg_url,
+            "broker_url": redis_url,
+            "broker_prefix": f"t{SESSION}:",
+            "redrive_seconds": 15.0,
+            "auth": "off",
+            **overrides,
+        }
+    )  # API tests on loopback, no keys
     celery_app = make_app(settings)
     yield Runtime(engine=pg_engine, settings=settings, publish=CeleryPublisher(celery_app))
     celery_app.close()

@@ -21,8 +21,10 @@ def sleepy(args: SleepArgs, ctx: ToolContext) -> ToolResult:
     """Sleep, then report when it started and ended (epoch seconds)."""
     start = time.time()
     time.sleep(args.seconds)
-    return ToolResult(text=f"slept {args.seconds:g}s {args.label}".strip(),
-                      data={"start": start, "end": time.time(), "pid": os.getpid()})
+    return ToolResult(
+        text=f"slept {args.seconds:g}s {args.label}".strip(),
+        data={"start": start, "end": time.time(), "pid": os.getpid()},
+    )
 
 
 class EchoArgs(BaseModel):

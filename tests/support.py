@@ -29,8 +29,9 @@ def need_service(name: str, exc: BaseException) -> None:
     pytest.skip(msg)
 
 
-def wait_for(pred: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05,
-             what: str = "condition") -> Any:
+def wait_for(
+    pred: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05, what: str = "condition"
+) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = pred()
@@ -49,18 +50,46 @@ class WorkerProcs:
         self.log_dir = log_dir
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, name: str | None = None, concurrency: int = 8, queues: str =
-              "treadle.rounds,treadle.tools,treadle.webhooks") -> str:
+    def start(
+        self,
+        name: str | None = None,
+        concurrency: int = 8,
+        queues: str = "treadle.rounds,treadle.tools,treadle.webhooks",
+    ) -> str:
         name = name or f"w{len(self.procs) + 1}-{uuid.uuid4().hex[:4]}"
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
-        cmd = [sys.executable, "-m", "celery", "-A", "worker.app", "worker", "-P", "threads",
-               "-c", str(concurrency), "--without-mingle", "--without-gossip", "-Q", queues,
-               "-n", f"{name}@%h", "--loglevel=INFO"]
-        self.procs[name] = subprocess.Popen(cmd, env={**os.environ, **self.env}, cwd=ROOT,
-                                            stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
-        wait_for(lambda: b"ready" in (self.log_dir / f"{name}.log").read_bytes(), 30,
-                 what=f"worker {name} ready")
+        cmd = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "worker.app",
+            "worker",
+            "-P",
+            "threads",
+            "-c",
+            str(concurrency),
+            "--without-mingle",
+            "--without-gossip",
+            "-Q",
+            queues,
+            "-n",
+            f"{name}@%h",
+            "--loglevel=INFO",
+        ]
+        self.procs[name] = subprocess.Popen(
+            cmd,
+            env={**os.environ, **self.env},
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        wait_for(
+            lambda: b"ready" in (self.log_dir / f"{name}.log").read_bytes(),
+            30,
+            what=f"worker {name} ready",
+        )
         return name
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:

@@ -57,8 +57,11 @@ class CeleryPublisher:
             try:
                 self.app.send_task(TASK_NAMES[kind], args=task_args(kind, payload, outbox_id))
             except Exception:
-                log.warning("publish failed for outbox %s; the reaper will re-send", outbox_id,
-                            exc_info=True)
+                log.warning(
+                    "publish failed for outbox %s; the reaper will re-send",
+                    outbox_id,
+                    exc_info=True,
+                )
 
 
 publish = CeleryPublisher()
@@ -88,9 +91,14 @@ def get_runtime() -> Runtime:
             settings.ensure_dirs()
             settings.load_plugins()
             profiles = load_profiles(settings.profiles_file) if settings.profiles_file else {}
-            _runtime = Runtime(engine=get_engine(settings.database_url), settings=settings,
-                               publish=publish, live=_make_bus(), profiles=profiles,
-                               limiter=_make_limiter())
+            _runtime = Runtime(
+                engine=get_engine(settings.database_url),
+                settings=settings,
+                publish=publish,
+                live=_make_bus(),
+                profiles=profiles,
+                limiter=_make_limiter(),
+            )
         return _runtime
 
 

@@ -19,7 +19,9 @@ class BudgetVerdict:
     final_call: bool = False
 
 
-def _exhausted(spec: AgentSpec, state: LoopState, now: float, deadline_at: float | None) -> str | None:
+def _exhausted(
+    spec: AgentSpec, state: LoopState, now: float, deadline_at: float | None
+) -> str | None:
     if state.round >= spec.effective_max_rounds:
         return "max_rounds"
     budget = spec.budget

@@ -20,21 +20,33 @@ class HelperRequest:
 
 
 def helper_request(
-    spec: AgentSpec, *, question: str, history: Sequence[Message], json_schema: bool,
+    spec: AgentSpec,
+    *,
+    question: str,
+    history: Sequence[Message],
+    json_schema: bool,
     last_result: dict[str, Any] | None = None,
 ) -> HelperRequest:
     bg = spec.system_prompt
     if spec.kind == "classify":
         prev = (last_result or {}).get("category")
-        return HelperRequest(helpers.classify_messages(
-            question, spec.categories, background=bg, last_result=prev, history=history))
+        return HelperRequest(
+            helpers.classify_messages(
+                question, spec.categories, background=bg, last_result=prev, history=history
+            )
+        )
     if spec.kind == "extract":
         fmt = helpers.extract_response_format(spec.fields) if json_schema else None
         prev_fields = (last_result or {}).get("fields")
-        return HelperRequest(helpers.extract_messages(
-            question, spec.fields, background=bg, last_result=prev_fields, history=history), fmt)
-    return HelperRequest(helpers.expand_query_messages(
-        question, count=spec.count, history=history, background=bg))
+        return HelperRequest(
+            helpers.extract_messages(
+                question, spec.fields, background=bg, last_result=prev_fields, history=history
+            ),
+            fmt,
+        )
+    return HelperRequest(
+        helpers.expand_query_messages(question, count=spec.count, history=history, background=bg)
+    )
 
 
 def helper_result(spec: AgentSpec, reply_text: str, question: str) -> dict[str, Any]:

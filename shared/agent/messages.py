@@ -132,5 +132,8 @@ class Reply:
 
     def to_message(self) -> Message:
         return Message(
-            role="assistant", content=self.text, reasoning=self.reasoning, tool_calls=self.tool_calls
+            role="assistant",
+            content=self.text,
+            reasoning=self.reasoning,
+            tool_calls=self.tool_calls,
         )

@@ -58,7 +58,10 @@ def _chat_messages(
 ) -> list[Message]:
     history, question = split_question(model_view(messages))
     msgs = chat.build_chat_messages_for_spec(
-        spec, question=question, history=history, quotes=inputs.get("quotes") or (),
+        spec,
+        question=question,
+        history=history,
+        quotes=inputs.get("quotes") or (),
         profile_system_prompt=profile.default_system_prompt,
     )
     return trim_history(msgs, request_budget(profile.context_window, profile.max_tokens))
@@ -77,8 +80,9 @@ def plan_request(
     """``inputs``: quotes (C-2), last_result (H-1), attachments and, for a vision profile,
     ``images`` (data URLs loaded by the engine) — SPEC M-11, see ``attachments``."""
     if spec.kind == "chat":
-        req = RequestPlan(tuple(_chat_messages(spec, profile, messages, inputs)),
-                          max_tokens=profile.max_tokens)
+        req = RequestPlan(
+            tuple(_chat_messages(spec, profile, messages, inputs)), max_tokens=profile.max_tokens
+        )
     elif spec.kind in ("classify", "extract", "expand_query"):
         req = _helper_request(spec, profile, messages, inputs.get("last_result"))
     else:
@@ -88,21 +92,33 @@ def plan_request(
             tool_choice=next_tool_choice(spec, state),
             max_tokens=profile.max_tokens,
         )
-    msgs = with_attachments(req.messages, inputs, vision=profile.vision,
-                            readable=READ_FILES in catalog)
+    msgs = with_attachments(
+        req.messages, inputs, vision=profile.vision, readable=READ_FILES in catalog
+    )
     return replace(req, messages=tuple(msgs))
 
 
 def _helper_request(
-    spec: AgentSpec, profile: ModelProfile, messages: Sequence[Message],
+    spec: AgentSpec,
+    profile: ModelProfile,
+    messages: Sequence[Message],
     last_result: dict[str, Any] | None,
 ) -> RequestPlan:
     """SPEC H-1..H-3: one call; the thread's previous result of the kind as context (H-1);
     ``response_format`` json_schema for extract where the profile supports it (H-2)."""
     history, question = split_question(model_view(messages))
-    built = kinds.helper_request(spec, question=question, history=history,
-                                 json_schema=profile.json_schema, last_result=last_result)
-    trimmed = trim_history(built.messages, request_budget(profile.context_window,
-                                                          profile.max_tokens))
-    return RequestPlan(messages=tuple(trimmed), max_tokens=profile.max_tokens,
-                       response_format=built.response_format)
+    built = kinds.helper_request(
+        spec,
+        question=question,
+        history=history,
+        json_schema=profile.json_schema,
+        last_result=last_result,
+    )
+    trimmed = trim_history(
+        built.messages, request_budget(profile.context_window, profile.max_tokens)
+    )
+    return RequestPlan(
+        messages=tuple(trimmed),
+        max_tokens=profile.max_tokens,
+        response_format=built.response_format,
+    )

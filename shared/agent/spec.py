@@ -89,9 +89,7 @@ class InlineTool(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
     description: str = ""
     read_only: bool = False  # N-5: unknown kind counts as a write
-    parameters: dict[str, Any] = Field(
-        default_factory=lambda: {"type": "object", "properties": {}}
-    )
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     http: HttpToolSpec | None = None
     # a sub-agent used as a tool: a chat or helper agent answers in one call (C-4); a tool
     # agent (kind agent) runs as a child run of the calling run
@@ -102,8 +100,9 @@ class InlineTool(_Strict):
     def _one_kind(self) -> InlineTool:
         kinds = [k for k in ("http", "agent", "knowledge") if getattr(self, k) is not None]
         if len(kinds) > 1:
-            raise ValueError(f"an inline tool has one of `http`, `agent`, `knowledge`, not "
-                             f"{' and '.join(kinds)}")
+            raise ValueError(
+                f"an inline tool has one of `http`, `agent`, `knowledge`, not {' and '.join(kinds)}"
+            )
         if self.knowledge is not None and "read_only" not in self.model_fields_set:
             self.read_only = True  # a search has no effect outside the run
         return self

@@ -18,9 +18,9 @@ from shared.agent import plan as plan_mod
 from shared.agent.arguments import ArgumentsError, parse_arguments, validate_against_schema
 from shared.agent.decisions import (
     After,
-    CallStatus,
     AwaitAnswer,
     AwaitApproval,
+    CallStatus,
     Continue,
     Decision,
     Finish,
@@ -114,7 +114,9 @@ def classify_calls(
 
 
 def _approval_item(call: PlannedCall) -> dict[str, Any]:
-    preview = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in (call.args or {}).items())
+    preview = ", ".join(
+        f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in (call.args or {}).items()
+    )
     return {
         "call_id": call.call_id,
         "tool": call.name,
@@ -149,7 +151,9 @@ def _classify_one(
     if problem:
         return _done(call, index, f"Invalid arguments for {call.name}: {problem}")
     status: CallStatus = "waiting" if spec.guarded and not entry.read_only else "pending"
-    return PlannedCall(call.id, call.name, call.arguments, index, status, entry.read_only, None, args)
+    return PlannedCall(
+        call.id, call.name, call.arguments, index, status, entry.read_only, None, args
+    )
 
 
 def _run_internal(

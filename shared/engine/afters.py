@@ -36,8 +36,12 @@ def encode_after(after: After | Fail) -> dict[str, Any]:
     if isinstance(after, AwaitApproval):
         return {"type": "approval", "items": list(after.items)}
     if isinstance(after, Finish):
-        return {"type": "finish", "stop_reason": after.stop_reason, "text": after.text,
-                "result": after.result}
+        return {
+            "type": "finish",
+            "stop_reason": after.stop_reason,
+            "text": after.text,
+            "result": after.result,
+        }
     return {"type": "fail", "reason": after.reason, "code": after.code}
 
 
@@ -50,8 +54,9 @@ def decode_after(d: Mapping[str, Any] | None) -> After | Fail:
     if t == "approval":
         return AwaitApproval(items=tuple(d["items"]))
     if t == "finish":
-        return Finish(stop_reason=d["stop_reason"], text=d.get("text", ""),
-                      result=dict(d.get("result") or {}))
+        return Finish(
+            stop_reason=d["stop_reason"], text=d.get("text", ""), result=dict(d.get("result") or {})
+        )
     return Fail(reason=d.get("reason", ""), code=d.get("code", "failed"))
 
 
@@ -67,8 +72,11 @@ def flush_calls(calls: Sequence[Mapping[Any, Any]]) -> tuple[list[Message], list
         text = c.get("result_for_model")
         if text is None:
             text = c.get("result") or ""
-        out.append(Message(role="tool", content=text or "(empty)", tool_call_id=c["call_id"],
-                           name=c["name"]))
+        out.append(
+            Message(
+                role="tool", content=text or "(empty)", tool_call_id=c["call_id"], name=c["name"]
+            )
+        )
         ids.append(c["call_id"])
     return out, ids
 
@@ -89,13 +97,21 @@ def settle(
         v.update(status="running", pending=None)
         changes.outbox.append(("round", {}))
     elif isinstance(after, AwaitAnswer):
-        pending = {"kind": "ask", **after.ask, "asked_at": ts,
-                   "expires_at": ts + ask_timeout_s if ask_timeout_s else None}
+        pending = {
+            "kind": "ask",
+            **after.ask,
+            "asked_at": ts,
+            "expires_at": ts + ask_timeout_s if ask_timeout_s else None,
+        }
         v.update(status="waiting", pending=pending, wake_at=pending["expires_at"])
         changes.event("run.waiting", pending=pending)
     elif isinstance(after, AwaitApproval):
-        pending = {"kind": "approval", "approval_id": f"apr_{uuid.uuid4().hex[:16]}",
-                   "items": list(after.items), "asked_at": ts}
+        pending = {
+            "kind": "approval",
+            "approval_id": f"apr_{uuid.uuid4().hex[:16]}",
+            "items": list(after.items),
+            "asked_at": ts,
+        }
         v.update(status="waiting", pending=pending)
         changes.event("run.waiting", pending=pending)
     elif isinstance(after, Finish):
@@ -114,17 +130,26 @@ def next_pending(conn: Connection, run_id: str, round_: int) -> str | None:
     finishers queue two different calls and never wait on each other's rows."""
     nxt = conn.execute(
         sa.select(tool_calls.c.call_id)
-        .where(tool_calls.c.run_id == run_id, tool_calls.c.round == round_,
-               tool_calls.c.status == "pending")
-        .order_by(tool_calls.c.idx).limit(1)
+        .where(
+            tool_calls.c.run_id == run_id,
+            tool_calls.c.round == round_,
+            tool_calls.c.status == "pending",
+        )
+        .order_by(tool_calls.c.idx)
+        .limit(1)
         .with_for_update(skip_locked=True)
     ).scalar()
     if nxt is None:
         return None
-    done = conn.execute(sa.update(tool_calls)
-                        .where(tool_calls.c.run_id == run_id, tool_calls.c.call_id == nxt,
-                               tool_calls.c.status == "pending")
-                        .values(status="queued")).rowcount
+    done = conn.execute(
+        sa.update(tool_calls)
+        .where(
+            tool_calls.c.run_id == run_id,
+            tool_calls.c.call_id == nxt,
+            tool_calls.c.status == "pending",
+        )
+        .values(status="queued")
+    ).rowcount
     return str(nxt) if done == 1 else None
 
 
@@ -136,12 +161,20 @@ def join_changes(
     calls = repo.list_tool_calls(conn, run["id"], round_)
     msgs, flushed = flush_calls(calls)
     if flushed:
-        conn.execute(sa.update(tool_calls)
-                     .where(tool_calls.c.run_id == run["id"], tool_calls.c.call_id.in_(flushed))
-                     .values(flushed=True))
+        conn.execute(
+            sa.update(tool_calls)
+            .where(tool_calls.c.run_id == run["id"], tool_calls.c.call_id.in_(flushed))
+            .values(flushed=True)
+        )
     changes = Changes()
     for m in msgs:
         changes.message(m, round_)
-    settle(changes, decode_after(run["after_join"]), run_id=run["id"], round_=round_, ts=ts,
-           ask_timeout_s=ask_timeout_s)
+    settle(
+        changes,
+        decode_after(run["after_join"]),
+        run_id=run["id"],
+        round_=round_,
+        ts=ts,
+        ask_timeout_s=ask_timeout_s,
+    )
     return changes

@@ -37,8 +37,9 @@ class LeaseRenewer:
         with self._lock:
             self._held[key] = self._held.get(key, 0) + 1
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._loop, daemon=True,
-                                                name="treadle-leases")
+                self._thread = threading.Thread(
+                    target=self._loop, daemon=True, name="treadle-leases"
+                )
                 self._thread.start()
         try:
             yield

@@ -34,8 +34,9 @@ __all__ = [
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 ROUNDS = Counter("treadle_rounds", "Round tasks by outcome", ["kind", "outcome"])
-ROUND_SECONDS = Histogram("treadle_round_seconds", "Round latency by phase",
-                          ["phase"], buckets=_BUCKETS)
+ROUND_SECONDS = Histogram(
+    "treadle_round_seconds", "Round latency by phase", ["phase"], buckets=_BUCKETS
+)
 TOOL_SECONDS = Histogram("treadle_tool_seconds", "Tool call latency", ["tool"], buckets=_BUCKETS)
 MODEL_TOKENS = Counter("treadle_model_tokens", "Model tokens", ["profile", "direction"])
 MODEL_COST = Counter("treadle_model_cost", "Model cost (profile currency units)", ["profile"])
@@ -46,8 +47,11 @@ REAPER = Counter("treadle_reaper_redrives", "Reaper re-drives", ["what"])
 class StateCollector(Collector):
     """Gauges read at scrape time: runs by status (waiting included) and queue depth."""
 
-    def __init__(self, runs_by_status: Callable[[], dict[str, int]],
-                 queue_depth: Callable[[], dict[str, int]]) -> None:
+    def __init__(
+        self,
+        runs_by_status: Callable[[], dict[str, int]],
+        queue_depth: Callable[[], dict[str, int]],
+    ) -> None:
         self._runs = runs_by_status
         self._queues = queue_depth
 
@@ -59,8 +63,9 @@ class StateCollector(Collector):
         waiting = GaugeMetricFamily("treadle_waiting_runs", "Runs waiting for a person")
         waiting.add_metric([], _safe(self._runs).get("waiting", 0))
         yield waiting
-        depth = GaugeMetricFamily("treadle_queue_depth", "Messages in broker queues",
-                                  labels=["queue"])
+        depth = GaugeMetricFamily(
+            "treadle_queue_depth", "Messages in broker queues", labels=["queue"]
+        )
         for queue, n in sorted(_safe(self._queues).items()):
             depth.add_metric([queue], n)
         yield depth

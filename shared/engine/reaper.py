@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from shared.engine import threads
-from shared.engine import metrics
 from shared.engine.commands import expire_ask
 from shared.engine.runtime import Runtime
 from shared.store import repo
@@ -40,8 +39,13 @@ def reap(rt: Runtime) -> ReapReport:
     orphans = _orphans(rt, ts)
     released = threads.release_stalled(rt)
     if resent or expired or orphans or released:
-        log.info("reaper: resent=%d expired_asks=%d orphans=%d released=%d", resent, expired,
-                 orphans, released)
+        log.info(
+            "reaper: resent=%d expired_asks=%d orphans=%d released=%d",
+            resent,
+            expired,
+            orphans,
+            released,
+        )
     return ReapReport(resent, expired, orphans, released)
 
 
@@ -55,10 +59,17 @@ def _resend(rt: Runtime, ts: float) -> int:
 
 def _expire(rt: Runtime, ts: float) -> int:
     with rt.engine.connect() as conn:
-        ids = conn.execute(
-            sa.select(runs.c.id).where(runs.c.status == "waiting", runs.c.wake_at.is_not(None),
-                                       runs.c.wake_at <= ts).limit(200)
-        ).scalars().all()
+        ids = (
+            conn.execute(
+                sa.select(runs.c.id)
+                .where(
+                    runs.c.status == "waiting", runs.c.wake_at.is_not(None), runs.c.wake_at <= ts
+                )
+                .limit(200)
+            )
+            .scalars()
+            .all()
+        )
     for run_id in ids:
         expire_ask(rt, run_id)
     return len(ids)
@@ -71,18 +82,28 @@ def _orphans(rt: Runtime, ts: float) -> int:
     with rt.engine.begin() as conn:
         rows = conn.execute(
             sa.select(runs.c.id, runs.c.version)
-            .where(runs.c.status.in_(("queued", "running")), runs.c.open_calls == 0,
-                   sa.or_(runs.c.lease_until.is_(None), runs.c.lease_until < ts),
-                   runs.c.held == sa.false(), runs.c.updated_at < stale, ~has_msg)
+            .where(
+                runs.c.status.in_(("queued", "running")),
+                runs.c.open_calls == 0,
+                sa.or_(runs.c.lease_until.is_(None), runs.c.lease_until < ts),
+                runs.c.held == sa.false(),
+                runs.c.updated_at < stale,
+                ~has_msg,
+            )
             .limit(200)
         ).all()
         items = []
         for run_id, version in rows:
             row = conn.execute(
-                sa.insert(outbox).values(run_id=run_id, kind="round",
-                                         payload={"run_id": run_id, "version": version},
-                                         available_at=ts + rt.settings.redrive_seconds,
-                                         created_at=ts).returning(outbox.c.id)
+                sa.insert(outbox)
+                .values(
+                    run_id=run_id,
+                    kind="round",
+                    payload={"run_id": run_id, "version": version},
+                    available_at=ts + rt.settings.redrive_seconds,
+                    created_at=ts,
+                )
+                .returning(outbox.c.id)
             ).scalar_one()
             items.append((row, "round", {"run_id": run_id, "version": version}))
     rt.publish(items)

@@ -101,7 +101,8 @@ def _run_round(
     if claim is None:
         return RoundResult("stale")
     metrics.ROUND_SECONDS.labels(phase="queue_wait").observe(
-        max(0.0, repo.now() - claim.run["updated_at"]))
+        max(0.0, repo.now() - claim.run["updated_at"])
+    )
     try:
         return replace(_drive(rt, claim, version, outbox_id, attempt), kind=claim.spec.kind)
     except RetryRound:
@@ -124,18 +125,29 @@ def _claim(rt: Runtime, run_id: str, version: int, outbox_id: int | None) -> _Cl
         profile = resolve_profile(spec.model, rt.profiles)
         state = replace(
             LoopState.from_dict(run["loop"]),
-            cost=run["cost"], input_tokens=run["input_tokens"], output_tokens=run["output_tokens"],
+            cost=run["cost"],
+            input_tokens=run["input_tokens"],
+            output_tokens=run["output_tokens"],
         )
         history = cache.history(conn, run_id, run["view_start"], run["msg_seq"])
         usage_id = conn.execute(
-            sa.insert(usage).values(
-                run_id=run_id, round=state.round + 1, purpose="round", profile=profile.name,
-                model=profile.model or profile.name, estimated=True, committed=False,
-                input_tokens=sum(estimate_tokens(m.text) for m in history), created_at=ts,
-            ).returning(usage.c.id)
+            sa.insert(usage)
+            .values(
+                run_id=run_id,
+                round=state.round + 1,
+                purpose="round",
+                profile=profile.name,
+                model=profile.model or profile.name,
+                estimated=True,
+                committed=False,
+                input_tokens=sum(estimate_tokens(m.text) for m in history),
+                created_at=ts,
+            )
+            .returning(usage.c.id)
         ).scalar_one()
-        hooks = repo.insert_event(conn, run, "round.started", {"round": state.round + 1}, ts,
-                                  rt.settings.redrive_seconds)
+        hooks = repo.insert_event(
+            conn, run, "round.started", {"round": state.round + 1}, ts, rt.settings.redrive_seconds
+        )
     rt.publish(hooks)
     rt.wake(run_id, run["event_seq"])
     return _Claim(run, spec, profile, state, history, usage_id, owner)
@@ -171,8 +183,13 @@ def _drive(
     verdict = check_budgets(spec, claim.state, ts, run["deadline_at"])
     state = claim.state
     if verdict.stop_reason and not verdict.final_call:
-        return _commit_final(rt, claim, version, outbox_id,
-                             Finish(stop_reason=verdict.stop_reason, text=state.last_text))
+        return _commit_final(
+            rt,
+            claim,
+            version,
+            outbox_id,
+            Finish(stop_reason=verdict.stop_reason, text=state.last_text),
+        )
     if verdict.final_call:
         state = replace(state, finalizing=verdict.stop_reason)
     if state.round == 0 and spec.router:
@@ -182,15 +199,32 @@ def _drive(
     catalog = build_catalog(spec, rt.profiles, attachments=attachment_refs(run["inputs"]))
     checkpoint = _maybe_checkpoint(rt, claim, version, catalog, attempt)
     history = claim.history + ([checkpoint.message] if checkpoint else [])
-    req_spec, inputs = with_dataset_quotes(rt, run, spec, history,  # a chat's quotes (C-2)
-                                           request_inputs(rt, run, claim.profile))
+    req_spec, inputs = with_dataset_quotes(
+        rt,
+        run,
+        spec,
+        history,  # a chat's quotes (C-2)
+        request_inputs(rt, run, claim.profile),
+    )
     req = plan_request(
-        req_spec, profile=claim.profile, state=state, messages=history,
-        catalog=catalog.entries, plan=run["plan"], inputs=inputs,
+        req_spec,
+        profile=claim.profile,
+        state=state,
+        messages=history,
+        catalog=catalog.entries,
+        plan=run["plan"],
+        inputs=inputs,
     )
     reply, latency = _call_model(rt, claim, version, req, attempt)
-    result = step(spec, state, reply, catalog.entries, run["plan"],
-                  call_cost=_price(claim.profile, reply), question=split_question(history)[1])
+    result = step(
+        spec,
+        state,
+        reply,
+        catalog.entries,
+        run["plan"],
+        call_cost=_price(claim.profile, reply),
+        question=split_question(history)[1],
+    )
     return _commit_step(rt, claim, version, outbox_id, reply, result, catalog, latency, checkpoint)
 
 
@@ -209,10 +243,13 @@ def _maybe_checkpoint(
     spec, profile = claim.spec, claim.profile
     if spec.kind != "agent":
         return None
-    schema_tokens = sum(estimate_tokens(json.dumps(e.parameters)) + estimate_tokens(e.description)
-                        for e in catalog.entries.values())
-    if not needs_checkpoint(claim.history, profile.context_window, profile.max_tokens,
-                            extra_tokens=schema_tokens):
+    schema_tokens = sum(
+        estimate_tokens(json.dumps(e.parameters)) + estimate_tokens(e.description)
+        for e in catalog.entries.values()
+    )
+    if not needs_checkpoint(
+        claim.history, profile.context_window, profile.max_tokens, extra_tokens=schema_tokens
+    ):
         return None
     plan = Plan.from_dict(claim.run["plan"]) if claim.run["plan"] else None
     active = plan if plan is not None and not plan.finished else None
@@ -228,20 +265,27 @@ def _maybe_checkpoint(
     if summary is None:
         return None
     cost = _price(profile, reply)
-    usage_row = {"round": claim.state.round + 1, "purpose": "compress", "profile": profile.name,
-                 **_usage_values(claim, reply, cost, latency)}
+    usage_row = {
+        "round": claim.state.round + 1,
+        "purpose": "compress",
+        "profile": profile.name,
+        **_usage_values(claim, reply, cost, latency),
+    }
     return _Checkpoint(checkpoint_message(summary, active), usage_row)
 
 
-def _try_route(rt: Runtime, claim: _Claim, version: int, outbox_id: int | None) -> RoundResult | None:
+def _try_route(
+    rt: Runtime, claim: _Claim, version: int, outbox_id: int | None
+) -> RoundResult | None:
     question = next((m.text for m in reversed(claim.history) if m.role == "user"), "")
     rule = route(question, claim.spec.router)
     if rule is None or rule.pass_to_model or not rule.handler:
         return None
     text = run_handler(rule.handler, question)
     msg = Message(role="assistant", content=text)
-    return _commit_final(rt, claim, version, outbox_id, Finish(stop_reason="routed", text=text),
-                         extra_messages=[msg])
+    return _commit_final(
+        rt, claim, version, outbox_id, Finish(stop_reason="routed", text=text), extra_messages=[msg]
+    )
 
 
 def _to_model_request(req: RequestPlan) -> ModelRequest:
@@ -267,8 +311,17 @@ def _call_model(
         streamed = d.kind in ("text", "reasoning") and stream_enabled(claim.spec, d.kind)
         if live and streamed and d.text:
             # offset: where the piece starts in the reply (facades number deltas by it)
-            rt.live.publish(run_id, {"type": f"{d.kind}.delta", "data": {
-                "text": d.text, "round": claim.state.round + 1, "offset": offsets[d.kind]}})
+            rt.live.publish(
+                run_id,
+                {
+                    "type": f"{d.kind}.delta",
+                    "data": {
+                        "text": d.text,
+                        "round": claim.state.round + 1,
+                        "offset": offsets[d.kind],
+                    },
+                },
+            )
         if d.kind in offsets:
             offsets[d.kind] += len(d.text or "")
 
@@ -299,8 +352,7 @@ def _count_model(profile: ModelProfile, reply: Reply, seconds: float) -> None:
     if reply.usage is not None:
         name = limit_key(profile)
         metrics.MODEL_TOKENS.labels(profile=name, direction="input").inc(reply.usage.input_tokens)
-        metrics.MODEL_TOKENS.labels(profile=name, direction="output").inc(
-            reply.usage.output_tokens)
+        metrics.MODEL_TOKENS.labels(profile=name, direction="output").inc(reply.usage.output_tokens)
         metrics.MODEL_COST.labels(profile=name).inc(_price(profile, reply))
 
 
@@ -315,10 +367,16 @@ class _FatalRound(Exception):
     pass
 
 
-def _raise_retry(rt: Runtime, claim: _Claim, version: int, exc: TransientModelError, attempt: int) -> None:
+def _raise_retry(
+    rt: Runtime, claim: _Claim, version: int, exc: TransientModelError, attempt: int
+) -> None:
     from shared.llm.backoff import backoff_delay
 
-    limit = claim.profile.max_retries if claim.profile.max_retries is not None else rt.settings.model_max_retries
+    limit = (
+        claim.profile.max_retries
+        if claim.profile.max_retries is not None
+        else rt.settings.model_max_retries
+    )
     delay = backoff_delay(attempt, retry_after=exc.retry_after)
     deadline = claim.run["deadline_at"]
     if attempt >= limit or (deadline is not None and repo.now() + delay >= deadline):
@@ -330,9 +388,14 @@ def _price(profile: ModelProfile, reply: Reply) -> float:
     """SPEC M-9: each call priced on its own (a continued reply holds several calls)."""
     calls = reply.extra.get("call_usages") if reply.extra else None
     if calls:
-        return sum(price_call(profile.pricing, Usage(**{k: v for k, v in u.items()
-                                                         if k in Usage.__slots__}),
-                              profile.own_key) for u in calls)
+        return sum(
+            price_call(
+                profile.pricing,
+                Usage(**{k: v for k, v in u.items() if k in Usage.__slots__}),
+                profile.own_key,
+            )
+            for u in calls
+        )
     if reply.usage is None:
         return 0.0
     return price_call(profile.pricing, reply.usage, profile.own_key)
@@ -345,14 +408,23 @@ def _usage_values(claim: _Claim, reply: Reply, cost: float, latency: int) -> dic
         "output_tokens": u.output_tokens if u else 0,
         "cached_input_tokens": u.cached_input_tokens if u else 0,
         "estimated": u.estimated if u else True,
-        "cost": cost, "latency_ms": latency, "committed": True,
+        "cost": cost,
+        "latency_ms": latency,
+        "committed": True,
         "model": reply.raw_model or claim.profile.model or claim.profile.name,
     }
 
 
 def _commit_step(
-    rt: Runtime, claim: _Claim, version: int, outbox_id: int | None, reply: Reply,
-    result: StepResult, catalog: Catalog, latency: int, checkpoint: _Checkpoint | None = None,
+    rt: Runtime,
+    claim: _Claim,
+    version: int,
+    outbox_id: int | None,
+    reply: Reply,
+    result: StepResult,
+    catalog: Catalog,
+    latency: int,
+    checkpoint: _Checkpoint | None = None,
 ) -> RoundResult:
     run_id, ts = claim.run["id"], repo.now()
     round_ = result.state.round
@@ -363,8 +435,12 @@ def _commit_step(
         changes.values["view_start"] = claim.run["msg_seq"] + 1
         changes.values["cost"] = result.state.cost + checkpoint.usage["cost"]
     changes.message(result.message, round_)
-    changes.values = {**_totals(result.state), **changes.values, "plan": result.plan,
-                      "round": round_}
+    changes.values = {
+        **_totals(result.state),
+        **changes.values,
+        "plan": result.plan,
+        "round": round_,
+    }
     if result.plan != claim.run["plan"]:
         changes.event("plan.updated", plan=result.plan)
     tool_rows: list[dict[str, Any]] = []
@@ -375,9 +451,15 @@ def _commit_step(
     elif isinstance(decision, (Finish, Fail)):
         settle(changes, decision, run_id=run_id, round_=round_, ts=ts)
     with rt.engine.begin() as conn:
-        applied = threads.apply_final(conn, run_id, version, changes,
-                                      thread_id=claim.run["thread_id"],
-                                      redrive_after=rt.settings.redrive_seconds, ts=ts)
+        applied = threads.apply_final(
+            conn,
+            run_id,
+            version,
+            changes,
+            thread_id=claim.run["thread_id"],
+            redrive_after=rt.settings.redrive_seconds,
+            ts=ts,
+        )
         if applied is None:
             return RoundResult("lost")
         if tool_rows:
@@ -392,14 +474,21 @@ def _commit_step(
 
 def _finish_usage(conn: Any, claim: _Claim, reply: Reply, cost: float, latency: int) -> None:
     if claim.usage_id is not None:
-        conn.execute(sa.update(usage).where(usage.c.id == claim.usage_id)
-                     .values(**_usage_values(claim, reply, cost, latency)))
+        conn.execute(
+            sa.update(usage)
+            .where(usage.c.id == claim.usage_id)
+            .values(**_usage_values(claim, reply, cost, latency))
+        )
 
 
 def _totals(state: LoopState) -> dict[str, Any]:
     loop = state.to_dict()
-    return {"loop": loop, "cost": state.cost, "input_tokens": state.input_tokens,
-            "output_tokens": state.output_tokens}
+    return {
+        "loop": loop,
+        "cost": state.cost,
+        "input_tokens": state.input_tokens,
+        "output_tokens": state.output_tokens,
+    }
 
 
 def _tool_rows(
@@ -408,19 +497,34 @@ def _tool_rows(
     budget = tool_result_budget(claim.profile.context_window, claim.spec.tool_result_max_tokens)
     rows = []
     for c in decision.calls:
-        rows.append({
-            "run_id": claim.run["id"], "call_id": c.call_id, "round": round_, "idx": c.index,
-            "name": c.name, "arguments": c.arguments, "read_only": c.read_only,
-            "status": c.status, "result": c.result,
-            "result_for_model": reduce_tool_result(c.result, budget) if c.result is not None else None,
-            "finished_at": ts if c.status == "done" else None, "flushed": False,
-        })
+        rows.append(
+            {
+                "run_id": claim.run["id"],
+                "call_id": c.call_id,
+                "round": round_,
+                "idx": c.index,
+                "name": c.name,
+                "arguments": c.arguments,
+                "read_only": c.read_only,
+                "status": c.status,
+                "result": c.result,
+                "result_for_model": reduce_tool_result(c.result, budget)
+                if c.result is not None
+                else None,
+                "finished_at": ts if c.status == "done" else None,
+                "flushed": False,
+            }
+        )
     return rows
 
 
 def _dispatch_or_settle(
-    claim: _Claim, changes: repo.Changes, decision: RunTools, rows: list[dict[str, Any]],
-    round_: int, ts: float,
+    claim: _Claim,
+    changes: repo.Changes,
+    decision: RunTools,
+    rows: list[dict[str, Any]],
+    round_: int,
+    ts: float,
 ) -> None:
     """Queue the first window of external calls, or settle at once when there are none."""
     run_id = claim.run["id"]
@@ -430,9 +534,13 @@ def _dispatch_or_settle(
         for r in pending[:window]:
             r["status"] = "queued"
             changes.outbox.append(("tool", {"call_id": r["call_id"]}))
-        changes.values.update(status="running", open_calls=len(pending),
-                              after_join=encode_after(decision.then),
-                              lease_until=None, lease_owner=None)
+        changes.values.update(
+            status="running",
+            open_calls=len(pending),
+            after_join=encode_after(decision.then),
+            lease_until=None,
+            lease_owner=None,
+        )
         return
     msgs, flushed = flush_calls(rows)
     for r in rows:
@@ -440,12 +548,22 @@ def _dispatch_or_settle(
             r["flushed"] = True
     for m in msgs:
         changes.message(m, round_)
-    settle(changes, decision.then, run_id=run_id, round_=round_, ts=ts,
-           ask_timeout_s=claim.spec.ask_timeout_s)
+    settle(
+        changes,
+        decision.then,
+        run_id=run_id,
+        round_=round_,
+        ts=ts,
+        ask_timeout_s=claim.spec.ask_timeout_s,
+    )
 
 
 def _commit_final(
-    rt: Runtime, claim: _Claim, version: int, outbox_id: int | None, finish: Finish,
+    rt: Runtime,
+    claim: _Claim,
+    version: int,
+    outbox_id: int | None,
+    finish: Finish,
     extra_messages: list[Message] | None = None,
 ) -> RoundResult:
     """End the run without a model call (budget exhausted, routed)."""
@@ -455,9 +573,15 @@ def _commit_final(
         changes.message(m, claim.state.round)
     settle(changes, finish, run_id=claim.run["id"], round_=claim.state.round, ts=ts)
     with rt.engine.begin() as conn:
-        applied = threads.apply_final(conn, claim.run["id"], version, changes,
-                                      thread_id=claim.run["thread_id"],
-                                      redrive_after=rt.settings.redrive_seconds, ts=ts)
+        applied = threads.apply_final(
+            conn,
+            claim.run["id"],
+            version,
+            changes,
+            thread_id=claim.run["thread_id"],
+            redrive_after=rt.settings.redrive_seconds,
+            ts=ts,
+        )
         if applied is None:
             return RoundResult("lost")
         if claim.usage_id is not None:  # no model call was made
@@ -476,8 +600,15 @@ def fail_round(rt: Runtime, run_id: str, version: int, outbox_id: int | None, me
     with rt.engine.begin() as conn:
         run = repo.get_run(conn, run_id)
         thread_id = run["thread_id"] if run is not None else None
-        applied = threads.apply_final(conn, run_id, version, changes, thread_id=thread_id,
-                                      redrive_after=rt.settings.redrive_seconds, ts=ts)
+        applied = threads.apply_final(
+            conn,
+            run_id,
+            version,
+            changes,
+            thread_id=thread_id,
+            redrive_after=rt.settings.redrive_seconds,
+            ts=ts,
+        )
         if applied is None:
             return
         repo.delete_outbox(conn, outbox_id)

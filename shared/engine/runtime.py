@@ -33,7 +33,9 @@ class LiveBus(Protocol):
 
     def publish(self, run_id: str, event: dict[str, Any]) -> None: ...
 
-    def subscribe(self, run_id: str, callback: Callable[[dict[str, Any]], None]) -> Callable[[], None]: ...
+    def subscribe(
+        self, run_id: str, callback: Callable[[dict[str, Any]], None]
+    ) -> Callable[[], None]: ...
 
 
 class InProcessBus:
@@ -52,7 +54,9 @@ class InProcessBus:
             except Exception:  # a broken subscriber never breaks the publisher (a round)
                 log.warning("live subscriber failed for %s", run_id, exc_info=True)
 
-    def subscribe(self, run_id: str, callback: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+    def subscribe(
+        self, run_id: str, callback: Callable[[dict[str, Any]], None]
+    ) -> Callable[[], None]:
         with self._lock:
             self._subs[run_id].append(callback)
 

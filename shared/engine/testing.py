@@ -36,7 +36,9 @@ class StubBroker:
         outbox_id, kind, payload = item
         attempt = self.attempts.get(outbox_id, 0)
         if kind == "tool":
-            return run_tool(rt, payload["run_id"], payload["call_id"], payload["version"], outbox_id)
+            return run_tool(
+                rt, payload["run_id"], payload["call_id"], payload["version"], outbox_id
+            )
         if kind == "webhook":
             return deliver(rt, payload["delivery_id"], outbox_id)
         try:

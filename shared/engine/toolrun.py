@@ -11,8 +11,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
 
-from shared.agent.attachments import attachment_refs
 from shared.agent.arguments import ArgumentsError, parse_arguments
+from shared.agent.attachments import attachment_refs
 from shared.agent.compression import reduce_tool_result, tool_result_budget
 from shared.agent.decisions import Continue, Fail, Finish
 from shared.agent.spec import AgentSpec
@@ -44,11 +44,14 @@ def run_tool(rt: Runtime, run_id: str, call_id: str, version: int, outbox_id: in
     if sub is not None and not _too_deep(rt, run):
         return children.start_child(rt, spec, sub, run, call, outbox_id)
     if sub is not None:
-        result = ToolResult(text=f"Tool error: sub-agents nest at most {children.MAX_DEPTH} "
-                                 "levels deep")
+        result = ToolResult(
+            text=f"Tool error: sub-agents nest at most {children.MAX_DEPTH} levels deep"
+        )
         return _commit(rt, spec, run, call, version, outbox_id, result)
-    with _lease_keeper(rt, run_id, call_id, call["attempts"]), \
-            metrics.TOOL_SECONDS.labels(tool=call["name"]).time():
+    with (
+        _lease_keeper(rt, run_id, call_id, call["attempts"]),
+        metrics.TOOL_SECONDS.labels(tool=call["name"]).time(),
+    ):
         result = execute_tool(rt, spec, run, call)
     return _commit(rt, spec, run, call, version, outbox_id, result)
 
@@ -78,10 +81,15 @@ def _claim(
             run = repo.bump_event_seq(conn, run_id, version)
             if run is None:
                 raise _Stale
-            data = {"call_id": call_id, "name": call["name"], "round": call["round"],
-                    "attempt": call["attempts"]}
-            hooks = repo.insert_event(conn, run, "tool.started", data, ts,
-                                      rt.settings.redrive_seconds)
+            data = {
+                "call_id": call_id,
+                "name": call["name"],
+                "round": call["round"],
+                "attempt": call["attempts"],
+            }
+            hooks = repo.insert_event(
+                conn, run, "tool.started", data, ts, rt.settings.redrive_seconds
+            )
     except _Stale:
         return None
     rt.publish(hooks)
@@ -93,8 +101,9 @@ def _drop_if_finished(conn: Connection, run_id: str, call_id: str, outbox_id: in
     if outbox_id is None:
         return
     status = conn.execute(
-        sa.select(tool_calls.c.status)
-        .where(tool_calls.c.run_id == run_id, tool_calls.c.call_id == call_id)
+        sa.select(tool_calls.c.status).where(
+            tool_calls.c.run_id == run_id, tool_calls.c.call_id == call_id
+        )
     ).scalar()
     if status in (None, "done", children.CHILD):
         conn.execute(sa.delete(outbox).where(outbox.c.id == outbox_id))
@@ -102,7 +111,9 @@ def _drop_if_finished(conn: Connection, run_id: str, call_id: str, outbox_id: in
 
 def _lease_keeper(rt: Runtime, run_id: str, call_id: str, attempt: int) -> Any:
     """Keep the tool call's lease while it runs (the process's one renewer)."""
-    return renewer_for(rt.engine, rt.settings.lease_seconds).hold(("tool", run_id, call_id, attempt))
+    return renewer_for(rt.engine, rt.settings.lease_seconds).hold(
+        ("tool", run_id, call_id, attempt)
+    )
 
 
 def execute_tool(rt: Runtime, spec: AgentSpec, run: RowMapping, call: RowMapping) -> ToolResult:
@@ -113,10 +124,13 @@ def execute_tool(rt: Runtime, spec: AgentSpec, run: RowMapping, call: RowMapping
     if tool is None:
         return ToolResult(text=f"Tool not found: {call['name']}")
     ctx = ToolContext(
-        run_id=run["id"], call_id=call["call_id"], tenant=run["tenant"],
+        run_id=run["id"],
+        call_id=call["call_id"],
+        tenant=run["tenant"],
         deadline=run["deadline_at"],
         allow_hosts=tuple(h.strip() for h in rt.settings.allow_hosts.split(",") if h.strip()),
-        attachments=refs, files=run_files(rt, run) if refs else None,
+        attachments=refs,
+        files=run_files(rt, run) if refs else None,
         knowledge=Knowledge(rt, run["tenant"]),
     )
     try:  # strict JSON first: json5 is pure Python (~100 ms for 500 characters)
@@ -156,8 +170,13 @@ def _error_text(exc: Exception) -> str:
 
 
 def _commit(
-    rt: Runtime, spec: AgentSpec, run: RowMapping, call: RowMapping, version: int,
-    outbox_id: int | None, result: ToolResult,
+    rt: Runtime,
+    spec: AgentSpec,
+    run: RowMapping,
+    call: RowMapping,
+    version: int,
+    outbox_id: int | None,
+    result: ToolResult,
 ) -> str:
     ts = repo.now()
     profile = resolve_profile(spec.model, rt.profiles)
@@ -176,8 +195,15 @@ class _Lost(Exception):
 
 
 def _commit_txn(
-    rt: Runtime, spec: AgentSpec, run: RowMapping, call: RowMapping, version: int,
-    outbox_id: int | None, result: ToolResult, budget: int, ts: float,
+    rt: Runtime,
+    spec: AgentSpec,
+    run: RowMapping,
+    call: RowMapping,
+    version: int,
+    outbox_id: int | None,
+    result: ToolResult,
+    budget: int,
+    ts: float,
 ) -> list[Any]:
     with rt.engine.begin() as conn:
         if run["thread_id"] and _join_ends_run(run):
@@ -186,31 +212,52 @@ def _commit_txn(
             children.lock_lineage(conn, run["id"], ts=ts, ending=_join_ends_run(run))
         done = conn.execute(
             sa.update(tool_calls)
-            .where(tool_calls.c.run_id == run["id"], tool_calls.c.call_id == call["call_id"],
-                   tool_calls.c.status == "running", tool_calls.c.attempts == call["attempts"])
-            .values(status="done", result=result.text,
-                    result_for_model=reduce_tool_result(result.text, budget), cost=result.cost,
-                    data=result.data, finished_at=ts, lease_until=None)
+            .where(
+                tool_calls.c.run_id == run["id"],
+                tool_calls.c.call_id == call["call_id"],
+                tool_calls.c.status == "running",
+                tool_calls.c.attempts == call["attempts"],
+            )
+            .values(
+                status="done",
+                result=result.text,
+                result_for_model=reduce_tool_result(result.text, budget),
+                cost=result.cost,
+                data=result.data,
+                finished_at=ts,
+                lease_until=None,
+            )
         ).rowcount
         if done != 1:
             raise _Lost
         changes = repo.Changes(bump_version=False)
         changes.values.update(open_calls=runs.c.open_calls - 1, cost=runs.c.cost + result.cost)
-        changes.event("tool.finished", call_id=call["call_id"], name=call["name"],
-                      preview=result.text[:300], cost=result.cost)
+        changes.event(
+            "tool.finished",
+            call_id=call["call_id"],
+            name=call["name"],
+            preview=result.text[:300],
+            cost=result.cost,
+        )
         nxt = afters.next_pending(conn, run["id"], call["round"])
         if nxt is not None:
             changes.outbox.append(("tool", {"call_id": nxt}))
-        applied = repo.apply(conn, run["id"], version, changes,
-                             redrive_after=rt.settings.redrive_seconds, ts=ts)
+        applied = repo.apply(
+            conn, run["id"], version, changes, redrive_after=rt.settings.redrive_seconds, ts=ts
+        )
         if applied is None:
             raise _Lost
         items = list(applied.outbox_ids)
         if applied.row["open_calls"] == 0:
-            joined = threads.apply_final(conn, run["id"], version,
-                                         join_changes(conn, applied.row, call["round"], spec, ts),
-                                         thread_id=run["thread_id"],
-                                         redrive_after=rt.settings.redrive_seconds, ts=ts)
+            joined = threads.apply_final(
+                conn,
+                run["id"],
+                version,
+                join_changes(conn, applied.row, call["round"], spec, ts),
+                thread_id=run["thread_id"],
+                redrive_after=rt.settings.redrive_seconds,
+                ts=ts,
+            )
             items += joined.outbox_ids if joined else []
         repo.delete_outbox(conn, outbox_id)
     return items

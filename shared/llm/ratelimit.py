@@ -26,14 +26,18 @@ class Limits:
 
     @property
     def any(self) -> bool:
-        return any(v is not None for v in (self.max_concurrent, self.requests_per_minute,
-                                           self.tokens_per_minute))
+        return any(
+            v is not None
+            for v in (self.max_concurrent, self.requests_per_minute, self.tokens_per_minute)
+        )
 
 
 def limits_of(profile: Any) -> Limits:
-    return Limits(getattr(profile, "max_concurrent", None),
-                  getattr(profile, "requests_per_minute", None),
-                  getattr(profile, "tokens_per_minute", None))
+    return Limits(
+        getattr(profile, "max_concurrent", None),
+        getattr(profile, "requests_per_minute", None),
+        getattr(profile, "tokens_per_minute", None),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,9 +125,20 @@ class RedisLimiter:
         if not limits.any:
             return Permit(key, None)
         holder = uuid.uuid4().hex
-        wait_ms = int(self._script(keys=self._keys(key), args=[
-            int(time.time() * 1000), holder, int(ttl * 1000), limits.max_concurrent or 0,
-            limits.requests_per_minute or 0, limits.tokens_per_minute or 0, max(1, tokens)]))
+        wait_ms = int(
+            self._script(
+                keys=self._keys(key),
+                args=[
+                    int(time.time() * 1000),
+                    holder,
+                    int(ttl * 1000),
+                    limits.max_concurrent or 0,
+                    limits.requests_per_minute or 0,
+                    limits.tokens_per_minute or 0,
+                    max(1, tokens),
+                ],
+            )
+        )
         if wait_ms > 0:
             return Permit(key, None, wait_ms / 1000)
         return Permit(key, holder if limits.max_concurrent else None)

@@ -57,8 +57,14 @@ def make_engine(url: str, pool_size: int = 20, max_overflow: int = 5) -> Engine:
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
     # no pre-ping (a round trip per checkout, 4 per round): a connection broken by a database
     # restart fails one task, which retries; SQLAlchemy then drops the whole stale pool
-    return sa.create_engine(url, pool_size=pool_size, max_overflow=max_overflow,
-                            pool_pre_ping=False, pool_recycle=1800, pool_timeout=30)
+    return sa.create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        pool_pre_ping=False,
+        pool_recycle=1800,
+        pool_timeout=30,
+    )
 
 
 def get_engine(url: str | None = None) -> Engine:

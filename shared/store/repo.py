@@ -73,7 +73,11 @@ class Applied:
 
 
 def insert_run(
-    conn: Connection, row: dict[str, Any], msgs: Sequence[Message], ts: float, *,
+    conn: Connection,
+    row: dict[str, Any],
+    msgs: Sequence[Message],
+    ts: float,
+    *,
     if_absent: bool = False,
 ) -> bool:
     """Insert a run and its first messages. ``if_absent``: ``INSERT ... ON CONFLICT (id) DO
@@ -92,12 +96,20 @@ def _insert_if_absent(conn: Connection, values: dict[str, Any]) -> Any:
     if conn.dialect.name == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-        return pg_insert(runs).values(**values).on_conflict_do_nothing(
-            index_elements=[runs.c.id]).returning(runs.c.id)
+        return (
+            pg_insert(runs)
+            .values(**values)
+            .on_conflict_do_nothing(index_elements=[runs.c.id])
+            .returning(runs.c.id)
+        )
     from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-    return sqlite_insert(runs).values(**values).on_conflict_do_nothing(
-        index_elements=[runs.c.id]).returning(runs.c.id)
+    return (
+        sqlite_insert(runs)
+        .values(**values)
+        .on_conflict_do_nothing(index_elements=[runs.c.id])
+        .returning(runs.c.id)
+    )
 
 
 def find_idempotent(conn: Connection, tenant: str, key: str) -> RowMapping | None:
@@ -159,7 +171,9 @@ def message_from_row(row: RowMapping) -> Message:
     )
 
 
-def list_events(conn: Connection, run_id: str, after: int = 0, limit: int = 1000) -> list[RowMapping]:
+def list_events(
+    conn: Connection, run_id: str, after: int = 0, limit: int = 1000
+) -> list[RowMapping]:
     q = (
         sa.select(events)
         .where(events.c.run_id == run_id, events.c.seq > after)
@@ -204,22 +218,33 @@ def _insert_messages(
 
 
 def _insert_events(
-    conn: Connection, run: RowMapping, first_seq: int, evs: Sequence[tuple[str, dict[str, Any]]],
-    ts: float, redrive_after: float,
+    conn: Connection,
+    run: RowMapping,
+    first_seq: int,
+    evs: Sequence[tuple[str, dict[str, Any]]],
+    ts: float,
+    redrive_after: float,
 ) -> list[tuple[int, str, dict[str, Any]]]:
     """The event rows, and the webhook deliveries they fire (outbox items to publish)."""
     if not evs:
         return []
     numbered = [(first_seq + i, t, d) for i, (t, d) in enumerate(evs)]
-    conn.execute(sa.insert(events), [
-        {"run_id": run["id"], "seq": seq, "type": t, "data": d, "created_at": ts}
-        for seq, t, d in numbered
-    ])
+    conn.execute(
+        sa.insert(events),
+        [
+            {"run_id": run["id"], "seq": seq, "type": t, "data": d, "created_at": ts}
+            for seq, t, d in numbered
+        ],
+    )
     return record_webhooks(conn, run, numbered, ts, redrive_after) if run["webhook"] else []
 
 
 def insert_event(
-    conn: Connection, run: RowMapping, type_: str, data: dict[str, Any], ts: float,
+    conn: Connection,
+    run: RowMapping,
+    type_: str,
+    data: dict[str, Any],
+    ts: float,
     redrive_after: float,
 ) -> list[tuple[int, str, dict[str, Any]]]:
     """One event at ``run["event_seq"]``, a seq the caller's UPDATE of ``runs`` already took
@@ -268,13 +293,17 @@ def apply(
     if row is None:
         return None
     _insert_messages(conn, run_id, row["msg_seq"] - len(changes.messages) + 1, changes.messages, ts)
-    hooks = _insert_events(conn, row, row["event_seq"] - len(changes.events) + 1, changes.events,
-                           ts, redrive_after)
+    hooks = _insert_events(
+        conn, row, row["event_seq"] - len(changes.events) + 1, changes.events, ts, redrive_after
+    )
     if changes.usage:
-        conn.execute(sa.insert(usage), [{"run_id": run_id, "created_at": ts, **u} for u in changes.usage])
+        conn.execute(
+            sa.insert(usage), [{"run_id": run_id, "created_at": ts, **u} for u in changes.usage]
+        )
     ids = _insert_outbox(conn, run_id, row["version"], changes.outbox, ts + redrive_after, ts)
-    return Applied(version=row["version"], outbox_ids=ids + hooks, row=row,
-                   events=len(changes.events))
+    return Applied(
+        version=row["version"], outbox_ids=ids + hooks, row=row, events=len(changes.events)
+    )
 
 
 def _insert_outbox(
@@ -290,7 +319,9 @@ def _insert_outbox(
         body = {"run_id": run_id, "version": version, **payload}
         stmt = (
             sa.insert(outbox)
-            .values(run_id=run_id, kind=kind, payload=body, available_at=available_at, created_at=ts)
+            .values(
+                run_id=run_id, kind=kind, payload=body, available_at=available_at, created_at=ts
+            )
             .returning(outbox.c.id)
         )
         out.append((int(conn.execute(stmt).scalar_one()), kind, body))
@@ -327,8 +358,13 @@ def claim_round(
             runs.c.held == sa.false(),  # held behind its thread's active run: never starts
             sa.or_(runs.c.lease_until.is_(None), runs.c.lease_until < ts),
         )
-        .values(status="running", lease_owner=owner, lease_until=ts + lease, updated_at=ts,
-                event_seq=runs.c.event_seq + 1)
+        .values(
+            status="running",
+            lease_owner=owner,
+            lease_until=ts + lease,
+            updated_at=ts,
+            event_seq=runs.c.event_seq + 1,
+        )
         .returning(*runs.c)
     )
     return conn.execute(stmt).mappings().first()

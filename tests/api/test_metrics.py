@@ -12,9 +12,18 @@ from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.logs import JsonFormatter, log_context
 
-FAMILIES = ["treadle_rounds", "treadle_round_seconds", "treadle_tool_seconds",
-            "treadle_model_tokens", "treadle_model_cost", "treadle_runs", "treadle_waiting_runs",
-            "treadle_queue_depth", "treadle_retries", "treadle_reaper_redrives"]
+FAMILIES = [
+    "treadle_rounds",
+    "treadle_round_seconds",
+    "treadle_tool_seconds",
+    "treadle_model_tokens",
+    "treadle_model_cost",
+    "treadle_runs",
+    "treadle_waiting_runs",
+    "treadle_queue_depth",
+    "treadle_retries",
+    "treadle_reaper_redrives",
+]
 
 
 def _value(text: str, name: str, **labels: str) -> float:
@@ -27,22 +36,43 @@ def _value(text: str, name: str, **labels: str) -> float:
     return total
 
 
-def test_metrics_move_when_runs_execute(client: TestClient, sqlite_rt: Runtime,
-                                        stub: StubBroker) -> None:
-    agent = {"kind": "agent", "tools": ["calculator"], "model": {"provider": "scripted", "replies": [
-        {"tool_calls": [{"id": "c", "name": "calculator", "arguments": {"expression": "2+2"}}]},
-        {"text": "4"}]}}
+def test_metrics_move_when_runs_execute(
+    client: TestClient, sqlite_rt: Runtime, stub: StubBroker
+) -> None:
+    agent = {
+        "kind": "agent",
+        "tools": ["calculator"],
+        "model": {
+            "provider": "scripted",
+            "replies": [
+                {
+                    "tool_calls": [
+                        {"id": "c", "name": "calculator", "arguments": {"expression": "2+2"}}
+                    ]
+                },
+                {"text": "4"},
+            ],
+        },
+    }
     before = client.get("/metrics").text
     client.post("/v1/runs", json={"agent": agent, "input": "2+2?"})
     stub.drain(sqlite_rt)
     after = client.get("/metrics").text
     missing = [f for f in FAMILIES if not re.search(rf"^# HELP {f}(_total)? ", after, re.M)]
     assert missing == []
-    assert _value(after, "treadle_rounds_total", outcome="committed") - \
-        _value(before, "treadle_rounds_total", outcome="committed") == 2
-    assert _value(after, "treadle_tool_seconds_count", tool="calculator") - \
-        _value(before, "treadle_tool_seconds_count", tool="calculator") == 1
-    assert _value(after, "treadle_model_tokens_total") > _value(before, "treadle_model_tokens_total")
+    assert (
+        _value(after, "treadle_rounds_total", outcome="committed")
+        - _value(before, "treadle_rounds_total", outcome="committed")
+        == 2
+    )
+    assert (
+        _value(after, "treadle_tool_seconds_count", tool="calculator")
+        - _value(before, "treadle_tool_seconds_count", tool="calculator")
+        == 1
+    )
+    assert _value(after, "treadle_model_tokens_total") > _value(
+        before, "treadle_model_tokens_total"
+    )
     assert _value(after, "treadle_runs", status="completed") == 1
     assert _value(after, "treadle_round_seconds_count", phase="model") >= 2
 

@@ -44,15 +44,25 @@ def effects() -> Iterator[EffectServer]:
 
 @pytest.fixture
 def fast_recovery(effects: EffectServer) -> dict[str, str]:
-    return {"TREADLE_LEASE_SECONDS": "3", "TREADLE_REDRIVE_SECONDS": "2",
-            "TREADLE_ALLOW_HOSTS": f"127.0.0.1:{effects.port}"}
+    return {
+        "TREADLE_LEASE_SECONDS": "3",
+        "TREADLE_REDRIVE_SECONDS": "2",
+        "TREADLE_ALLOW_HOSTS": f"127.0.0.1:{effects.port}",
+    }
 
 
 def _record_tool(effects: EffectServer) -> dict[str, Any]:
-    return {"name": "record", "description": "Record an item.", "read_only": False,
-            "parameters": {"type": "object", "properties": {"item": {"type": "string"}},
-                           "required": ["item"]},
-            "http": {"method": "POST", "url": f"{effects.url}/record"}}
+    return {
+        "name": "record",
+        "description": "Record an item.",
+        "read_only": False,
+        "parameters": {
+            "type": "object",
+            "properties": {"item": {"type": "string"}},
+            "required": ["item"],
+        },
+        "http": {"method": "POST", "url": f"{effects.url}/record"},
+    }
 
 
 def _agent(i: int, effects: EffectServer) -> dict[str, Any]:
@@ -64,17 +74,27 @@ def _agent(i: int, effects: EffectServer) -> dict[str, Any]:
         {"sleep": 0.3, "text": "", "tool_calls": [rec("c", f"{i}-c")]},
         {"sleep": 0.3, "text": f"run {i} done"},
     ]
-    return {"kind": "agent", "tools": [_record_tool(effects)], "parallel_tools": 2,
-            "model": {"provider": "scripted", "replies": replies}}
+    return {
+        "kind": "agent",
+        "tools": [_record_tool(effects)],
+        "parallel_tools": 2,
+        "model": {"provider": "scripted", "replies": replies},
+    }
 
 
 def _expected(i: int, text: str) -> list[tuple[str, str, list[str]]]:
     def res(x: str) -> str:
         return json.dumps({"recorded": f"{i}-{x}"})
 
-    return [("user", text, []), ("assistant", "", ["a", "b"]), ("tool", res("a"), []),
-            ("tool", res("b"), []), ("assistant", "", ["c"]), ("tool", res("c"), []),
-            ("assistant", f"run {i} done", [])]
+    return [
+        ("user", text, []),
+        ("assistant", "", ["a", "b"]),
+        ("tool", res("a"), []),
+        ("tool", res("b"), []),
+        ("assistant", "", ["c"]),
+        ("tool", res("c"), []),
+        ("assistant", f"run {i} done", []),
+    ]
 
 
 class Storm:
@@ -111,19 +131,29 @@ def restart_postgres() -> bool:
             raise AssertionError("pg_ctlcluster is needed to restart PostgreSQL in CI")
         return False
     version = sorted(os.listdir("/etc/postgresql"))[0]
-    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"],
-                   check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return True
 
 
 def _transcript(conn: sa.Connection, run_id: str) -> list[tuple[str, str, list[str]]]:
-    rows = conn.execute(sa.select(messages).where(messages.c.run_id == run_id)
-                        .order_by(messages.c.seq)).mappings().all()
+    rows = (
+        conn.execute(
+            sa.select(messages).where(messages.c.run_id == run_id).order_by(messages.c.seq)
+        )
+        .mappings()
+        .all()
+    )
     return [(m["role"], m["content"], [c["id"] for c in m["tool_calls"] or []]) for m in rows]
 
 
-def test_chaos(prod_rt: Runtime, workers: WorkerProcs, effects: EffectServer,
-               call_log: Path, redis_url: str) -> None:
+def test_chaos(
+    prod_rt: Runtime, workers: WorkerProcs, effects: EffectServer, call_log: Path, redis_url: str
+) -> None:
     for _ in range(WORKERS):
         workers.start(concurrency=8)
     reaper = ReaperLoop(prod_rt, 0.5).start()
@@ -131,18 +161,29 @@ def test_chaos(prod_rt: Runtime, workers: WorkerProcs, effects: EffectServer,
     started = time.monotonic()
     try:
         with TestClient(create_app(lambda: prod_rt)) as client:
-            ids = [client.post("/v1/runs", json={"agent": _agent(i, effects),
-                                                 "input": f"chaos {i}"}).json()["id"]
-                   for i in range(RUNS)]
+            ids = [
+                client.post(
+                    "/v1/runs", json={"agent": _agent(i, effects), "input": f"chaos {i}"}
+                ).json()["id"]
+                for i in range(RUNS)
+            ]
             storm.thread.start()
-            wait_for(lambda: storm.kills >= MIN_KILLS and storm.flushed, 240, interval=0.5,
-                     what="the storm")
+            wait_for(
+                lambda: storm.kills >= MIN_KILLS and storm.flushed,
+                240,
+                interval=0.5,
+                what="the storm",
+            )
             storm.stop.set()
             storm.thread.join(60)
             while len(workers.procs) < WORKERS:
                 workers.start(concurrency=8)
-            wait_for(lambda: _completed(prod_rt) == RUNS, 240, interval=0.5,
-                     what=f"all {RUNS} runs completed")
+            wait_for(
+                lambda: _completed(prod_rt) == RUNS,
+                240,
+                interval=0.5,
+                what=f"all {RUNS} runs completed",
+            )
     finally:
         storm.stop.set()
         reaper.stop()
@@ -153,33 +194,43 @@ def test_chaos(prod_rt: Runtime, workers: WorkerProcs, effects: EffectServer,
 def _completed(rt: Runtime) -> int:
     try:
         with rt.engine.connect() as conn:
-            return int(conn.execute(sa.select(sa.func.count()).select_from(runs)
-                                    .where(runs.c.status == "completed")).scalar_one())
+            return int(
+                conn.execute(
+                    sa.select(sa.func.count()).select_from(runs).where(runs.c.status == "completed")
+                ).scalar_one()
+            )
     except sa.exc.OperationalError:
         return -1
 
 
-def _check(rt: Runtime, ids: list[str], effects: EffectServer, call_log: Path, storm: Storm,
-           elapsed: float) -> None:
+def _check(
+    rt: Runtime, ids: list[str], effects: EffectServer, call_log: Path, storm: Storm, elapsed: float
+) -> None:
     dup_rounds = lost = mismatched = 0
     with rt.engine.connect() as conn:
         for i, run_id in enumerate(ids):
             status = conn.execute(sa.select(runs.c.status).where(runs.c.id == run_id)).scalar()
             lost += status != "completed"
-            committed = conn.execute(sa.select(sa.func.count()).select_from(usage).where(
-                usage.c.run_id == run_id, usage.c.committed.is_(True))).scalar_one()
+            committed = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(usage)
+                .where(usage.c.run_id == run_id, usage.c.committed.is_(True))
+            ).scalar_one()
             dup_rounds += max(0, committed - 3)
             mismatched += _transcript(conn, run_id) != _expected(i, f"chaos {i}")
         leftover = conn.execute(sa.select(sa.func.count()).select_from(outbox)).scalar_one()
-        abandoned = conn.execute(sa.select(sa.func.count()).select_from(usage)
-                                 .where(usage.c.committed.is_(False))).scalar_one()
+        abandoned = conn.execute(
+            sa.select(sa.func.count()).select_from(usage).where(usage.c.committed.is_(False))
+        ).scalar_one()
     expected_keys = {f"{run_id}:{c}" for run_id in ids for c in "abc"}
     dup_effects = sum(n - 1 for n in effects.effects.values() if n > 1)
-    print(f"\nchaos: runs={len(ids)} completed={len(ids) - lost} kills={storm.kills} "
-          f"duplicate_rounds={dup_rounds} duplicate_effects={dup_effects} lost={lost} "
-          f"redis_flushed={storm.flushed} pg_restarted={storm.pg_restarted} "
-          f"model_calls={len(model_calls(call_log))} abandoned_calls_billed={abandoned} "
-          f"tool_requests={sum(effects.hits.values())} seconds={elapsed:.0f}")
+    print(
+        f"\nchaos: runs={len(ids)} completed={len(ids) - lost} kills={storm.kills} "
+        f"duplicate_rounds={dup_rounds} duplicate_effects={dup_effects} lost={lost} "
+        f"redis_flushed={storm.flushed} pg_restarted={storm.pg_restarted} "
+        f"model_calls={len(model_calls(call_log))} abandoned_calls_billed={abandoned} "
+        f"tool_requests={sum(effects.hits.values())} seconds={elapsed:.0f}"
+    )
     assert lost == 0 and dup_rounds == 0 and mismatched == 0
     assert set(effects.effects) == expected_keys and dup_effects == 0
     assert leftover == 0, "nothing may stay scheduled after every run completed"

@@ -39,20 +39,30 @@ def test_compose_config_where_available() -> None:
     """`docker compose config` validates the file where the compose plugin is installed (not
     on this project's CI machines: there the structural checks above are the check)."""
     docker = shutil.which("docker")
-    if docker is None or subprocess.run([docker, "compose", "version"],
-                                        capture_output=True).returncode != 0:
+    if (
+        docker is None
+        or subprocess.run([docker, "compose", "version"], capture_output=True).returncode != 0
+    ):
         return
-    out = subprocess.run([docker, "compose", "-f", str(DEPLOY / "docker-compose.yml"), "config"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [docker, "compose", "-f", str(DEPLOY / "docker-compose.yml"), "config"],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
 
 
 def test_kubernetes_objects_are_complete() -> None:
     docs = _k8s()
     kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
-    assert {("Deployment", "treadle-api"), ("Service", "treadle-api"),
-            ("Deployment", "treadle-worker"), ("Deployment", "treadle-beat"),
-            ("Job", "treadle-migrate"), ("ScaledObject", "treadle-worker")} <= kinds
+    assert {
+        ("Deployment", "treadle-api"),
+        ("Service", "treadle-api"),
+        ("Deployment", "treadle-worker"),
+        ("Deployment", "treadle-beat"),
+        ("Job", "treadle-migrate"),
+        ("ScaledObject", "treadle-worker"),
+    } <= kinds
     for d in docs:
         assert d["apiVersion"] and d["metadata"]["name"]
 

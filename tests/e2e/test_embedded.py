@@ -32,9 +32,14 @@ def _env(tmp_path: Path) -> dict[str, str]:
 def up_server(tmp_path: Path) -> Iterator[str]:
     port = _free_port()
     log = open(tmp_path / "up.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, "-m", "scheduler.cli", "up", "--port", str(port)],
-                            cwd=ROOT, env=_env(tmp_path), stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scheduler.cli", "up", "--port", str(port)],
+        cwd=ROOT,
+        env=_env(tmp_path),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
 
     def ready() -> bool:
@@ -55,8 +60,14 @@ def up_server(tmp_path: Path) -> Iterator[str]:
 def test_up_serves_a_chat_run(up_server: str) -> None:
     body = {"agent": {"kind": "chat", "model": "demo"}, "input": "Say hello"}
     run = httpx.post(f"{up_server}/v1/runs", json=body, timeout=10).json()
-    done = wait_for(lambda: (r := httpx.get(f"{up_server}/v1/runs/{run['id']}").json())
-                    ["status"] == "completed" and r, 15, what="completed run")
+    done = wait_for(
+        lambda: (
+            (r := httpx.get(f"{up_server}/v1/runs/{run['id']}").json())["status"] == "completed"
+            and r
+        ),
+        15,
+        what="completed run",
+    )
     assert "You asked: Say hello" in done["result"]["text"]
     assert done["usage"]["input_tokens"] > 0
     msgs = httpx.get(f"{up_server}/v1/runs/{run['id']}/messages").json()["messages"]
@@ -65,8 +76,14 @@ def test_up_serves_a_chat_run(up_server: str) -> None:
 
 def test_demo_command_completes(tmp_path: Path) -> None:
     started = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "scheduler.cli", "demo"], cwd=ROOT,
-                         env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "scheduler.cli", "demo"],
+        cwd=ROOT,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "completed" in out.stdout and "391" in out.stdout
     assert time.monotonic() - started < 60

@@ -42,12 +42,22 @@ def run(rt: Runtime, run_id: str) -> RowMapping:
 def transcript(rt: Runtime, run_id: str) -> list[tuple[str, str, list[str]]]:
     with rt.engine.connect() as conn:
         rows = repo.list_messages(conn, run_id)
-    return [(m["role"], m["content"] if isinstance(m["content"], str) else str(m["content"]),
-             [c["name"] for c in m["tool_calls"] or []]) for m in rows]
+    return [
+        (
+            m["role"],
+            m["content"] if isinstance(m["content"], str) else str(m["content"]),
+            [c["name"] for c in m["tool_calls"] or []],
+        )
+        for m in rows
+    ]
 
 
 def model_rounds(rt: Runtime, run_id: str, purpose: str = "round") -> int:
     with rt.engine.connect() as conn:
-        return int(conn.execute(
-            sa.select(sa.func.count()).select_from(usage)
-            .where(usage.c.run_id == run_id, usage.c.purpose == purpose)).scalar_one())
+        return int(
+            conn.execute(
+                sa.select(sa.func.count())
+                .select_from(usage)
+                .where(usage.c.run_id == run_id, usage.c.purpose == purpose)
+            ).scalar_one()
+        )

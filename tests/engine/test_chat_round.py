@@ -11,10 +11,13 @@ from shared.engine.testing import StubBroker
 from shared.store import repo
 from shared.store.tables import outbox, usage
 
-CHAT = AgentSpec.model_validate({
-    "kind": "chat", "system_prompt": "Be brief.",
-    "model": {"provider": "scripted", "replies": [{"text": "Paris.", "reasoning": "Easy."}]},
-})
+CHAT = AgentSpec.model_validate(
+    {
+        "kind": "chat",
+        "system_prompt": "Be brief.",
+        "model": {"provider": "scripted", "replies": [{"text": "Paris.", "reasoning": "Easy."}]},
+    }
+)
 
 
 def _submit(rt: Runtime, spec: AgentSpec = CHAT, text: str = "Capital of France?", **kw: object):
@@ -41,7 +44,9 @@ def test_chat_run_completes_in_one_round(sqlite_rt: Runtime, stub: StubBroker) -
         rows = conn.execute(sa.select(usage)).mappings().all()
         assert conn.execute(sa.select(sa.func.count()).select_from(outbox)).scalar() == 0
     assert [(m["role"], m["content"]) for m in msgs] == [
-        ("user", "Capital of France?"), ("assistant", "Paris.")]
+        ("user", "Capital of France?"),
+        ("assistant", "Paris."),
+    ]
     assert msgs[1]["reasoning"] == "Easy."
     assert len(rows) == 1 and rows[0]["committed"]
 
@@ -70,8 +75,9 @@ def test_cancelled_run_round_does_nothing(sqlite_rt: Runtime, stub: StubBroker) 
 
 def test_idempotency_key_returns_same_run(sqlite_rt: Runtime, stub: StubBroker) -> None:
     a = _submit(sqlite_rt, idempotency_key="k-1")
-    b, created = commands.submit_run(sqlite_rt, commands.RunInput(
-        agent=CHAT, input="Capital of France?", idempotency_key="k-1"))
+    b, created = commands.submit_run(
+        sqlite_rt, commands.RunInput(agent=CHAT, input="Capital of France?", idempotency_key="k-1")
+    )
     assert not created and b["id"] == a["id"]
     assert len(stub.sent) == 1
 

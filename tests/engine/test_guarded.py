@@ -11,9 +11,13 @@ from shared.errors import Conflict, SpecError
 from tests.engine.helpers import agent, call, model_rounds, run, submit, transcript
 
 REPLIES = [
-    {"tool_calls": [call("echo", {"text": "read it"}, "r1"),
-                    call("write_thing", {"item": "A"}, "w1"),
-                    call("write_thing", {"item": "B"}, "w2")]},
+    {
+        "tool_calls": [
+            call("echo", {"text": "read it"}, "r1"),
+            call("write_thing", {"item": "A"}, "w1"),
+            call("write_thing", {"item": "B"}, "w2"),
+        ]
+    },
     {"text": "Wrote A; B was declined."},
 ]
 
@@ -30,19 +34,29 @@ def test_router_first_match_wins_and_makes_no_model_call(
     sqlite_rt: Runtime, stub: StubBroker
 ) -> None:
     # SPEC N-1: ordered rules; specific before general; CJK keywords
-    rules = [{"any": ["冲突", "conflict"], "all": ["fix"], "handler": "resolve_conflicts"},
-             {"any": ["conflict"], "handler": "echo"},
-             {"any": ["search"], "pass_to_model": True}]
-    specific = submit(sqlite_rt, agent([{"text": "model"}], guarded=True, router=rules),
-                      "please FIX the merge 冲突")
-    general = submit(sqlite_rt, agent([{"text": "model"}], guarded=True, router=rules),
-                     "a conflict happened")
-    passed = submit(sqlite_rt, agent([{"text": "model answer"}], guarded=True, router=rules),
-                    "search the docs")
+    rules = [
+        {"any": ["冲突", "conflict"], "all": ["fix"], "handler": "resolve_conflicts"},
+        {"any": ["conflict"], "handler": "echo"},
+        {"any": ["search"], "pass_to_model": True},
+    ]
+    specific = submit(
+        sqlite_rt,
+        agent([{"text": "model"}], guarded=True, router=rules),
+        "please FIX the merge 冲突",
+    )
+    general = submit(
+        sqlite_rt, agent([{"text": "model"}], guarded=True, router=rules), "a conflict happened"
+    )
+    passed = submit(
+        sqlite_rt, agent([{"text": "model answer"}], guarded=True, router=rules), "search the docs"
+    )
     stub.drain(sqlite_rt)
     a, b, c = (run(sqlite_rt, i) for i in (specific, general, passed))
-    assert (a["stop_reason"], b["stop_reason"], c["stop_reason"]) == ("routed", "routed",
-                                                                      "completed")
+    assert (a["stop_reason"], b["stop_reason"], c["stop_reason"]) == (
+        "routed",
+        "routed",
+        "completed",
+    )
     assert "git status" in a["result"]["text"]
     assert b["result"]["text"] == "Routed locally: a conflict happened"
     assert c["result"]["text"] == "model answer"
@@ -57,8 +71,10 @@ def test_reads_run_writes_wait_for_approval(sqlite_rt: Runtime, stub: StubBroker
     r = run(sqlite_rt, run_id)
     assert r["status"] == "waiting" and r["pending"]["kind"] == "approval"
     items = r["pending"]["items"]
-    assert [(i["call_id"], i["tool"]) for i in items] == [("w1", "write_thing"),
-                                                          ("w2", "write_thing")]
+    assert [(i["call_id"], i["tool"]) for i in items] == [
+        ("w1", "write_thing"),
+        ("w2", "write_thing"),
+    ]
     assert items[0]["arguments"] == {"item": "A"} and "write_thing" in items[0]["preview"]
     assert [x[1] for x in transcript(sqlite_rt, run_id) if x[0] == "tool"] == ["read it"]
     assert not stub.queue
@@ -105,8 +121,9 @@ def test_approval_is_idempotent_and_409_when_not_waiting(
 def test_reject_all_runs_the_summary_round(sqlite_rt: Runtime, stub: StubBroker) -> None:
     run_id = submit(sqlite_rt, _guarded())
     stub.drain(sqlite_rt)
-    commands.approve_run(sqlite_rt, "default", run_id, _approval_id(sqlite_rt, run_id), [],
-                         ["w1", "w2"])
+    commands.approve_run(
+        sqlite_rt, "default", run_id, _approval_id(sqlite_rt, run_id), [], ["w1", "w2"]
+    )
     stub.drain(sqlite_rt)
     tools = [x[1] for x in transcript(sqlite_rt, run_id) if x[0] == "tool"]
     assert tools == ["read it", "Declined by user", "Declined by user"]
@@ -115,9 +132,17 @@ def test_reject_all_runs_the_summary_round(sqlite_rt: Runtime, stub: StubBroker)
 
 def test_unknown_kind_counts_as_write(sqlite_rt: Runtime, stub: StubBroker) -> None:
     # SPEC N-5: an inline tool without read_only is a write
-    spec = agent([{"tool_calls": [call("mystery", {}, "m1")]}, {"text": "ok"}], guarded=True,
-                 tools=[{"name": "mystery", "description": "?",
-                         "http": {"method": "GET", "url": "https://example.invalid/x"}}])
+    spec = agent(
+        [{"tool_calls": [call("mystery", {}, "m1")]}, {"text": "ok"}],
+        guarded=True,
+        tools=[
+            {
+                "name": "mystery",
+                "description": "?",
+                "http": {"method": "GET", "url": "https://example.invalid/x"},
+            }
+        ],
+    )
     run_id = submit(sqlite_rt, spec)
     stub.drain(sqlite_rt)
     r = run(sqlite_rt, run_id)

@@ -16,25 +16,52 @@ from shared.store import repo
 from shared.store.tables import outbox
 from tests.engine.helpers import agent, call, model_rounds, run, submit, transcript
 
-ASK = {"reason": "Need the city", "questions": [
-    {"question": "Which city?", "options": [{"label": "Paris", "value": "paris"},
-                                            {"label": "Rome", "value": "rome"}]}]}
+ASK = {
+    "reason": "Need the city",
+    "questions": [
+        {
+            "question": "Which city?",
+            "options": [{"label": "Paris", "value": "paris"}, {"label": "Rome", "value": "rome"}],
+        }
+    ],
+}
 
 
 def _plan_ask_spec(**kw: object):  # type: ignore[no-untyped-def]
-    return agent([
-        {"tool_calls": [call("set_plan", {"name": "Trip", "steps": ["pick city", "book"]}, "p1"),
-                        call("ask_user", ASK, "ask1"), call("echo", {"text": "never"}, "e1")]},
-        {"tool_calls": [call("update_plan", {"updates": [{"id": "s1", "status": "done",
-                                                          "note": "paris"}]}, "p2")]},
-        {"text": "Booked Paris."},
-    ], tools=["echo"], plan=True, ask=True, **kw)
+    return agent(
+        [
+            {
+                "tool_calls": [
+                    call("set_plan", {"name": "Trip", "steps": ["pick city", "book"]}, "p1"),
+                    call("ask_user", ASK, "ask1"),
+                    call("echo", {"text": "never"}, "e1"),
+                ]
+            },
+            {
+                "tool_calls": [
+                    call(
+                        "update_plan",
+                        {"updates": [{"id": "s1", "status": "done", "note": "paris"}]},
+                        "p2",
+                    )
+                ]
+            },
+            {"text": "Booked Paris."},
+        ],
+        tools=["echo"],
+        plan=True,
+        ask=True,
+        **kw,
+    )
 
 
 def _outbox_count(rt: Runtime, run_id: str) -> int:
     with rt.engine.connect() as conn:
-        return int(conn.execute(sa.select(sa.func.count()).select_from(outbox)
-                                .where(outbox.c.run_id == run_id)).scalar_one())
+        return int(
+            conn.execute(
+                sa.select(sa.func.count()).select_from(outbox).where(outbox.c.run_id == run_id)
+            ).scalar_one()
+        )
 
 
 def test_plan_then_ask_waits_holding_nothing(sqlite_rt: Runtime, stub: StubBroker) -> None:
@@ -86,9 +113,14 @@ def test_double_answer_is_idempotent_wrong_or_late_is_conflict(
 
 
 def test_several_asks_in_one_run(sqlite_rt: Runtime, stub: StubBroker) -> None:
-    spec = agent([{"tool_calls": [call("ask_user", {"question": "A?", "options": ["x", "y"]}, "a1")]},
-                  {"tool_calls": [call("ask_user", {"question": "B?", "options": ["u", "v"]}, "a2")]},
-                  {"text": "thanks"}], ask=True)
+    spec = agent(
+        [
+            {"tool_calls": [call("ask_user", {"question": "A?", "options": ["x", "y"]}, "a1")]},
+            {"tool_calls": [call("ask_user", {"question": "B?", "options": ["u", "v"]}, "a2")]},
+            {"text": "thanks"},
+        ],
+        ask=True,
+    )
     run_id = submit(sqlite_rt, spec)
     stub.drain(sqlite_rt)
     commands.answer_run(sqlite_rt, "default", run_id, "a1", ["x"])
@@ -104,8 +136,9 @@ def test_several_asks_in_one_run(sqlite_rt: Runtime, stub: StubBroker) -> None:
 
 def test_invalid_ask_goes_back_to_the_model(sqlite_rt: Runtime, stub: StubBroker) -> None:
     # SPEC A-1: invalid arguments → the error is the tool result and the loop continues
-    spec = agent([{"tool_calls": [call("ask_user", {"questions": []}, "bad")]},
-                  {"text": "ok"}], ask=True)
+    spec = agent(
+        [{"tool_calls": [call("ask_user", {"questions": []}, "bad")]}, {"text": "ok"}], ask=True
+    )
     run_id = submit(sqlite_rt, spec)
     stub.drain(sqlite_rt)
     r = run(sqlite_rt, run_id)
@@ -116,8 +149,15 @@ def test_invalid_ask_goes_back_to_the_model(sqlite_rt: Runtime, stub: StubBroker
 @pytest.mark.parametrize("action", ["answer", "fail"])
 def test_expired_ask_handled_per_config(sqlite_rt: Runtime, stub: StubBroker, action: str) -> None:
     # SPEC A-4
-    spec = agent([{"tool_calls": [call("ask_user", {"question": "A?", "options": ["x", "y"]}, "a1")]},
-                  {"text": "went on"}], ask=True, ask_timeout_s=0.2, ask_timeout_action=action)
+    spec = agent(
+        [
+            {"tool_calls": [call("ask_user", {"question": "A?", "options": ["x", "y"]}, "a1")]},
+            {"text": "went on"},
+        ],
+        ask=True,
+        ask_timeout_s=0.2,
+        ask_timeout_action=action,
+    )
     run_id = submit(sqlite_rt, spec)
     stub.drain(sqlite_rt)
     time.sleep(0.3)
@@ -143,12 +183,27 @@ def test_plan_is_part_of_every_checkpoint(sqlite_rt: Runtime, stub: StubBroker) 
 
 def test_atomic_update_failure_keeps_the_plan(sqlite_rt: Runtime, stub: StubBroker) -> None:
     # SPEC P-3 through a run
-    spec = agent([
-        {"tool_calls": [call("set_plan", {"name": "P", "steps": ["a", "b"]})]},
-        {"tool_calls": [call("update_plan", {"updates": [{"id": "s1", "status": "done"},
-                                                          {"id": "zz", "status": "done"}],
-                                             "add_steps": ["c"]})]},
-        {"text": "ok"}], plan=True)
+    spec = agent(
+        [
+            {"tool_calls": [call("set_plan", {"name": "P", "steps": ["a", "b"]})]},
+            {
+                "tool_calls": [
+                    call(
+                        "update_plan",
+                        {
+                            "updates": [
+                                {"id": "s1", "status": "done"},
+                                {"id": "zz", "status": "done"},
+                            ],
+                            "add_steps": ["c"],
+                        },
+                    )
+                ]
+            },
+            {"text": "ok"},
+        ],
+        plan=True,
+    )
     run_id = submit(sqlite_rt, spec)
     stub.drain(sqlite_rt)
     r = run(sqlite_rt, run_id)

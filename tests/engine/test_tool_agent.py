@@ -17,21 +17,41 @@ TOOLS = ["echo", "boom", "sleepy", "big", "priced"]
 
 def test_four_round_transcript_exactly_as_spec(sqlite_rt: Runtime, stub: StubBroker) -> None:
     # SPEC L-4 (call order), L-5 (errors are data)
-    spec = agent([
-        {"tool_calls": [call("echo", {"text": "a"}, "c1"), call("echo", {"text": "b"}, "c2"),
-                        call("echo", {"text": "c"}, "c3")]},
-        {"tool_calls": [call("boom", {}, "c4")]},
-        {"tool_calls": [call("nope", {}, "c5"), call("echo", '{"text": ', "c6")]},
-        {"text": "All done."},
-    ], tools=TOOLS, parallel_tools=3)
+    spec = agent(
+        [
+            {
+                "tool_calls": [
+                    call("echo", {"text": "a"}, "c1"),
+                    call("echo", {"text": "b"}, "c2"),
+                    call("echo", {"text": "c"}, "c3"),
+                ]
+            },
+            {"tool_calls": [call("boom", {}, "c4")]},
+            {"tool_calls": [call("nope", {}, "c5"), call("echo", '{"text": ', "c6")]},
+            {"text": "All done."},
+        ],
+        tools=TOOLS,
+        parallel_tools=3,
+    )
     run_id = submit(sqlite_rt, spec)
     stub.drain(sqlite_rt)
     r = run(sqlite_rt, run_id)
     assert (r["status"], r["stop_reason"], r["round"]) == ("completed", "completed", 4)
     assert r["result"]["text"] == "All done."
     t = transcript(sqlite_rt, run_id)
-    assert [x[0] for x in t] == ["user", "assistant", "tool", "tool", "tool", "assistant", "tool",
-                                 "assistant", "tool", "tool", "assistant"]
+    assert [x[0] for x in t] == [
+        "user",
+        "assistant",
+        "tool",
+        "tool",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "tool",
+        "assistant",
+    ]
     assert [x[1] for x in t if x[0] == "tool"][:3] == ["a", "b", "c"]
     assert t[6][1] == "Tool error: the flux capacitor is cold"
     assert t[8][1] == "Tool not found: nope"
@@ -43,9 +63,19 @@ def test_tool_messages_in_call_order_whatever_finished_first(
     sqlite_rt: Runtime, stub: StubBroker
 ) -> None:
     # SPEC L-4: appended in the order the model made the calls
-    spec = agent([{"tool_calls": [call("echo", {"text": "first"}, "x1"),
-                                  call("echo", {"text": "second"}, "x2")]},
-                  {"text": "ok"}], tools=TOOLS, parallel_tools=2)
+    spec = agent(
+        [
+            {
+                "tool_calls": [
+                    call("echo", {"text": "first"}, "x1"),
+                    call("echo", {"text": "second"}, "x2"),
+                ]
+            },
+            {"text": "ok"},
+        ],
+        tools=TOOLS,
+        parallel_tools=2,
+    )
     run_id = submit(sqlite_rt, spec)
     round_msg = stub.pop()
     stub.deliver(sqlite_rt, round_msg)  # type: ignore[arg-type]
@@ -59,8 +89,13 @@ def test_tool_messages_in_call_order_whatever_finished_first(
 
 def test_serial_batch_queues_one_call_at_a_time(sqlite_rt: Runtime, stub: StubBroker) -> None:
     # SPEC L-4: parallel_tools=1 (tool agent default) runs calls one after another
-    spec = agent([{"tool_calls": [call("echo", {"text": str(i)}, f"s{i}") for i in range(3)]},
-                  {"text": "ok"}], tools=TOOLS)
+    spec = agent(
+        [
+            {"tool_calls": [call("echo", {"text": str(i)}, f"s{i}") for i in range(3)]},
+            {"text": "ok"},
+        ],
+        tools=TOOLS,
+    )
     submit(sqlite_rt, spec)
     stub.deliver(sqlite_rt, stub.pop())  # type: ignore[arg-type]
     assert [k for _, k, _ in stub.queue] == ["tool"]
@@ -69,8 +104,7 @@ def test_serial_batch_queues_one_call_at_a_time(sqlite_rt: Runtime, stub: StubBr
 
 
 def test_duplicate_tool_message_runs_the_tool_once(sqlite_rt: Runtime, stub: StubBroker) -> None:
-    spec = agent([{"tool_calls": [call("echo", {"text": "x"}, "d1")]}, {"text": "ok"}],
-                 tools=TOOLS)
+    spec = agent([{"tool_calls": [call("echo", {"text": "x"}, "d1")]}, {"text": "ok"}], tools=TOOLS)
     run_id = submit(sqlite_rt, spec)
     stub.deliver(sqlite_rt, stub.pop())  # type: ignore[arg-type]
     tool_msg = stub.pop()
@@ -85,10 +119,19 @@ def test_duplicate_tool_message_runs_the_tool_once(sqlite_rt: Runtime, stub: Stu
 
 def test_stop_tool_ends_without_another_model_call(sqlite_rt: Runtime, stub: StubBroker) -> None:
     # SPEC L-6 and L-4 (calls after the stop are skipped)
-    spec = agent([{"tool_calls": [call("echo", {"text": "before"}, "a"),
-                                  call("stop", {"reason": "done"}, "b"),
-                                  call("echo", {"text": "after"}, "c")]},
-                  {"text": "never"}], tools=[*TOOLS, "stop"])
+    spec = agent(
+        [
+            {
+                "tool_calls": [
+                    call("echo", {"text": "before"}, "a"),
+                    call("stop", {"reason": "done"}, "b"),
+                    call("echo", {"text": "after"}, "c"),
+                ]
+            },
+            {"text": "never"},
+        ],
+        tools=[*TOOLS, "stop"],
+    )
     run_id = submit(sqlite_rt, spec)
     stub.drain(sqlite_rt)
     r = run(sqlite_rt, run_id)
@@ -103,8 +146,10 @@ LOOP = [{"text": "", "tool_calls": [call("echo", {"text": "again"})]}]
 
 def test_max_rounds_stop_reason_with_last_text(sqlite_rt: Runtime, stub: StubBroker) -> None:
     # SPEC L-2: ends completed with stop_reason max_rounds and the last answer text
-    replies = [{"text": "thinking aloud", "tool_calls": [call("echo", {"text": str(i)})]}
-               for i in range(10)]
+    replies = [
+        {"text": "thinking aloud", "tool_calls": [call("echo", {"text": str(i)})]}
+        for i in range(10)
+    ]
     run_id = submit(sqlite_rt, agent(replies, tools=TOOLS, max_rounds=3))
     stub.drain(sqlite_rt)
     r = run(sqlite_rt, run_id)
@@ -116,8 +161,9 @@ def test_max_rounds_stop_reason_with_last_text(sqlite_rt: Runtime, stub: StubBro
 def test_final_answer_on_limit_makes_one_last_call(sqlite_rt: Runtime, stub: StubBroker) -> None:
     replies = [{"tool_calls": [call("echo", {"text": str(i)})]} for i in range(2)]
     replies.append({"text": "final answer"})
-    run_id = submit(sqlite_rt, agent(replies, tools=TOOLS, max_rounds=2,
-                                     final_answer_on_limit=True))
+    run_id = submit(
+        sqlite_rt, agent(replies, tools=TOOLS, max_rounds=2, final_answer_on_limit=True)
+    )
     stub.drain(sqlite_rt)
     r = run(sqlite_rt, run_id)
     assert (r["stop_reason"], r["result"]["text"]) == ("max_rounds", "final answer")
@@ -135,10 +181,13 @@ def test_budget_max_cost(sqlite_rt: Runtime, stub: StubBroker) -> None:
 
 
 def test_budget_max_tool_calls(sqlite_rt: Runtime, stub: StubBroker) -> None:
-    replies = [{"tool_calls": [call("echo", {"text": "x"}), call("echo", {"text": "y"})]}
-               for _ in range(10)]
-    run_id = submit(sqlite_rt, agent(replies, tools=TOOLS, parallel_tools=2,
-                                     budget={"max_tool_calls": 3}))
+    replies = [
+        {"tool_calls": [call("echo", {"text": "x"}), call("echo", {"text": "y"})]}
+        for _ in range(10)
+    ]
+    run_id = submit(
+        sqlite_rt, agent(replies, tools=TOOLS, parallel_tools=2, budget={"max_tool_calls": 3})
+    )
     stub.drain(sqlite_rt)
     r = run(sqlite_rt, run_id)
     assert r["stop_reason"] == "budget_tool_calls" and model_rounds(sqlite_rt, run_id) == 2
@@ -157,8 +206,9 @@ def test_one_megabyte_result_stored_whole_model_sees_it_reduced(
     sqlite_rt: Runtime, stub: StubBroker
 ) -> None:
     # SPEC L-7
-    spec = agent([{"tool_calls": [call("big", {"size": 1_000_000}, "b1")]}, {"text": "ok"}],
-                 tools=TOOLS)
+    spec = agent(
+        [{"tool_calls": [call("big", {"size": 1_000_000}, "b1")]}, {"text": "ok"}], tools=TOOLS
+    )
     run_id = submit(sqlite_rt, spec)
     stub.drain(sqlite_rt)
     with sqlite_rt.engine.connect() as conn:
@@ -176,8 +226,7 @@ def test_context_checkpoint_when_history_passes_80_percent(
     long = "x" * 1200
     replies = [{"tool_calls": [call("echo", {"text": f"{i} {long}"})]} for i in range(8)]
     replies.append({"text": "finished"})
-    spec = agent(replies, tools=TOOLS,
-                 model_extra={"context_window": 2000, "max_tokens": 200})
+    spec = agent(replies, tools=TOOLS, model_extra={"context_window": 2000, "max_tokens": 200})
     run_id = submit(sqlite_rt, spec)
     stub.drain(sqlite_rt)
     r = run(sqlite_rt, run_id)
@@ -193,10 +242,10 @@ def test_context_checkpoint_when_history_passes_80_percent(
 def test_bytes_written_per_round_do_not_grow(sqlite_rt: Runtime, stub: StubBroker) -> None:
     # issue 4 acceptance 6: round 60 writes within 1.2x of round 5 (rows x sizes)
     text = "y" * 500
-    replies = [{"text": "", "tool_calls": [call("echo", {"text": f"{i:03d} {text}"})]}
-               for i in range(70)]
-    run_id = submit(sqlite_rt, agent(replies, tools=TOOLS, max_rounds=65,
-                                     force_answer_after=1000))
+    replies = [
+        {"text": "", "tool_calls": [call("echo", {"text": f"{i:03d} {text}"})]} for i in range(70)
+    ]
+    run_id = submit(sqlite_rt, agent(replies, tools=TOOLS, max_rounds=65, force_answer_after=1000))
     stub.drain(sqlite_rt)
     with sqlite_rt.engine.connect() as conn:
         rows = conn.execute(sa.select(messages).where(messages.c.run_id == run_id)).mappings().all()

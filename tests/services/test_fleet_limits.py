@@ -30,12 +30,23 @@ def _limited(prod_rt: Runtime) -> Runtime:
 
 def test_max_concurrent_holds_across_the_fleet(prod_rt: Runtime, workers: WorkerProcs) -> None:
     _start(workers)
-    with FakeLLMServer(lambda body: ReplySpec(text="ok", first_byte_latency=0.3)) as llm, \
-            TestClient(create_app(lambda: _limited(prod_rt))) as client:
-        agent: dict[str, Any] = {"kind": "chat", "model": {
-            "provider": "openai", "base_url": llm.base_url, "model": "m", "max_concurrent": 4}}
-        ids = [client.post("/v1/runs", json={"agent": agent, "input": f"q{i}"}).json()["id"]
-               for i in range(30)]
+    with (
+        FakeLLMServer(lambda body: ReplySpec(text="ok", first_byte_latency=0.3)) as llm,
+        TestClient(create_app(lambda: _limited(prod_rt))) as client,
+    ):
+        agent: dict[str, Any] = {
+            "kind": "chat",
+            "model": {
+                "provider": "openai",
+                "base_url": llm.base_url,
+                "model": "m",
+                "max_concurrent": 4,
+            },
+        }
+        ids = [
+            client.post("/v1/runs", json={"agent": agent, "input": f"q{i}"}).json()["id"]
+            for i in range(30)
+        ]
         wait_for(lambda: _all_done(client, ids), 90, interval=0.5, what="30 runs")
         peak = llm.max_concurrency
     assert len(llm.requests) == 30
@@ -50,16 +61,30 @@ def test_429_pauses_the_profile_fleet_wide(prod_rt: Runtime, workers: WorkerProc
     def responder(body: dict[str, Any]) -> ReplySpec:
         state["n"] += 1
         if state["n"] == 3:
-            return ReplySpec(status=429, headers={"Retry-After": "3"},
-                             body={"error": {"message": "rate limited"}})
+            return ReplySpec(
+                status=429,
+                headers={"Retry-After": "3"},
+                body={"error": {"message": "rate limited"}},
+            )
         return ReplySpec(text="ok", first_byte_latency=0.2)
 
-    with FakeLLMServer(responder) as llm, \
-            TestClient(create_app(lambda: _limited(prod_rt))) as client:
-        agent: dict[str, Any] = {"kind": "chat", "model": {
-            "provider": "openai", "base_url": llm.base_url, "model": "m", "max_concurrent": 2}}
-        ids = [client.post("/v1/runs", json={"agent": agent, "input": f"q{i}"}).json()["id"]
-               for i in range(12)]
+    with (
+        FakeLLMServer(responder) as llm,
+        TestClient(create_app(lambda: _limited(prod_rt))) as client,
+    ):
+        agent: dict[str, Any] = {
+            "kind": "chat",
+            "model": {
+                "provider": "openai",
+                "base_url": llm.base_url,
+                "model": "m",
+                "max_concurrent": 2,
+            },
+        }
+        ids = [
+            client.post("/v1/runs", json={"agent": agent, "input": f"q{i}"}).json()["id"]
+            for i in range(12)
+        ]
         wait_for(lambda: _all_done(client, ids), 90, interval=0.5, what="12 runs")
         times = [r.at for r in llm.requests]
     t429 = times[2]

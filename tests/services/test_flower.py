@@ -32,9 +32,14 @@ def flower(workers: WorkerProcs, tmp_path: Path) -> Iterator[str]:
     port = _port()
     env = {**os.environ, **workers.env, "TREADLE_FLOWER_AUTH": ":".join(AUTH)}
     log = open(tmp_path / "flower.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, "-m", "scheduler.cli", "flower", "--port", str(port)],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scheduler.cli", "flower", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
 
     def up() -> bool:
@@ -52,8 +57,9 @@ def flower(workers: WorkerProcs, tmp_path: Path) -> Iterator[str]:
         log.close()
 
 
-def test_flower_lists_workers_and_recent_tasks(prod_rt: Runtime, workers: WorkerProcs,
-                                               flower: str) -> None:
+def test_flower_lists_workers_and_recent_tasks(
+    prod_rt: Runtime, workers: WorkerProcs, flower: str
+) -> None:
     workers.start("alpha")
     assert httpx.get(f"{flower}/api/workers", timeout=5).status_code == 401  # auth is on
     chat = {"kind": "chat", "model": {"provider": "scripted", "replies": [{"text": "hi"}]}}

@@ -22,35 +22,64 @@ def effects() -> Iterator[EffectServer]:
 
 @pytest.fixture
 def fast_recovery(effects: EffectServer) -> dict[str, str]:
-    return {"TREADLE_LEASE_SECONDS": "3", "TREADLE_REDRIVE_SECONDS": "2",
-            "TREADLE_ALLOW_HOSTS": f"127.0.0.1:{effects.port}"}
+    return {
+        "TREADLE_LEASE_SECONDS": "3",
+        "TREADLE_REDRIVE_SECONDS": "2",
+        "TREADLE_ALLOW_HOSTS": f"127.0.0.1:{effects.port}",
+    }
 
 
-def test_kill_during_approved_write(prod_rt: Runtime, workers: WorkerProcs,
-                                    effects: EffectServer) -> None:
-    record = {"name": "record", "description": "Record an item.", "read_only": False,
-              "parameters": {"type": "object", "properties": {"item": {"type": "string"}},
-                             "required": ["item"]},
-              "http": {"method": "POST", "url": f"{effects.url}/record"}}
-    agent = {"kind": "agent", "guarded": True, "tools": [record], "model": {
-        "provider": "scripted", "replies": [
-            {"tool_calls": [{"id": "w1", "name": "record", "arguments": {"item": "A"}}]},
-            {"text": "Recorded A."}]}}
+def test_kill_during_approved_write(
+    prod_rt: Runtime, workers: WorkerProcs, effects: EffectServer
+) -> None:
+    record = {
+        "name": "record",
+        "description": "Record an item.",
+        "read_only": False,
+        "parameters": {
+            "type": "object",
+            "properties": {"item": {"type": "string"}},
+            "required": ["item"],
+        },
+        "http": {"method": "POST", "url": f"{effects.url}/record"},
+    }
+    agent = {
+        "kind": "agent",
+        "guarded": True,
+        "tools": [record],
+        "model": {
+            "provider": "scripted",
+            "replies": [
+                {"tool_calls": [{"id": "w1", "name": "record", "arguments": {"item": "A"}}]},
+                {"text": "Recorded A."},
+            ],
+        },
+    }
     reaper = ReaperLoop(prod_rt, 0.5).start()
     try:
         workers.start("alpha")
         with TestClient(create_app(lambda: prod_rt)) as client:
             run = client.post("/v1/runs", json={"agent": agent, "input": "record A"}).json()
-            waiting = wait_for(lambda: (x := client.get(f"/v1/runs/{run['id']}").json())
-                               ["status"] == "waiting" and x, 30)
+            waiting = wait_for(
+                lambda: (
+                    (x := client.get(f"/v1/runs/{run['id']}").json())["status"] == "waiting" and x
+                ),
+                30,
+            )
             apr = waiting["pending"]["approval_id"]
-            client.post(f"/v1/runs/{run['id']}/approval", json={"approval_id": apr,
-                                                                 "approve": "all"})
+            client.post(
+                f"/v1/runs/{run['id']}/approval", json={"approval_id": apr, "approve": "all"}
+            )
             assert effects.received.wait(20), "the write never reached the endpoint"
             workers.kill("alpha")  # mid-request: the endpoint will still apply the effect
             workers.start("beta")
-            done = wait_for(lambda: (x := client.get(f"/v1/runs/{run['id']}").json())
-                            ["status"] == "completed" and x, 60, what="completed after the kill")
+            done = wait_for(
+                lambda: (
+                    (x := client.get(f"/v1/runs/{run['id']}").json())["status"] == "completed" and x
+                ),
+                60,
+                what="completed after the kill",
+            )
             msgs = client.get(f"/v1/runs/{run['id']}/messages").json()["messages"]
     finally:
         reaper.stop()

@@ -28,8 +28,10 @@ def fast_recovery() -> dict[str, str]:
 def test_kill_mid_model_call_reruns_commits_once_bills_both(
     prod_rt: Runtime, workers: WorkerProcs, call_log: Path
 ) -> None:
-    slow = {"kind": "chat", "model": {"provider": "scripted",
-                                       "replies": [{"text": "finally", "sleep": 2.0}]}}
+    slow = {
+        "kind": "chat",
+        "model": {"provider": "scripted", "replies": [{"text": "finally", "sleep": 2.0}]},
+    }
     workers.start("alpha")
     reaper = ReaperLoop(prod_rt, 0.5).start()
     try:
@@ -43,10 +45,16 @@ def test_kill_mid_model_call_reruns_commits_once_bills_both(
         reaper.stop()
     assert len(model_calls(call_log)) == 2, "the round re-ran: a second model request"
     with prod_rt.engine.connect() as conn:
-        rows = conn.execute(sa.select(usage).where(usage.c.run_id == run["id"])
-                            .order_by(usage.c.id)).mappings().all()
-        assistants = conn.execute(sa.select(sa.func.count()).select_from(messages).where(
-            messages.c.run_id == run["id"], messages.c.role == "assistant")).scalar_one()
+        rows = (
+            conn.execute(sa.select(usage).where(usage.c.run_id == run["id"]).order_by(usage.c.id))
+            .mappings()
+            .all()
+        )
+        assistants = conn.execute(
+            sa.select(sa.func.count())
+            .select_from(messages)
+            .where(messages.c.run_id == run["id"], messages.c.role == "assistant")
+        ).scalar_one()
     assert assistants == 1, "committed once"
     assert [(r["round"], r["committed"]) for r in rows] == [(1, False), (1, True)]
     assert rows[0]["input_tokens"] > 0 and rows[0]["estimated"], "the killed call is billed"

@@ -15,21 +15,42 @@ from shared.engine.runtime import Runtime
 from shared.llm.fake_server import FakeLLMServer, ReplySpec
 from tests.support import WorkerProcs, wait_for
 
-ASK = {"reason": "Need the city", "questions": [
-    {"question": "Which city?", "options": [{"label": "Paris", "value": "paris"},
-                                            {"label": "Rome", "value": "rome"}]}]}
+ASK = {
+    "reason": "Need the city",
+    "questions": [
+        {
+            "question": "Which city?",
+            "options": [{"label": "Paris", "value": "paris"}, {"label": "Rome", "value": "rome"}],
+        }
+    ],
+}
 
 
 def _responder(body: dict[str, Any]) -> ReplySpec:
     n = sum(1 for m in body["messages"] if m["role"] == "assistant")
     if n == 0:
-        return ReplySpec(tool_calls=[
-            {"id": "p1", "name": "set_plan", "arguments": {"name": "Trip",
-                                                           "steps": ["pick city", "book"]}},
-            {"id": "ask1", "name": "ask_user", "arguments": ASK}])
+        return ReplySpec(
+            tool_calls=[
+                {
+                    "id": "p1",
+                    "name": "set_plan",
+                    "arguments": {"name": "Trip", "steps": ["pick city", "book"]},
+                },
+                {"id": "ask1", "name": "ask_user", "arguments": ASK},
+            ]
+        )
     if n == 1:
-        return ReplySpec(tool_calls=[{"id": "p2", "name": "update_plan", "arguments": {
-            "updates": [{"id": "s1", "status": "done"}, {"id": "s2", "status": "done"}]}}])
+        return ReplySpec(
+            tool_calls=[
+                {
+                    "id": "p2",
+                    "name": "update_plan",
+                    "arguments": {
+                        "updates": [{"id": "s1", "status": "done"}, {"id": "s2", "status": "done"}]
+                    },
+                }
+            ]
+        )
     return ReplySpec(text="Booked.")
 
 
@@ -38,7 +59,8 @@ def _queued(rt: Runtime) -> int:
     r = redis.Redis.from_url(rt.settings.broker_url)
     p = rt.settings.broker_prefix
     return sum(int(r.llen(f"{p}{q}")) for q in ("treadle.rounds", "treadle.tools")) + int(
-        r.hlen(f"{p}unacked"))
+        r.hlen(f"{p}unacked")
+    )
 
 
 def _active_tasks(prod_rt: Runtime) -> int:
@@ -53,11 +75,18 @@ def test_pause_holds_nothing_and_survives_a_worker_restart(
     workers.start("alpha")
     workers.start("beta")
     with FakeLLMServer(_responder) as llm, TestClient(create_app(lambda: prod_rt)) as client:
-        agent = {"kind": "agent", "plan": True, "ask": True,
-                 "model": {"provider": "openai", "base_url": llm.base_url, "model": "m"}}
+        agent = {
+            "kind": "agent",
+            "plan": True,
+            "ask": True,
+            "model": {"provider": "openai", "base_url": llm.base_url, "model": "m"},
+        }
         run = client.post("/v1/runs", json={"agent": agent, "input": "Plan my trip"}).json()
-        waiting = wait_for(lambda: (x := client.get(f"/v1/runs/{run['id']}").json())
-                           ["status"] == "waiting" and x, 30, what="waiting")
+        waiting = wait_for(
+            lambda: (x := client.get(f"/v1/runs/{run['id']}").json())["status"] == "waiting" and x,
+            30,
+            what="waiting",
+        )
         assert waiting["pending"]["kind"] == "ask" and waiting["plan"]["name"] == "Trip"
         time.sleep(0.5)
         assert _queued(prod_rt) == 0, "a waiting run must hold no queue message"
@@ -65,11 +94,17 @@ def test_pause_holds_nothing_and_survives_a_worker_restart(
         workers.kill("alpha")
         workers.kill("beta")
         workers.start("gamma")
-        resp = client.post(f"/v1/runs/{run['id']}/answer",
-                           json={"ask_id": "ask1", "answers": ["paris"]})
+        resp = client.post(
+            f"/v1/runs/{run['id']}/answer", json={"ask_id": "ask1", "answers": ["paris"]}
+        )
         assert resp.status_code == 200, resp.text
-        done = wait_for(lambda: (x := client.get(f"/v1/runs/{run['id']}").json())
-                        ["status"] == "completed" and x, 30, what="completed")
+        done = wait_for(
+            lambda: (
+                (x := client.get(f"/v1/runs/{run['id']}").json())["status"] == "completed" and x
+            ),
+            30,
+            what="completed",
+        )
         after = llm.bodies[1]["messages"]
     assert done["result"]["text"] == "Booked."
     assert [s["status"] for s in done["plan"]["steps"]] == ["done", "done"]
@@ -89,16 +124,34 @@ def _rss_kb(pid: int) -> int:
 def test_thousand_waiting_runs_queue_nothing(prod_rt: Runtime, workers: WorkerProcs) -> None:
     workers.start("alpha", concurrency=16)
     workers.start("beta", concurrency=16)
-    agent = {"kind": "agent", "ask": True, "model": {"provider": "scripted", "replies": [
-        {"tool_calls": [{"id": "a1", "name": "ask_user",
-                         "arguments": {"question": "Go?", "options": ["yes", "no"]}}]},
-        {"text": "went"}]}}
+    agent = {
+        "kind": "agent",
+        "ask": True,
+        "model": {
+            "provider": "scripted",
+            "replies": [
+                {
+                    "tool_calls": [
+                        {
+                            "id": "a1",
+                            "name": "ask_user",
+                            "arguments": {"question": "Go?", "options": ["yes", "no"]},
+                        }
+                    ]
+                },
+                {"text": "went"},
+            ],
+        },
+    }
     pids = [p.pid for p in workers.procs.values()]
 
     with TestClient(create_app(lambda: prod_rt)) as client:
+
         def submit(n: int) -> list[str]:
-            return [client.post("/v1/runs", json={"agent": agent, "input": f"q{i}"}).json()["id"]
-                    for i in range(n)]
+            return [
+                client.post("/v1/runs", json={"agent": agent, "input": f"q{i}"}).json()["id"]
+                for i in range(n)
+            ]
 
         ids = submit(100)
         wait_for(lambda: _waiting(prod_rt) == 100, 60, what="100 waiting")
@@ -109,13 +162,23 @@ def test_thousand_waiting_runs_queue_nothing(prod_rt: Runtime, workers: WorkerPr
         rss_1000 = sum(_rss_kb(p) for p in pids)
         assert _queued(prod_rt) == 0
         for run_id in ids:
-            assert client.post(f"/v1/runs/{run_id}/answer",
-                               json={"ask_id": "a1", "answers": ["yes"]}).status_code == 200
-        wait_for(lambda: _status_count(prod_rt, "completed") == 1000, 180, interval=0.5,
-                 what="1000 completed")
+            assert (
+                client.post(
+                    f"/v1/runs/{run_id}/answer", json={"ask_id": "a1", "answers": ["yes"]}
+                ).status_code
+                == 200
+            )
+        wait_for(
+            lambda: _status_count(prod_rt, "completed") == 1000,
+            180,
+            interval=0.5,
+            what="1000 completed",
+        )
     growth_mb = (rss_1000 - rss_100) / 1024
-    print(f"\nworker RSS at 100 waiting: {rss_100 / 1024:.1f} MB, at 1000: {rss_1000 / 1024:.1f} MB"
-          f" (growth {growth_mb:.1f} MB over 900 more waiting runs)")
+    print(
+        f"\nworker RSS at 100 waiting: {rss_100 / 1024:.1f} MB, at 1000: {rss_1000 / 1024:.1f} MB"
+        f" (growth {growth_mb:.1f} MB over 900 more waiting runs)"
+    )
     assert growth_mb < 25, f"worker memory grew {growth_mb:.1f} MB while runs waited"
 
 
@@ -125,8 +188,11 @@ def _status_count(rt: Runtime, status: str) -> int:
     from shared.store.tables import runs
 
     with rt.engine.connect() as conn:
-        return int(conn.execute(sa.select(sa.func.count()).select_from(runs)
-                                .where(runs.c.status == status)).scalar_one())
+        return int(
+            conn.execute(
+                sa.select(sa.func.count()).select_from(runs).where(runs.c.status == status)
+            ).scalar_one()
+        )
 
 
 def _waiting(rt: Runtime) -> int:

@@ -16,7 +16,10 @@ from tests.support import WorkerProcs, model_calls, wait_for
 from worker.runtime import task_args
 
 CHAT = {"kind": "chat", "model": {"provider": "scripted", "replies": [{"text": "done"}]}}
-SLOW = {"kind": "chat", "model": {"provider": "scripted", "replies": [{"text": "ok", "sleep": 1.0}]}}
+SLOW = {
+    "kind": "chat",
+    "model": {"provider": "scripted", "replies": [{"text": "ok", "sleep": 1.0}]},
+}
 
 
 def _statuses(client: TestClient, ids: list[str]) -> Counter[str]:
@@ -29,8 +32,10 @@ def test_fifty_runs_two_workers_each_round_once(
     workers.start("alpha")
     workers.start("beta")
     with TestClient(create_app(lambda: prod_rt)) as client:
-        ids = [client.post("/v1/runs", json={"agent": CHAT, "input": f"question {i}"}).json()["id"]
-               for i in range(50)]
+        ids = [
+            client.post("/v1/runs", json={"agent": CHAT, "input": f"question {i}"}).json()["id"]
+            for i in range(50)
+        ]
         wait_for(lambda: _statuses(client, ids)["completed"] == 50, 60, what="50 completed runs")
         runs = [client.get(f"/v1/runs/{i}").json() for i in ids]
     assert all(r["result"]["text"] == "done" for r in runs)
@@ -50,7 +55,7 @@ def test_duplicate_delivery_executes_round_once(
     prod_rt.publish = lambda items: (captured.extend(items), real_publish(items))  # type: ignore[assignment]
     with TestClient(create_app(lambda: prod_rt)) as client:
         run = client.post("/v1/runs", json={"agent": SLOW, "input": "hi"}).json()
-        (outbox_id, kind, payload), = captured
+        ((outbox_id, kind, payload),) = captured
         celery_app = real_publish.app  # type: ignore[attr-defined]
         for _ in range(2):  # the same message twice more, while the first is in flight
             celery_app.send_task("treadle.round", args=task_args(kind, payload, outbox_id))

@@ -29,8 +29,9 @@ def test_flushed_round_message_resumes_within_the_reaper_interval(
     reaper = ReaperLoop(prod_rt, prod_rt.settings.reaper_interval).start()
     try:
         with TestClient(create_app(lambda: prod_rt)) as client:
-            assert _status(client, client.post("/v1/runs", json={"agent": CHAT, "input": "warm"})
-                           .json()["id"]) in ("queued", "running", "completed")
+            assert _status(
+                client, client.post("/v1/runs", json={"agent": CHAT, "input": "warm"}).json()["id"]
+            ) in ("queued", "running", "completed")
             time.sleep(1)
             published = prod_rt.publish
             prod_rt.publish = lambda items: None  # type: ignore[assignment]  # the message is lost
@@ -38,8 +39,12 @@ def test_flushed_round_message_resumes_within_the_reaper_interval(
             prod_rt.publish = published
             redis.Redis.from_url(prod_rt.settings.broker_url).flushdb()  # and the broker too
             t0 = time.monotonic()
-            wait_for(lambda: _status(client, run["id"]) == "completed", 40, interval=0.2,
-                     what="the reaper to re-drive the run")
+            wait_for(
+                lambda: _status(client, run["id"]) == "completed",
+                40,
+                interval=0.2,
+                what="the reaper to re-drive the run",
+            )
             took = time.monotonic() - t0
     finally:
         reaper.stop()

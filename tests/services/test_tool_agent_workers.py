@@ -16,25 +16,38 @@ def _call(name: str, args: object, id: str) -> dict[str, object]:
 
 
 def _agent(replies: list[dict[str, object]], **kw: object) -> dict[str, object]:
-    return {"kind": "agent", "model": {"provider": "scripted", "replies": replies},
-            "tools": TOOLS, **kw}
+    return {
+        "kind": "agent",
+        "model": {"provider": "scripted", "replies": replies},
+        "tools": TOOLS,
+        **kw,
+    }
 
 
 def _finish(client: TestClient, run_id: str, timeout: float = 30) -> dict[str, object]:
-    return wait_for(lambda: (r := client.get(f"/v1/runs/{run_id}").json())["status"]
-                    in ("completed", "failed") and r, timeout, what=f"run {run_id} to finish")
+    return wait_for(
+        lambda: (
+            (r := client.get(f"/v1/runs/{run_id}").json())["status"] in ("completed", "failed")
+            and r
+        ),
+        timeout,
+        what=f"run {run_id} to finish",
+    )
 
 
 def test_four_round_run_through_real_workers(prod_rt: Runtime, workers: WorkerProcs) -> None:
     # SPEC L-4, L-5: calls ordered as made; errors are tool results
     workers.start("alpha")
     workers.start("beta")
-    agent = _agent([
-        {"tool_calls": [_call("echo", {"text": t}, f"c{t}") for t in "abc"]},
-        {"tool_calls": [_call("boom", {}, "c4")]},
-        {"tool_calls": [_call("nope", {}, "c5"), _call("echo", '{"text": ', "c6")]},
-        {"text": "All done."},
-    ], parallel_tools=3)
+    agent = _agent(
+        [
+            {"tool_calls": [_call("echo", {"text": t}, f"c{t}") for t in "abc"]},
+            {"tool_calls": [_call("boom", {}, "c4")]},
+            {"tool_calls": [_call("nope", {}, "c5"), _call("echo", '{"text": ', "c6")]},
+            {"text": "All done."},
+        ],
+        parallel_tools=3,
+    )
     with TestClient(create_app(lambda: prod_rt)) as client:
         run = client.post("/v1/runs", json={"agent": agent, "input": "go"}).json()
         done = _finish(client, run["id"])
@@ -49,9 +62,17 @@ def test_four_round_run_through_real_workers(prod_rt: Runtime, workers: WorkerPr
 
 
 def _batch_wall(client: TestClient, parallel: int) -> float:
-    agent = _agent([{"tool_calls": [_call("sleepy", {"seconds": 1, "label": str(i)}, f"s{i}")
-                                    for i in range(3)]}, {"text": "ok"}],
-                   parallel_tools=parallel)
+    agent = _agent(
+        [
+            {
+                "tool_calls": [
+                    _call("sleepy", {"seconds": 1, "label": str(i)}, f"s{i}") for i in range(3)
+                ]
+            },
+            {"text": "ok"},
+        ],
+        parallel_tools=parallel,
+    )
     run = client.post("/v1/runs", json={"agent": agent, "input": "go"}).json()
     _finish(client, run["id"])
     calls = client.get(f"/v1/runs/{run['id']}/tool-calls").json()["tool_calls"]

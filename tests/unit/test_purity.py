@@ -7,8 +7,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-FORBIDDEN = {"celery", "kombu", "sqlalchemy", "httpx", "httpx_sse", "redis", "fastapi",
-             "starlette", "psycopg", "uvicorn"}
+FORBIDDEN = {
+    "celery",
+    "kombu",
+    "sqlalchemy",
+    "httpx",
+    "httpx_sse",
+    "redis",
+    "fastapi",
+    "starlette",
+    "psycopg",
+    "uvicorn",
+}
 AGENT = Path(__file__).resolve().parents[2] / "shared" / "agent"
 
 
@@ -34,9 +44,12 @@ def test_agent_sources_import_nothing_impure() -> None:
 
 
 def test_importing_the_core_loads_no_io_library() -> None:
-    mods = ", ".join(f"shared.agent.{f.stem}" for f in sorted(AGENT.glob("*.py"))
-                     if f.stem != "__init__")
-    code = (f"import sys, importlib\nfor m in '{mods}'.split(', '): importlib.import_module(m)\n"
-            f"print(sorted(k for k in sys.modules if k.split('.')[0] in {sorted(FORBIDDEN)!r}))")
+    mods = ", ".join(
+        f"shared.agent.{f.stem}" for f in sorted(AGENT.glob("*.py")) if f.stem != "__init__"
+    )
+    code = (
+        f"import sys, importlib\nfor m in '{mods}'.split(', '): importlib.import_module(m)\n"
+        f"print(sorted(k for k in sys.modules if k.split('.')[0] in {sorted(FORBIDDEN)!r}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
