@@ -448,11 +448,40 @@ def treadle_env(url: str, prefix: str, **extra: str) -> dict[str, str]:
 
 
 def start_treadle_workers(procs: Procs, env: dict[str, str], n: int, concurrency: int,
-                          tag: str = "tw") -> list[str]:
+                          tag: str = "tw", metrics_ports: Sequence[int] = ()) -> list[str]:
+    """``n`` worker processes; with ``metrics_ports``, each serves /metrics on its port."""
     names = [f"{tag}{i + 1}-{uuid.uuid4().hex[:4]}" for i in range(n)]
-    for name in names:
-        procs.start(name, celery_worker_cmd("worker.app", name, concurrency, QUEUES), env)
+    for i, name in enumerate(names):
+        extra = ({"TREADLE_WORKER_METRICS_PORT": str(metrics_ports[i])}
+                 if i < len(metrics_ports) else {})
+        procs.start(name, celery_worker_cmd("worker.app", name, concurrency, QUEUES),
+                    {**env, **extra})
     return names
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def round_outcomes(ports: Sequence[int]) -> dict[str, float]:
+    """``treadle_rounds_total`` by outcome, summed over the workers' /metrics."""
+    import httpx
+
+    out: dict[str, float] = {}
+    for port in ports:
+        try:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        except httpx.HTTPError:
+            continue
+        for line in text.splitlines():
+            m = re.match(r'treadle_rounds_total\{.*outcome="(\w+)".*\} ([0-9.e+]+)', line)
+            if m:
+                out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(2))
+    return out
 
 
 def treadle_runtime(url: str, prefix: str, pool_size: int = 10) -> Any:

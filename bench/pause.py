@@ -23,6 +23,7 @@ import sqlalchemy as sa
 
 from bench.common import (
     LOG_DIR,
+    PY,
     Floor,
     FloorResult,
     Probe,
@@ -31,6 +32,7 @@ from bench.common import (
     close_runtime,
     count_status,
     emit,
+    free_port,
     log,
     med,
     merge,
@@ -42,6 +44,7 @@ from bench.common import (
     queued_messages,
     redis_cleanup,
     retrying,
+    round_outcomes,
     scratch_db,
     start_treadle_workers,
     table_bytes,
@@ -103,7 +106,14 @@ def main() -> None:
             floor = Floor(procs, url, fprefix, concurrency=4)
             env = treadle_env(url, prefix, TREADLE_MODEL_CALL_LOG=call_log,
                               TREADLE_DB_POOL_SIZE="8")
-            names = start_treadle_workers(procs, env, WORKERS, CONC, tag="pw")
+            ports = [free_port() for _ in range(WORKERS)]
+            names = start_treadle_workers(procs, env, WORKERS, CONC, tag="pw",
+                                          metrics_ports=ports)
+            # the reaper's clock, as in production (re-drives what a PostgreSQL restart by
+            # another suite's chaos test could strand)
+            procs.start("beat", [PY, "-m", "celery", "-A", "worker.app", "beat",
+                                 "--loglevel=WARNING", "-s", str(LOG_DIR / "beat-schedule")],
+                        env)
             pids = [procs.pid(n) for n in names]
             with rt.engine.connect() as conn:
                 bytes0 = table_bytes(conn, TABLES)
@@ -186,10 +196,11 @@ def main() -> None:
             with ThreadPoolExecutor(4) as pool:
                 list(pool.map(ans, range(PACED, N)))
             res["answer_s"] = time.time() - t1
-            wait_for(lambda: count_status(poll, ["completed"]) >= N, 900,
+            wait_for(lambda: count_status(poll, ["completed"]) >= N, 400,
                      f"{N} completed runs", interval=0.5)
             res["drain_s"] = time.time() - t1
             res["rss_end"] = [proc_rss_mb(p) for p in pids]
+            res["outcomes"] = round_outcomes(ports)
             res["failed"] = count_status(poll, ["failed"])
             res["lat_bulk"] = _claim_latencies(rt, ids, bulk)
         finally:
@@ -289,8 +300,8 @@ def report(res: dict[str, Any], fl: FloorResult, started: float) -> None:
                f"{res['cache']:,} run histories (`shared/engine/cache.py`), waiting runs "
                "included: RSS grows with the runs a worker has seen until they are full (here "
                f"{WORKERS} processes x {res['cache']:,} runs), then stays flat.")
-    s.note("No reaper ran during the bench (it would scan for expired asks every "
-           "TREADLE_REAPER_INTERVAL).")
+    s.note("A `celery beat` process ran the reaper every TREADLE_REAPER_INTERVAL (5 s), as "
+           "in production.")
     sp, cp = res["lat_paced"]
     sb, cb = res["lat_bulk"]
     a = Section("Answer → next model request",
@@ -309,6 +320,13 @@ def report(res: dict[str, Any], fl: FloorResult, started: float) -> None:
            f"{res['drain_s']:.1f} s after the first ({(N - PACED) / res['drain_s']:.0f} "
            f"rounds/s); failed runs: {res['failed']}. The latency under load is queueing "
            "behind the other answers.")
+    if res.get("outcomes"):
+        a.note("Round tasks the workers ran, by outcome (their `treadle_rounds_total`): "
+               + ", ".join(f"{k} {v:,.0f}" for k, v in sorted(res["outcomes"].items()))
+               + f" for {2 * N:,} rounds of work; `stale` = a duplicate message for a version "
+               "the run had left (the reaper re-sends an outbox row nobody consumed within "
+               "TREADLE_REDRIVE_SECONDS, 15 s: under a backlog that long, every queued "
+               "message is sent again).")
     a.note("From the answer call = `answer_run` called (the API handler's work: one "
            "transaction, then the publish) → the scripted model called in the worker; from "
            "its commit = `answer_run` returned → the model call.")

@@ -199,7 +199,7 @@ def test_budget_deadline(sqlite_rt: Runtime, stub: StubBroker) -> None:
     stub.drain(sqlite_rt)
     r = run(sqlite_rt, run_id)
     assert (r["status"], r["stop_reason"]) == ("completed", "budget_deadline")
-    assert 2 <= model_rounds(sqlite_rt, run_id) <= 4
+    assert 1 <= model_rounds(sqlite_rt, run_id) <= 4  # 0.4 s a round; fewer under load
 
 
 def test_one_megabyte_result_stored_whole_model_sees_it_reduced(
