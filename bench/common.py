@@ -187,13 +187,6 @@ def pg_cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
     return sum(v - before.get(p, 0.0) for p, v in after.items())
 
 
-def pg_xact(conn: sa.Connection, dbname: str) -> tuple[int, int]:
-    """(commits, rollbacks) of ``dbname`` from pg_stat_database (flushed about once a second)."""
-    row = conn.execute(sa.text("SELECT xact_commit, xact_rollback FROM pg_stat_database "
-                               "WHERE datname = :d"), {"d": dbname}).one()
-    return int(row[0]), int(row[1])
-
-
 # --------------------------------------------------------------------------- Redis
 
 
@@ -429,15 +422,6 @@ class Floor:
         self.app.close()
 
 
-def floor_hop(procs: Procs, url: str, prefix: str, hops: int = 300) -> FloorResult:
-    """The baseline of the treadle scripts: one chain, sequential hops, on ``url``."""
-    floor = Floor(procs, url, prefix, concurrency=4)
-    try:
-        return floor.run(chains=1, hops=hops)
-    finally:
-        floor.close()
-
-
 # --------------------------------------------------------------------------- treadle
 
 
@@ -568,11 +552,6 @@ def count_status(engine: sa.Engine, statuses: Sequence[str]) -> int:
     with engine.connect() as conn:
         return int(conn.execute(sa.text("SELECT count(*) FROM runs WHERE status = ANY(:s)"),
                                 {"s": list(statuses)}).scalar_one())
-
-
-def wait_runs_final(engine: sa.Engine, n: int, timeout: float, what: str = "runs") -> None:
-    wait_for(lambda: count_status(engine, ["completed", "failed", "cancelled"]) >= n, timeout,
-             f"{n} {what} to finish", interval=0.2)
 
 
 def failed_runs(engine: sa.Engine) -> list[tuple[str, Any]]:

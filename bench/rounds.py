@@ -434,9 +434,15 @@ def main() -> None:
               a.get("statements", ""), a.get("commits", ""), a.get("checkouts", ""))
     w1, wl = per_round.get(AT[0], {}).get("wal", 0), per_round.get(AT[-1], {}).get("wal", 0)
     flat = wl <= max(w1, 1) * 1.25
+    r1 = per_round.get(AT[0], {}).get("rows", 0) or 1
+    rl = per_round.get(AT[-1], {}).get("rows", 0)
+    reads = ("`rows read` (rows returned by the round's SELECTs and UPDATE … RETURNING) grows "
+             "with the run: the round claim reads the whole history every round"
+             if rl > 2 * r1 else
+             "`rows read` (rows returned by the round's SELECTs and UPDATE … RETURNING) is "
+             "flat: the history is read incrementally")
     s.note(f"Target: bytes written per round flat to round {AT[-1]}: WAL at round {AT[-1]} is "
-           f"{wl / max(w1, 1):.2f}x round {AT[0]} → {verdict(flat)}. Time per round is not flat "
-           "if `rows read` grows: the round claim reads the whole history every round.")
+           f"{wl / max(w1, 1):.2f}x round {AT[0]} → {verdict(flat)}. {reads}.")
     s.note(f"Engine in-process = the same round (round task + tool task, model call excluded) "
            f"driven by this process with a list for a broker (no Celery): the median over rounds "
            f"k±2; engine CPU = this thread's CPU time outside the model client's `complete()` "

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import threading
 import time
 from typing import Any
@@ -25,6 +24,7 @@ from bench.common import (
     Procs,
     Section,
     emit,
+    free_port,
     log,
     med,
     ms,
@@ -69,12 +69,6 @@ class SendTimes:
             await send(message)
 
         await self.app(scope, receive, timed_send)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def responder(body: dict[str, Any]) -> ReplySpec:

@@ -40,6 +40,7 @@ from bench.common import (
     pg_cpu_delta,
     proc_cpu,
     redis_cleanup,
+    retrying,
     scratch_db,
     start_treadle_workers,
     submit,
@@ -91,10 +92,14 @@ class ConnSampler:
 
 
 def snapshot(admin: sa.Engine, url: str, pids: list[int]) -> dict[str, Any]:
-    with admin.connect() as conn:
-        pg = pg_backend_cpu(conn, db_name(url))
+    pg = retrying(_backend_cpu, admin, url)
     return {"t": time.time(), "machine": machine_cpu()[0], "workers":
             sum(proc_cpu(p) for p in pids), "pg": pg}
+
+
+def _backend_cpu(admin: sa.Engine, url: str) -> dict[int, float]:
+    with admin.connect() as conn:
+        return pg_backend_cpu(conn, db_name(url))
 
 
 def per_round(a: dict[str, Any], b: dict[str, Any], rounds: int) -> dict[str, float]:
@@ -168,6 +173,19 @@ def measure(procs: Procs, url: str, n_procs: int) -> dict[str, Any]:
     return out
 
 
+def pg_started(url: str) -> str:
+    eng = sa.create_engine(url, pool_size=1)
+    try:
+        return str(retrying(_postmaster_start, eng))
+    finally:
+        eng.dispose()
+
+
+def _postmaster_start(eng: sa.Engine) -> Any:
+    with eng.connect() as conn:
+        return conn.execute(sa.text("SELECT pg_postmaster_start_time()")).scalar_one()
+
+
 def count_usage(engine: sa.Engine) -> int:
     with engine.connect() as conn:
         return int(conn.execute(sa.text("SELECT count(*) FROM usage")).scalar_one())
@@ -181,12 +199,21 @@ def main() -> None:
     with scratch_db("throughput") as url:
         try:
             for n in PROCS:
-                log(f"throughput: {n} worker process(es) x {CONC} threads")
-                try:
-                    results.append(measure(procs, url, n))
-                except Exception as exc:  # e.g. PostgreSQL restarted by another test run
-                    log(f"throughput: {n} processes failed: {exc!r}")
-                    errors.append(f"{n} processes: {type(exc).__name__}: {exc}"[:300])
+                for attempt in (1, 2):  # once more if PostgreSQL restarted meanwhile
+                    log(f"throughput: {n} worker process(es) x {CONC} threads")
+                    started_pg = pg_started(url)
+                    try:
+                        r = measure(procs, url, n)
+                    except Exception as exc:  # e.g. PostgreSQL restarted by a chaos test
+                        log(f"throughput: {n} processes failed: {exc!r}")
+                        if attempt == 2:
+                            first = str(exc).splitlines()[0] if str(exc) else ""
+                            errors.append(f"{n} processes: {type(exc).__name__}: {first}"[:200])
+                        continue
+                    if pg_started(url) == started_pg or attempt == 2:
+                        results.append(r)
+                        break
+                    log("throughput: PostgreSQL restarted during the measurement; again")
         finally:
             procs.stop_all()
     s = Section(f"Throughput: {RUNS} concurrent tool runs x {ROUNDS} rounds, model latency "

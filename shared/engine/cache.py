@@ -50,8 +50,8 @@ class _LRU(Generic[K, V]):
         return value
 
 
-_specs: _LRU[str, AgentSpec] = _LRU(2048)
-_history: _LRU[str, tuple[int, int, tuple[Message, ...]]] = _LRU(2048)
+_specs: _LRU[str, AgentSpec] = _LRU(256)  # a worker is busy with a few hundred runs at most
+_history: _LRU[str, tuple[int, int, tuple[Message, ...]]] = _LRU(256)
 
 
 def spec_of(run: Any) -> AgentSpec:

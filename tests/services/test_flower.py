@@ -60,6 +60,7 @@ def flower(workers: WorkerProcs, tmp_path: Path) -> Iterator[str]:
 def test_flower_lists_workers_and_recent_tasks(
     prod_rt: Runtime, workers: WorkerProcs, flower: str
 ) -> None:
+    workers.env["TREADLE_TASK_EVENTS"] = "true"  # as a deployment that runs Flower sets it
     workers.start("alpha")
     assert httpx.get(f"{flower}/api/workers", timeout=5).status_code == 401  # auth is on
     chat = {"kind": "chat", "model": {"provider": "scripted", "replies": [{"text": "hi"}]}}
