@@ -43,17 +43,10 @@ INPUT_SCHEMA: dict[str, Any] = {
 """The parameters of an agent tool that declares none."""
 
 
-class AgentTool:
-    """A ``Tool`` that answers with one model call of a chat or helper agent."""
+class _InlineFace:
+    """The Tool-protocol face of an inline tool spec (name, description, parameters, trust)."""
 
-    def __init__(
-        self, spec: InlineTool, profiles: Mapping[str, ModelProfile] | None = None
-    ) -> None:
-        if spec.agent is None:
-            raise ValueError(f"inline tool {spec.name!r} has no `agent`")
-        self._spec = spec
-        self._agent = spec.agent
-        self._profiles = dict(profiles or {})
+    _spec: InlineTool
 
     @property
     def name(self) -> str:
@@ -80,6 +73,19 @@ class AgentTool:
     def internal(self) -> bool:
         return False
 
+
+class AgentTool(_InlineFace):
+    """A ``Tool`` that answers with one model call of a chat or helper agent."""
+
+    def __init__(
+        self, spec: InlineTool, profiles: Mapping[str, ModelProfile] | None = None
+    ) -> None:
+        if spec.agent is None:
+            raise ValueError(f"inline tool {spec.name!r} has no `agent`")
+        self._spec = spec
+        self._agent = spec.agent
+        self._profiles = dict(profiles or {})
+
     def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         agent = self._agent_spec()
         try:
@@ -93,16 +99,22 @@ class AgentTool:
         decision = step(agent, LoopState(), reply, {}, call_cost=cost, question=question).decision
         result = decision.result if isinstance(decision, Finish) else {}
         return ToolResult(
-            text=agent_answer(agent, reply.text, result), cost=cost,
-            data={"agent_kind": agent.kind, "result": {"text": reply.text, **result},
-                  "usage": reply.usage.to_dict() if reply.usage else None},
+            text=agent_answer(agent, reply.text, result),
+            cost=cost,
+            data={
+                "agent_kind": agent.kind,
+                "result": {"text": reply.text, **result},
+                "usage": reply.usage.to_dict() if reply.usage else None,
+            },
         )
 
     def _agent_spec(self) -> AgentSpec:
         if isinstance(self._agent, AgentSpec):
             return self._agent
-        raise ToolError(f"agent {self._agent!r} was not resolved: registered agent names are "
-                        "resolved when the run is submitted through the API")
+        raise ToolError(
+            f"agent {self._agent!r} was not resolved: registered agent names are "
+            "resolved when the run is submitted through the API"
+        )
 
 
 def agent_answer(agent: AgentSpec, text: str, result: Mapping[str, Any]) -> str:
@@ -113,7 +125,7 @@ def agent_answer(agent: AgentSpec, text: str, result: Mapping[str, Any]) -> str:
     return json.dumps(dict(result), ensure_ascii=False)
 
 
-class SubAgentTool:
+class SubAgentTool(_InlineFace):
     """A tool agent (``kind: agent``) as a tool: each call becomes a child run of the calling
     run (started and joined by the engine, ``shared.engine.children``), never executed here."""
 
@@ -122,28 +134,6 @@ class SubAgentTool:
             raise ValueError(f"inline tool {spec.name!r} is not a tool agent")
         self._spec = spec
         self.agent: AgentSpec = spec.sub_agent
-
-    @property
-    def name(self) -> str:
-        return self._spec.name
-
-    @property
-    def description(self) -> str:
-        return self._spec.description
-
-    @property
-    def parameters(self) -> dict[str, Any]:
-        if self._spec.parameters.get("properties"):
-            return self._spec.parameters
-        return INPUT_SCHEMA
-
-    @property
-    def read_only(self) -> bool:
-        return self._spec.read_only
-
-    @property
-    def internal(self) -> bool:
-        return False
 
     def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         raise ToolError(f"{self.name} is a sub-agent: it runs as a child run of the engine")
@@ -165,15 +155,24 @@ def _dataset_quotes(agent: AgentSpec, question: str, ctx: ToolContext) -> list[d
 
 
 def _request(
-    agent: AgentSpec, profile: ModelProfile, question: str,
+    agent: AgentSpec,
+    profile: ModelProfile,
+    question: str,
     quotes: list[dict[str, Any]] | None = None,
 ) -> ModelRequest:
     messages = [Message(role="user", content=question)]
     inputs: dict[str, Any] = {"quotes": quotes} if quotes else {}
     if quotes and agent.quote_template == DEFAULT_QUOTE_TEMPLATE:
         agent = agent.model_copy(update={"quote_template": DATASET_QUOTE_TEMPLATE})
-    plan = plan_request(agent, profile=profile, state=LoopState(), messages=messages,
-                        catalog={}, plan=None, inputs=inputs)
-    return ModelRequest(messages=plan.messages, max_tokens=plan.max_tokens,
-                        response_format=plan.response_format)
-
+    plan = plan_request(
+        agent,
+        profile=profile,
+        state=LoopState(),
+        messages=messages,
+        catalog={},
+        plan=None,
+        inputs=inputs,
+    )
+    return ModelRequest(
+        messages=plan.messages, max_tokens=plan.max_tokens, response_format=plan.response_format
+    )
