@@ -1,5 +1,5 @@
 """Embedded mode: one process runs the API, a Celery worker on ``memory://`` in threads, and
-the reaper loop, on a SQLite file (DESIGN §1)."""
+the reaper loop, on a SQLite file."""
 
 from __future__ import annotations
 
@@ -20,12 +20,20 @@ def start_worker_thread(concurrency: int = 8) -> Any:
     """A Celery worker (threads pool) in a daemon thread of this process."""
     from celery.worker import WorkController
 
-    from worker.app import ALL_QUEUES, app
+    from shared.celery_app import app
+    from shared.names import ALL_QUEUES
 
     app.amqp.queues.select(list(ALL_QUEUES))
-    worker = WorkController(app=app, pool_cls="threads", concurrency=concurrency,
-                            without_mingle=True, without_gossip=True, without_heartbeat=True,
-                            loglevel="WARNING", queues=list(ALL_QUEUES))
+    worker = WorkController(
+        app=app,
+        pool_cls="threads",
+        concurrency=concurrency,
+        without_mingle=True,
+        without_gossip=True,
+        without_heartbeat=True,
+        loglevel="WARNING",
+        queues=list(ALL_QUEUES),
+    )
     threading.Thread(target=worker.start, daemon=True, name="treadle-worker").start()
     return worker
 

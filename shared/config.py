@@ -13,7 +13,11 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings", "get_settings", "reset_settings"]
+__all__ = ["DEFAULT_TENANT", "Settings", "get_settings", "reset_settings"]
+
+# The tenant of every request when auth is off: the operator's own, keyless use (embedded
+# mode). A reserved name: no API key is made for it, so no tenant's run ever carries it.
+DEFAULT_TENANT = "default"
 
 
 class Settings(BaseSettings):
@@ -36,11 +40,30 @@ class Settings(BaseSettings):
     profiles_file: str | None = Field(default=None, description="TOML/YAML model profiles")
     api_host: str = Field(default="127.0.0.1", description="API bind address")
     api_port: int = Field(default=8000, description="API port")
-    lease_seconds: float = Field(default=30.0, description="Round/tool lease; renewed at 1/3")
-    redrive_seconds: float = Field(
-        default=15.0, description="An unconsumed outbox message is re-sent after this"
+    lease_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="A worker holds its rounds and tools while its heartbeat (every third of "
+        "this) is fresh; a killed worker's work is taken over this long after its last beat",
     )
-    reaper_interval: float = Field(default=5.0, description="Seconds between reaper scans")
+    redrive_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="A dispatch nobody took is re-sent after this, doubled per re-send; never "
+        "while its queue still holds messages (a backlog is not a loss)",
+    )
+    reaper_interval: float = Field(
+        default=2.0,
+        gt=0,
+        description="Seconds between reaper scans (a few indexed queries and a queue-depth "
+        "read, on the reaper's own queue)",
+    )
+    retention_days: float = Field(
+        default=0.0,
+        ge=0,
+        description="Ended runs older than this are deleted with every row of them by the "
+        "reaper, in small batches (0 = keep forever; a run's own ttl_s applies regardless)",
+    )
     visibility_timeout: int = Field(
         default=3600, description="Redis broker visibility timeout (the reaper re-drives first)"
     )
@@ -48,10 +71,60 @@ class Settings(BaseSettings):
     db_pool_size: int = Field(
         default=0, description="Database connections per process (0 = worker concurrency + 4)"
     )
+    db_lock_timeout: float = Field(
+        default=5.0,
+        ge=0,
+        description="PostgreSQL lock_timeout: a statement waits this long for a row lock, "
+        "then gives up (the work is re-driven later); 0 = wait forever",
+    )
+    db_statement_timeout: float = Field(
+        default=30.0, ge=0, description="PostgreSQL statement_timeout (0 = none)"
+    )
+    db_idle_in_transaction_timeout: float = Field(
+        default=10.0,
+        ge=0,
+        description="PostgreSQL idle_in_transaction_session_timeout: a session paused or cut "
+        "off inside a transaction is ended and its locks freed (0 = never). treadle holds no "
+        "transaction across a model call, a tool or an HTTP request",
+    )
+    db_keepalives_idle: int = Field(
+        default=10,
+        ge=0,
+        description="TCP keepalives to PostgreSQL: first probe after this many idle seconds "
+        "(0 = the kernel's defaults)",
+    )
+    db_keepalives_interval: int = Field(default=5, ge=1, description="Seconds between probes")
+    db_keepalives_count: int = Field(
+        default=3, ge=1, description="Unanswered probes before the connection is dropped"
+    )
+    limiter_on_failure: Literal["open", "closed"] = Field(
+        default="open",
+        description="The Redis-backed limiters unreachable (submissions per minute, a "
+        "profile's fleet-wide limits): open = proceed unlimited (a warning is logged); "
+        "closed = submissions get 503 with Retry-After, rounds wait and try again",
+    )
     tool_timeout: float = Field(default=120.0, description="Default wall limit of one tool call")
     model_max_retries: int = Field(default=4, description="Transient model errors retried")
+    provider_wait_max_s: float = Field(
+        default=86400.0,
+        ge=0,
+        description="The most a run may wait out a provider outage (provider_wait_s): a spec "
+        "asking more is refused, a profile's default is cut to it",
+    )
+    provider_retry_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="A run waiting out a provider outage is tried again after this, doubled "
+        "each time up to 60 times it",
+    )
     allow_hosts: str = Field(
         default="", description="Comma-separated hosts http tools may reach despite SSRF rules"
+    )
+    mcp_tools_ttl: float = Field(
+        default=300.0, gt=0, description="MCP servers' tool lists are cached this many seconds"
+    )
+    mcp_max_bytes: int = Field(
+        default=1_000_000, ge=1024, description="Largest MCP response (one HTTP body or SSE event)"
     )
     log_level: str = Field(default="INFO", description="Logging level")
     log_format: str = Field(default="text", description="text, or json (one object a line)")
@@ -89,7 +162,18 @@ class Settings(BaseSettings):
     sandbox_python: str = Field(
         default="", description="run_python: interpreter in the sandbox (default: found in /usr)"
     )
-    # --- security and limits (issue #11) ---------------------------------------------------
+    extract_cpu_seconds: float = Field(
+        default=5.0, gt=0, description="CPU seconds of parsing one document (PDF, a child process)"
+    )
+    extract_memory_mb: int = Field(default=1024, ge=64, description="Memory of that child")
+    extract_max_pages: int = Field(default=1000, ge=1, description="PDF pages read, at most")
+    extract_max_chars: int = Field(
+        default=1_000_000, ge=1, description="Characters of text taken from one PDF"
+    )
+    dataset_max_chunks: int = Field(
+        default=1000, ge=1, description="Chunks one dataset document may have (else refused)"
+    )
+    # --- security and limits ------------------------------------------------------------
     auth: Literal["", "required", "off"] = Field(
         default="",
         description="API keys: required | off (every request is tenant 'default', all scopes). "
@@ -103,6 +187,13 @@ class Settings(BaseSettings):
     max_runs_in_flight: int = Field(
         default=10_000, description="Per tenant: queued + running + waiting runs (0 = no limit)"
     )
+    tenant_active_runs: int = Field(
+        default=64,
+        ge=0,
+        description="Per tenant: top-level runs admitted to the broker at once (queued or "
+        "running); more wait in the database, admitted as others end, highest priority first "
+        "(0 = no limit). Keeps one tenant's backlog from delaying another's runs",
+    )
     submits_per_minute: int = Field(
         default=6000, description="Run submissions per API key per minute (0 = no limit)"
     )
@@ -111,7 +202,36 @@ class Settings(BaseSettings):
         description="With auth required: env var names (or PREFIX* globs) that submitted specs "
         "may name in api_key_env, headers_env and webhook secret_env",
     )
-    # --- knowledge base (issue #10) ---------------------------------------------------------
+    allow_test_models: bool | None = Field(
+        default=None,
+        description="Test doubles (the `scripted` model provider) in submitted specs. "
+        "Unset: on in embedded mode only; a tenant's scripted model could sleep a worker away",
+    )
+    # upper bounds on what a submitted spec may ask for (refused with 422 above them)
+    spec_max_deadline_s: float = Field(
+        default=86_400.0, gt=0, description="Largest budget.deadline_s of a submitted spec"
+    )
+    spec_max_model_timeout_s: float = Field(
+        default=600.0, gt=0, description="Largest timeout_connect/_read/_total of an inline profile"
+    )
+    spec_max_model_retries: int = Field(
+        default=10, ge=0, description="Largest max_retries of an inline model profile"
+    )
+    spec_max_continuations: int = Field(
+        default=10, ge=0, description="Largest max_continuations of an inline model profile"
+    )
+    spec_max_tool_timeout_s: float = Field(
+        default=120.0, gt=0, description="Largest timeout_s of an inline HTTP tool"
+    )
+    spec_max_ask_timeout_s: float = Field(
+        default=30 * 86_400.0, gt=0, description="Largest ask_timeout_s of a submitted spec"
+    )
+    retry_after_max_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Longest pause a provider's Retry-After may put on a profile",
+    )
+    # --- knowledge base -----------------------------------------------------------------
     embeddings_profile: str | None = Field(
         default=None,
         description="A model profile (profiles file) with an OpenAI-compatible /embeddings "
@@ -127,6 +247,13 @@ class Settings(BaseSettings):
     @property
     def embedded(self) -> bool:
         return self.broker_url.startswith("memory://")
+
+    @property
+    def test_models_allowed(self) -> bool:
+        """Whether a submitted spec may name the ``scripted`` provider (a test double)."""
+        if self.allow_test_models is None:
+            return self.embedded
+        return self.allow_test_models
 
     @property
     def live_redis_url(self) -> str | None:

@@ -6,11 +6,15 @@
     ├── NotFound               a run, thread, file... that does not exist (for this tenant)
     ├── Conflict               a state that forbids the operation (409)
     ├── Unauthorized           missing or invalid credentials (401)
+    ├── Forbidden              the caller may not do or reach this (403)
     ├── ModelError             a model call failed
     │   ├── TransientModelError   429, 5xx, timeouts, broken streams: retry with backoff
     │   └── FatalModelError       other 4xx, bad responses: fail the run
     │       └── ToolsRejected     HTTP 400 to a request that carried tools (M-6)
-    └── ToolError              a tool failed (becomes the tool's result, SPEC L-5)
+    ├── ToolError              a tool failed (becomes the tool's result, SPEC L-5)
+    └── Aborted                a blocking call stopped by its ``Abort`` handle
+        ├── DeadlineExceeded      the deadline it was given passed (the run's, a tool's)
+        └── CallCancelled         ``cancel()``: the run was cancelled, the tool timed out
 
 Exceptions that cross Celery must pickle: each keeps its constructor arguments in ``args``.
 """
@@ -18,9 +22,13 @@ Exceptions that cross Celery must pickle: each keeps its constructor arguments i
 from __future__ import annotations
 
 __all__ = [
+    "Aborted",
+    "CallCancelled",
     "ConfigError",
     "Conflict",
+    "DeadlineExceeded",
     "FatalModelError",
+    "Forbidden",
     "ModelError",
     "NotFound",
     "SpecError",
@@ -65,6 +73,12 @@ class Unauthorized(TreadleError):
     code = "unauthorized"
 
 
+class Forbidden(TreadleError):
+    """Allowed to others, not to this caller: e.g. a tenant's spec naming a secret."""
+
+    code = "forbidden"
+
+
 class ModelError(TreadleError):
     """A model call failed. ``status`` is the HTTP status when there was one."""
 
@@ -92,3 +106,18 @@ class ToolsRejected(FatalModelError):
 
 class ToolError(TreadleError):
     code = "tool_error"
+
+
+class Aborted(TreadleError):
+    """A model call or tool stopped from outside (``shared.llm.abort``): not the provider's or
+    the tool's fault, so neither retried nor reported as a model error."""
+
+    code = "aborted"
+
+
+class DeadlineExceeded(Aborted):
+    code = "deadline_exceeded"
+
+
+class CallCancelled(Aborted):
+    code = "cancelled"

@@ -3,53 +3,115 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from scheduler import limits
-from scheduler.auth import Caller
+from pydantic import BaseModel, ConfigDict, Field
+
+from scheduler.http import limits
+from scheduler.http.auth import Caller
+from scheduler.http.spec_policy import check_webhook_url
 from shared.agent.spec import AgentSpec, WebhookSpec
-from shared.config import Settings
+from shared.config import DEFAULT_TENANT, Settings
 from shared.engine.runtime import Runtime
+from shared.engine.webhooks import TENANT_SECRET
 
-__all__ = ["DEFAULT_TENANT", "FacadeWebhook", "admit", "facade_webhook", "sse"]
+__all__ = [
+    "DEFAULT_TENANT",
+    "Content",
+    "FacadeWebhook",
+    "ImagePart",
+    "Role",
+    "TextPart",
+    "admit",
+    "facade_webhook",
+    "sse",
+    "stream_responses",
+]
 
-DEFAULT_TENANT = "default"
-RENDER = {"langgraph": "scheduler.interop.webhooks:langgraph_body",
-          "openai": "scheduler.interop.webhooks:openai_body"}
+
+Role = Literal["user", "human", "assistant", "ai", "system"]  # a client message's role
 
 
-def admit(rt: Runtime, caller: Caller, agent: str, spec: AgentSpec,
-          msgs: list[dict[str, Any]]) -> None:
+class TextPart(BaseModel):
+    """A text part of a message's content (``shared.interop.shapes`` reads it)."""
+
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["text", "input_text", "output_text"]
+    text: str = ""
+
+
+class ImagePart(BaseModel):
+    """An image part: a URL, or ``{"url": ...}``."""
+
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["image_url", "input_image"]
+    image_url: str | dict[str, Any] | None = None
+
+
+Content = str | list[Annotated[TextPart | ImagePart, Field(discriminator="type")]]
+
+
+def admit(
+    rt: Runtime,
+    caller: Caller,
+    agent: AgentSpec | str,
+    spec: AgentSpec,
+    msgs: list[dict[str, Any]],
+) -> None:
     """The checks ``POST /v1/runs`` makes on a new run (413, 429), before anything is written.
-    Facades only run registered agents, by name (the operator's specs, not policed); the
-    webhook's secret env is the operator's, not the caller's."""
+    Facades run named agents: ``agent`` is a registered one's name (the operator's, not
+    policed) or a tenant's own spec (policed); the webhook's secret env is the operator's,
+    not the caller's."""
     limits.admit(rt, caller, agent, spec, msgs)
 
 
 class FacadeWebhook(WebhookSpec):
-    """A run's webhook whose body a facade renders (``shared.store.deliveries`` calls
-    ``render``); ``assistant`` is the name the client used."""
+    """A run's webhook whose body a facade renders: ``render`` names the renderer the store
+    calls (``shared.interop.webhooks.RENDERERS``); ``assistant`` is the name the client
+    used."""
 
     render: str
     assistant: str = ""
+    # also "tenant:NAME" (a tenant's secret derived from env NAME): made here, never parsed
+    # from a client's body
+    secret_env: str | None = Field(
+        default=None, pattern=r"^(tenant:)?[A-Za-z_][A-Za-z0-9_]{0,127}$"
+    )
 
 
 def facade_webhook(
     protocol: str, settings: Settings, tenant: str, assistant: str, url: str | None = None
 ) -> FacadeWebhook | None:
     """A facade run's webhook. LangGraph: the run's own ``webhook`` URL (without one, the run
-    keeps treadle's default webhook and body). OpenAI: the operator's ``TREADLE_WEBHOOK_URL``
-    (default tenant), where OpenAI's webhooks are project-wide. Signed with the operator's
-    secret (``TREADLE_WEBHOOK_SECRET_ENV``) for the default tenant only."""
+    keeps treadle's default webhook and body); a tenant's must pass the SSRF rules (422).
+    OpenAI: the operator's ``TREADLE_WEBHOOK_URL`` (default tenant), where OpenAI's webhooks
+    are project-wide. Signed with the operator's secret (``TREADLE_WEBHOOK_SECRET_ENV``) for
+    the default tenant, with the tenant's own secret derived from it for any other."""
     own = tenant == DEFAULT_TENANT
     if protocol == "openai":
         url = str(settings.webhook_url) if settings.webhook_url and own else None
     if url is None:
         return None
-    return FacadeWebhook(url=url, secret_env=settings.webhook_secret_env if own else None,
-                         render=RENDER[protocol], assistant=assistant)
+    if not own:
+        check_webhook_url(settings, url)
+    secret = settings.webhook_secret_env
+    return FacadeWebhook(
+        url=url,
+        secret_env=secret if own or not secret else TENANT_SECRET + secret,
+        render=protocol,
+        assistant=assistant,
+    )
 
 
 def sse(event: str, data: Any, event_id: int | None = None) -> str:
     tail = f"id: {event_id}\n" if event_id is not None else ""
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n{tail}\n"
+
+
+# an OpenAPI ``responses`` entry for a route that answers with an event stream (and, with
+# ``json``, a JSON document when the body does not ask for a stream)
+def stream_responses(json: bool = False) -> dict[int | str, dict[str, Any]]:
+    content: dict[str, Any] = {"text/event-stream": {}}
+    if json:
+        content["application/json"] = {}
+    return {200: {"description": "An event stream (SSE)", "content": content}}

@@ -1,4 +1,4 @@
-"""LangGraph Server routes over treadle (issue #16; interop.md §2), mounted at ``/langgraph``:
+"""LangGraph Server routes over treadle (docs/api.md), mounted at ``/langgraph``:
 what ``langgraph-sdk`` 0.4 speaks. A registered agent's name is the ``assistant_id``; a thread
 is a treadle thread; each LangGraph run is a segment of a treadle run (``segments``).
 
@@ -9,141 +9,200 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Annotated, Any
 
 import anyio
 import sqlalchemy as sa
 from fastapi import APIRouter, Body, Header, Query, Response
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict
-from sqlalchemy.engine import Connection, RowMapping
+from sqlalchemy.engine import Connection
 from starlette.concurrency import run_in_threadpool
 
-from scheduler.agents import BUILTIN_AGENTS, agent_names, resolve_agent
-from scheduler.auth import Caller, ReadCaller, WriteCaller
-from scheduler.interop import segments as segs
-from scheduler.interop.common import admit, facade_webhook
+from scheduler.http.agents import resolve, store_lookup
+from scheduler.http.auth import Caller, ReadCaller, WriteCaller
+from scheduler.http.tail import Batch, Beat, Delta, follow, wait_for_end
+from scheduler.interop.common import admit, facade_webhook, stream_responses
+from scheduler.interop.lg_assistants import assistant_routes
+from scheduler.interop.lg_bodies import (
+    NO_RESUME,
+    HistoryBody,
+    LgInput,
+    RunBody,
+    SearchBody,
+    ThreadBody,
+)
+from scheduler.interop.lg_crons import cron_routes
 from scheduler.interop.lg_stream import LgStream, modes_of
-from scheduler.interop.shapes import (
+from shared.engine import commands, lifecycle
+from shared.engine import threads as thread_engine
+from shared.engine.runtime import Runtime
+from shared.errors import Conflict, NotFound, SpecError
+from shared.interop.shapes import (
     Answer,
     decode_resume,
     input_messages,
     interrupt_of,
-    iso,
     lc_messages,
     lg_run_status,
     lg_thread_status,
     pause_id,
 )
-from scheduler.interop.tail import Batch, Beat, Delta, follow, wait_for_end
-from shared.engine import commands
-from shared.engine import threads as thread_engine
-from shared.engine.runtime import Runtime
-from shared.errors import Conflict, NotFound, SpecError
+from shared.interop.thread_ids import public_id, scoped_id
+from shared.isotime import iso
 from shared.store import repo
+from shared.store import segments as segs
 from shared.store import threads as thread_store
 from shared.store.tables import threads
 
 __all__ = ["langgraph_router"]
 
 PROTOCOL = segs.LANGGRAPH
-STRATEGIES = ("reject", "enqueue", "interrupt", "rollback")
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-_MISSING = object()
-
-
-class RunBody(BaseModel):
-    """``POST /threads/{tid}/runs[/stream|/wait]``; unknown keys are accepted and ignored."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    assistant_id: str
-    input: dict[str, Any] | None = None
-    command: dict[str, Any] | None = None
-    stream_mode: str | list[str] | None = None
-    metadata: dict[str, Any] | None = None
-    webhook: str | None = None
-    multitask_strategy: str | None = None
-    interrupt_before: Any = None
-    interrupt_after: Any = None
-    on_disconnect: str | None = None
-    config: dict[str, Any] | None = None
-
-    def resume(self) -> Any:
-        return (self.command or {}).get("resume", _MISSING)
-
-
-class ThreadBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    thread_id: str | None = None
-    metadata: dict[str, Any] | None = None
-    if_exists: str | None = None
-
-
-class SearchBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    metadata: dict[str, Any] | None = None
-    status: str | None = None
-    ids: list[str] | None = None
-    limit: int = 10
-    offset: int = 0
 
 
 # --- views -----------------------------------------------------------------------------
 
+
 def _run_view(leg: segs.Leg) -> dict[str, Any]:
     seg, opts = leg.segment, leg.segment["options"] or {}
-    return {"run_id": seg["id"], "thread_id": seg["thread_id"], "assistant_id": seg["assistant_id"],
-            "created_at": iso(seg["created_at"]), "updated_at": iso(seg["updated_at"]),
-            "status": lg_run_status(leg.run, leg.end), "metadata": seg["meta"] or {},
-            "kwargs": opts.get("kwargs") or {},
-            "multitask_strategy": opts.get("multitask_strategy") or "enqueue"}
+    return {
+        "run_id": seg["id"],
+        "thread_id": public_id(seg["thread_id"]),
+        "assistant_id": seg["assistant_id"],
+        "created_at": iso(seg["created_at"]),
+        "updated_at": iso(seg["updated_at"]),
+        "status": lg_run_status(leg.run, leg.end),
+        "metadata": seg["meta"] or {},
+        "kwargs": opts.get("kwargs") or {},
+        "multitask_strategy": opts.get("multitask_strategy") or "enqueue",
+    }
 
 
-def _thread_values(conn: Connection, latest: RowMapping | None) -> dict[str, Any]:
+def _thread_values(conn: Connection, latest: Mapping[Any, Any] | None) -> dict[str, Any]:
     rows = segs.thread_rows(conn, latest) if latest is not None else []
     return {"messages": lc_messages(rows)}
 
 
-def _pending_interrupt(latest: RowMapping | None) -> dict[str, Any] | None:
+def _pending_interrupt(latest: Mapping[Any, Any] | None) -> dict[str, Any] | None:
     if latest is None or latest["status"] != "waiting" or not latest["pending"]:
+        return None
+    if latest["pending"].get("kind") == "provider":  # waiting out an outage: no interrupt
         return None
     return interrupt_of(latest["pending"])
 
 
-def _thread_view(conn: Connection, thread: RowMapping) -> dict[str, Any]:
+def _thread_view(conn: Connection, thread: Mapping[Any, Any]) -> dict[str, Any]:
     latest = segs.latest_run(conn, thread["id"])
     interrupt = _pending_interrupt(latest)
-    return {"thread_id": thread["id"], "created_at": iso(thread["created_at"]),
-            "updated_at": iso(thread["updated_at"]), "metadata": thread["meta"] or {},
-            "status": lg_thread_status(latest), "values": _thread_values(conn, latest),
-            "interrupts": {interrupt["id"]: [interrupt]} if interrupt else {},
-            "config": {}, "error": None}
+    return {
+        "thread_id": public_id(thread["id"]),
+        "created_at": iso(thread["created_at"]),
+        "updated_at": iso(thread["updated_at"]),
+        "metadata": thread["meta"] or {},
+        "status": lg_thread_status(latest),
+        "values": _thread_values(conn, latest),
+        "interrupts": {interrupt["id"]: [interrupt]} if interrupt else {},
+        "config": {},
+        "error": None,
+    }
 
 
-def _state(thread_id: str, values: dict[str, Any], run: RowMapping | None, seq: int,
-           interrupt: dict[str, Any] | None) -> dict[str, Any]:
-    node = ("ask_user" if (interrupt or {}).get("value", {}).get("treadle", {}).get("kind") == "ask"
-            else "tools")
-    tasks = [{"id": interrupt["id"], "name": node, "path": [], "error": None,
-              "interrupts": [interrupt], "checkpoint": None, "state": None, "result": None}
-             ] if interrupt else []
-    checkpoint = {"thread_id": thread_id, "checkpoint_ns": "",
-                  "checkpoint_id": f"{run['id']}:{seq}" if run is not None else thread_id}
-    return {"values": values, "next": [node] if interrupt else [], "tasks": tasks,
-            "checkpoint": checkpoint, "metadata": {}, "parent_checkpoint": None,
-            "created_at": iso(run["updated_at"]) if run is not None else None,
-            "interrupts": [interrupt] if interrupt else []}
+def _state(
+    thread_id: str,
+    values: dict[str, Any],
+    run: Mapping[Any, Any] | None,
+    seq: int,
+    interrupt: dict[str, Any] | None,
+) -> dict[str, Any]:
+    node = (
+        "ask_user"
+        if (interrupt or {}).get("value", {}).get("treadle", {}).get("kind") == "ask"
+        else "tools"
+    )
+    tasks = (
+        [
+            {
+                "id": interrupt["id"],
+                "name": node,
+                "path": [],
+                "error": None,
+                "interrupts": [interrupt],
+                "checkpoint": None,
+                "state": None,
+                "result": None,
+            }
+        ]
+        if interrupt
+        else []
+    )
+    checkpoint = {
+        "thread_id": public_id(thread_id),
+        "checkpoint_ns": "",
+        "checkpoint_id": f"{run['id']}:{seq}" if run is not None else public_id(thread_id),
+    }
+    return {
+        "values": values,
+        "next": [node] if interrupt else [],
+        "tasks": tasks,
+        "checkpoint": checkpoint,
+        "metadata": {},
+        "parent_checkpoint": _fork_parent(thread_id, run),
+        "created_at": iso(run["updated_at"]) if run is not None else None,
+        "interrupts": [interrupt] if interrupt else [],
+    }
+
+
+def _fork_parent(thread_id: str, run: Mapping[Any, Any] | None) -> dict[str, Any] | None:
+    """A run that started from a checkpoint (a fork) has it as its parent checkpoint."""
+    if run is None or run.get("base_kind") != "fork" or not run.get("fork_point"):
+        return None
+    return {
+        "thread_id": public_id(thread_id),
+        "checkpoint_ns": "",
+        "checkpoint_id": run["fork_point"],
+    }
+
+
+def _with_fork_point(conn: Connection, run: Mapping[Any, Any] | None) -> Any:
+    """The run, with ``fork_point``: the checkpoint id a fork started from."""
+    if run is None or run.get("base_kind") != "fork":
+        return run
+    seq = checkpoint_seq(conn, str(run["base_run_id"]), int(run["fork_round"] or 0))
+    return {**run, "fork_point": f"{run['base_run_id']}:{seq}"}
+
+
+def checkpoint_seq(conn: Connection, run_id: str, round_: int) -> int:
+    """The event seq of the checkpoint that ends round N: its pause or end event (what the
+    facade names checkpoints by), else the last event before the next round started."""
+    current, found, before_next = 0, 0, 0
+    for ev in repo.list_events_of(conn, run_id, ("round.started", *segs.END_TYPES)):
+        if ev["type"] == "round.started":
+            current = int((ev["data"] or {}).get("round") or 0)
+            if current > round_:
+                before_next = before_next or int(ev["seq"]) - 1
+        elif current == round_:
+            found = int(ev["seq"])
+    if found or before_next:
+        return found or before_next
+    latest = repo.load_run(conn, run_id)
+    return latest.event_seq if latest is not None else 0
+
+
+def round_at(conn: Connection, run_id: str, seq: int) -> int:
+    """The round a checkpoint (an event seq) of the run is at: the last round started by it."""
+    round_ = 0
+    for ev in repo.list_events_of(conn, run_id, ("round.started",)):
+        if int(ev["seq"]) > seq:
+            break
+        round_ = int((ev["data"] or {}).get("round") or 0)
+    return round_
 
 
 def _current_state(conn: Connection, thread_id: str) -> dict[str, Any]:
-    latest = segs.latest_run(conn, thread_id)
+    latest = _with_fork_point(conn, segs.latest_run(conn, thread_id))
     seq = latest["event_seq"] if latest is not None else 0
-    return _state(thread_id, _thread_values(conn, latest), latest, seq,
-                  _pending_interrupt(latest))
+    return _state(thread_id, _thread_values(conn, latest), latest, seq, _pending_interrupt(latest))
 
 
 def _state_at_end(conn: Connection, leg: segs.Leg) -> dict[str, Any] | None:
@@ -152,35 +211,39 @@ def _state_at_end(conn: Connection, leg: segs.Leg) -> dict[str, Any] | None:
     rows = segs.thread_rows(conn, leg.run)
     values = {"messages": lc_messages(rows, leg.run["id"], upto=leg.end["created_at"])}
     pending = (leg.end["data"] or {}).get("pending") if leg.end["type"] == "run.waiting" else None
-    return _state(leg.segment["thread_id"], values, leg.run, int(leg.end["seq"]),
-                  interrupt_of(pending) if pending else None)
+    return _state(
+        leg.segment["thread_id"],
+        values,
+        _with_fork_point(conn, leg.run),
+        int(leg.end["seq"]),
+        interrupt_of(pending) if pending else None,
+    )
 
 
 def _final_values(conn: Connection, leg: segs.Leg) -> dict[str, Any]:
     """What join and wait return: the values as the segment ended, with its interrupt or
-    error (interop.md §2.4)."""
+    error (``__interrupt__``, ``__error__``)."""
     end = leg.end
     rows = segs.thread_rows(conn, leg.run)
-    values: dict[str, Any] = {"messages": lc_messages(
-        rows, leg.run["id"], upto=end["created_at"] if end is not None else None)}
+    values: dict[str, Any] = {
+        "messages": lc_messages(
+            rows, leg.run["id"], upto=end["created_at"] if end is not None else None
+        )
+    }
     data = dict(end["data"] or {}) if end is not None else {}
     if end is not None and end["type"] == "run.waiting":
         values["__interrupt__"] = [interrupt_of(data.get("pending") or {})]
     if end is not None and end["type"] == "run.failed":
         err = data.get("error") or {}
-        values["__error__"] = {"error": str(err.get("code") or "Error"),
-                               "message": str(err.get("message") or "the run failed")}
+        values["__error__"] = {
+            "error": str(err.get("code") or "Error"),
+            "message": str(err.get("message") or "the run failed"),
+        }
     return values
 
 
-def _assistant(name: str) -> dict[str, Any]:
-    resolve_agent(name)  # NotFound for an unknown name
-    return {"assistant_id": name, "graph_id": name, "name": name, "config": {}, "context": {},
-            "metadata": {"builtin": name in BUILTIN_AGENTS}, "version": 1,
-            "created_at": iso(0), "updated_at": iso(0), "description": None}
-
-
 # --- commands ----------------------------------------------------------------------------
+
 
 class _Facade:
     def __init__(self, get_rt: Callable[[], Runtime]) -> None:
@@ -190,8 +253,11 @@ class _Facade:
     def rt(self) -> Runtime:
         return self.get_rt()
 
-    def thread(self, conn: Connection, tenant: str, thread_id: str) -> RowMapping:
-        row = thread_store.get_thread(conn, thread_id, tenant)
+    def thread(self, conn: Connection, tenant: str, thread_id: str) -> Mapping[Any, Any]:
+        """The tenant's thread its client calls ``thread_id``: one it named (stored under
+        ``scoped_id``) or one the server named (stored as it is)."""
+        row = thread_store.get_thread(conn, scoped_id(tenant, thread_id), tenant)
+        row = row or thread_store.get_thread(conn, thread_id, tenant)
         if row is None:
             raise NotFound(f"thread {thread_id} not found")
         return row
@@ -199,43 +265,95 @@ class _Facade:
     def leg(self, tenant: str, thread_id: str, run_id: str) -> segs.Leg:
         with self.rt.engine.connect() as conn:
             seg = segs.get_segment(conn, run_id, tenant, PROTOCOL)
-            if seg is None or seg["thread_id"] != thread_id:
+            if seg is None or public_id(seg["thread_id"] or "") != thread_id:
                 raise NotFound(f"run {run_id} not found on thread {thread_id}")
             return segs.load_leg(conn, seg)
 
-    def create_thread(self, tenant: str, body: ThreadBody) -> RowMapping:
-        thread_id = body.thread_id or str(uuid.uuid4())
-        if len(thread_id) > 40:
-            raise SpecError("thread_id: at most 40 characters")
+    def create_thread(self, tenant: str, body: ThreadBody) -> Mapping[Any, Any]:
+        """A thread named by the client lives in the tenant's namespace (``scoped_id``):
+        another tenant's thread of the same name is neither seen nor in the way."""
+        thread_id = scoped_id(tenant, body.thread_id) if body.thread_id else str(uuid.uuid4())
         with self.rt.engine.connect() as conn:
-            found = thread_store.get_thread(conn, thread_id)
+            found = thread_store.get_thread(conn, thread_id, tenant)
         if found is not None:
-            if body.if_exists == "do_nothing" and found["tenant"] == tenant:
+            if body.if_exists == "do_nothing":
                 return found
-            raise Conflict(f"thread {thread_id} already exists")
+            raise Conflict(f"thread {body.thread_id} already exists")
         return thread_engine.create_thread(self.rt, tenant, body.metadata, "enqueue", thread_id)
 
-    def start(self, caller: Caller, thread_id: str, body: RunBody) -> segs.Leg:
-        """Create a LangGraph run: a resume of the thread's pause, or a new treadle run."""
+    def start(self, caller: Caller, thread_id: str | None, body: RunBody) -> segs.Leg:
+        """Create a LangGraph run: a resume of the thread's pause, or a new treadle run.
+        ``thread_id`` None: a stateless run, on a new thread made only if it is admitted."""
         tenant = caller.tenant
-        if body.interrupt_before is not None or body.interrupt_after is not None:
-            raise SpecError("interrupt_before / interrupt_after are not supported: treadle "
-                            "pauses on ask_user and on guarded writes")
         strategy = body.multitask_strategy or "enqueue"
-        if strategy not in STRATEGIES:
-            raise SpecError(f"multitask_strategy must be one of {', '.join(STRATEGIES)}")
+        if thread_id is None:  # a stateless run: its thread is made once the run is admitted
+            if body.resume() is not NO_RESUME:
+                raise Conflict("the thread has no pending interrupt to resume")
+            return self._submit(caller, None, body, None, False, strategy)
         with self.rt.engine.connect() as conn:
-            self.thread(conn, tenant, thread_id)
-            active = thread_store.active_run(conn, thread_id)
-            held = thread_store.next_held(conn, thread_id)
+            key = self.thread(conn, tenant, thread_id)["id"]
+            active = thread_store.active_run(conn, key)
+            held = thread_store.next_held(conn, key)
             waited = segs.last_waiting_seq(conn, active["id"]) if active is not None else 0
         value = body.resume()
-        if value is not _MISSING:
-            return self._resume(tenant, body, active, waited, value)
-        return self._submit(caller, thread_id, body, active, held is not None, strategy)
+        checkpoint = body.checkpoint_ref()
+        if checkpoint is not None and checkpoint != thread_id:
+            busy = (active, held is not None, strategy)
+            return self._fork(caller, key, body, checkpoint, value, busy)
+        if value is not NO_RESUME:
+            return self._resume(caller, body, active, waited, value)
+        return self._submit(caller, key, body, active, held is not None, strategy)
 
-    def _resume(self, tenant: str, body: RunBody, active: RowMapping | None, waited: int,
-                value: Any) -> segs.Leg:
+    def _fork(
+        self,
+        caller: Caller,
+        thread_id: str,
+        body: RunBody,
+        checkpoint: str,
+        value: Any,
+        busy: tuple[Mapping[Any, Any] | None, bool, str],
+    ) -> segs.Leg:
+        """A run from an earlier checkpoint of the thread (time travel): a fork of the run
+        that checkpoint belongs to, at its round, continuing the thread with the new input
+        or another answer to the interrupt it had (``command.resume``)."""
+        run_id, _, seq_text = checkpoint.rpartition(":")
+        with self.rt.engine.connect() as conn:
+            source = repo.load_run(conn, run_id, caller.tenant) if seq_text.isdigit() else None
+            if source is None or source.thread_id != thread_id:
+                raise NotFound(f"checkpoint {checkpoint} not found on thread {thread_id}")
+            round_ = round_at(conn, run_id, int(seq_text))
+            pending = _pause_at(conn, run_id, int(seq_text))
+        msgs = input_messages(_input_list(body.input)) if body.input is not None else []
+        answers = None
+        if value is not NO_RESUME:
+            decided = decode_resume(pending or {}, value) if pending else None
+            if not isinstance(decided, Answer):
+                raise Conflict(f"checkpoint {checkpoint} has no question to answer")
+            answers = decided.answers
+        agent = resolve(body.assistant_id, store_lookup(self.rt, caller.tenant))
+        admit(self.rt, caller, agent.policed, agent.spec, msgs)
+        self._make_room(caller.tenant, thread_id, *busy)
+        req = lifecycle.ForkInput(
+            round=round_,
+            input=msgs or None,
+            answers=answers,
+            thread_id=thread_id,
+            metadata=body.metadata,
+        )
+        row = lifecycle.fork_run(
+            self.rt, lifecycle.Actor(caller.tenant, caller.key_id), run_id, req
+        )
+        return self._segment(caller.tenant, row["id"], 0, body)
+
+    def _resume(
+        self,
+        caller: Caller,
+        body: RunBody,
+        active: Mapping[Any, Any] | None,
+        waited: int,
+        value: Any,
+    ) -> segs.Leg:
+        tenant = caller.tenant
         if body.input is not None:
             raise SpecError("send either input or command.resume, not both")
         if active is None or active["status"] != "waiting" or not active["pending"]:
@@ -245,26 +363,60 @@ class _Facade:
         if isinstance(decided, Answer):
             commands.answer_run(self.rt, tenant, active["id"], pause_id(pending), decided.answers)
         else:
-            commands.approve_run(self.rt, tenant, active["id"], pause_id(pending), decided.approve,
-                                 decided.reject, decided.note)
+            lists = decided.decisions is None
+            commands.approve_run(
+                self.rt,
+                tenant,
+                active["id"],
+                pause_id(pending),
+                decided.approve if lists else None,
+                decided.reject if lists else None,
+                decided.note,
+                decisions=decided.decisions,
+                by=caller.key_id or tenant,
+            )
         return self._segment(tenant, active["id"], waited, body)
 
-    def _submit(self, caller: Caller, thread_id: str, body: RunBody, active: RowMapping | None,
-                queued: bool, strategy: str) -> segs.Leg:
+    def _submit(
+        self,
+        caller: Caller,
+        thread_id: str | None,
+        body: RunBody,
+        active: Mapping[Any, Any] | None,
+        queued: bool,
+        strategy: str,
+    ) -> segs.Leg:
         tenant = caller.tenant
-        spec = resolve_agent(body.assistant_id)
+        agent = resolve(body.assistant_id, store_lookup(self.rt, tenant))
         msgs = input_messages(_input_list(body.input))
-        admit(self.rt, caller, body.assistant_id, spec, msgs)
+        admit(self.rt, caller, agent.policed, agent.spec, msgs)
+        if thread_id is None:
+            thread_id = str(self.create_thread(tenant, ThreadBody())["id"])
         self._make_room(tenant, thread_id, active, queued, strategy)
         hook = facade_webhook(PROTOCOL, self.rt.settings, tenant, body.assistant_id, body.webhook)
-        row, _ = commands.submit_run(self.rt, commands.RunInput(
-            agent=spec, input=msgs, tenant=tenant, thread_id=thread_id, metadata=body.metadata,
-            webhook=hook))
+        row, _ = commands.submit_run(
+            self.rt,
+            commands.RunInput(
+                agent=agent.spec,
+                input=msgs,
+                tenant=tenant,
+                thread_id=thread_id,
+                metadata=body.metadata,
+                webhook=hook,
+                agent_ref=agent.ref,
+            ),
+        )
         return self._segment(tenant, row["id"], 0, body)
 
-    def _make_room(self, tenant: str, thread_id: str, active: RowMapping | None, queued: bool,
-                   strategy: str) -> None:
-        """multitask_strategy on a busy or interrupted thread (interop.md §2.1)."""
+    def _make_room(
+        self,
+        tenant: str,
+        thread_id: str,
+        active: Mapping[Any, Any] | None,
+        queued: bool,
+        strategy: str,
+    ) -> None:
+        """multitask_strategy on a busy or interrupted thread (docs/api.md)."""
         if active is None and not queued:
             return
         waiting = active is not None and active["status"] == "waiting"
@@ -278,24 +430,36 @@ class _Facade:
                 pass  # it ended meanwhile
 
     def _segment(self, tenant: str, run_id: str, from_seq: int, body: RunBody) -> segs.Leg:
-        options = {"stream_mode": modes_of(body.stream_mode),
-                   "multitask_strategy": body.multitask_strategy or "enqueue",
-                   "on_disconnect": body.on_disconnect, "webhook": body.webhook,
-                   "kwargs": {"config": body.config or {}}}
+        options = {
+            "stream_mode": modes_of(body.stream_mode),
+            "multitask_strategy": body.multitask_strategy or "enqueue",
+            "on_disconnect": body.on_disconnect,
+            "webhook": body.webhook,
+            "kwargs": {"config": body.config or {}},
+        }
         with self.rt.engine.begin() as conn:
             run = repo.get_run(conn, run_id)
             assert run is not None
             if from_seq:
                 segs.close_segments(conn, run_id, from_seq)
-            seg = segs.add_segment(conn, protocol=PROTOCOL, tenant=tenant, run=run,
-                                   from_seq=from_seq, assistant_id=body.assistant_id,
-                                   meta=body.metadata, options=options)
+            seg = segs.add_segment(
+                conn,
+                protocol=PROTOCOL,
+                tenant=tenant,
+                run=run,
+                from_seq=from_seq,
+                assistant_id=body.assistant_id,
+                meta=body.metadata,
+                options=options,
+            )
             return segs.load_leg(conn, seg)
 
     def cancel(self, tenant: str, leg: segs.Leg) -> None:
         if leg.closed:
-            raise Conflict(f"run {leg.segment['id']} is {lg_run_status(leg.run, leg.end)}; "
-                           "only a pending or running run can be cancelled")
+            raise Conflict(
+                f"run {leg.segment['id']} is {lg_run_status(leg.run, leg.end)}; "
+                "only a pending or running run can be cancelled"
+            )
         try:
             commands.cancel_run(self.rt, tenant, leg.run["id"])
         except Conflict:
@@ -305,7 +469,9 @@ class _Facade:
         with self.rt.engine.connect() as conn:
             return _final_values(conn, segs.load_leg(conn, leg.segment))
 
-    def state_rows(self, leg: segs.Leg, cursor: int) -> tuple[list[RowMapping], float | None]:
+    def state_rows(
+        self, leg: segs.Leg, cursor: int
+    ) -> tuple[list[Mapping[Any, Any]], float | None]:
         """The thread's messages, and the time of the event at ``cursor`` (None: the start)."""
         with self.rt.engine.connect() as conn:
             rows = segs.thread_rows(conn, leg.run)
@@ -314,15 +480,23 @@ class _Facade:
             ev = repo.list_events(conn, leg.run["id"], cursor - 1, limit=1)
             return rows, (ev[0]["created_at"] if ev else None)
 
-    def rows(self, run: RowMapping) -> list[RowMapping]:
+    def rows(self, run: Mapping[Any, Any]) -> list[Mapping[Any, Any]]:
         with self.rt.engine.connect() as conn:
             return segs.thread_rows(conn, run)
 
 
-def _input_list(value: dict[str, Any] | None) -> list[Any]:
-    if not value or not isinstance(value.get("messages"), list):
+def _pause_at(conn: Connection, run_id: str, seq: int) -> dict[str, Any] | None:
+    """The pause a checkpoint (the seq of a ``run.waiting``) stood at, if it is one."""
+    rows = repo.list_events(conn, run_id, seq - 1, limit=1)
+    if rows and rows[0]["seq"] == seq and rows[0]["type"] == "run.waiting":
+        return dict((rows[0]["data"] or {}).get("pending") or {})
+    return None
+
+
+def _input_list(value: LgInput | None) -> list[Any]:
+    if value is None:
         raise SpecError("input.messages: a list of messages is required (or command.resume)")
-    return list(value["messages"])
+    return [m if isinstance(m, str) else m.model_dump(exclude_none=True) for m in value.messages]
 
 
 def _event_id(value: str | None) -> int:
@@ -331,7 +505,7 @@ def _event_id(value: str | None) -> int:
 
 
 def _locations(leg: segs.Leg, suffix: str = "") -> dict[str, str]:
-    base = f"/threads/{leg.segment['thread_id']}/runs/{leg.segment['id']}"
+    base = f"/threads/{public_id(leg.segment['thread_id'])}/runs/{leg.segment['id']}"
     out = {"Content-Location": base}
     if suffix:
         out["Location"] = base + suffix
@@ -340,8 +514,10 @@ def _locations(leg: segs.Leg, suffix: str = "") -> dict[str, str]:
 
 # --- streaming ---------------------------------------------------------------------------
 
-async def _stream(f: _Facade, leg: segs.Leg, modes: list[str], cursor: int,
-                  cancel_on_drop: bool, tenant: str) -> AsyncIterator[str]:
+
+async def _stream(
+    f: _Facade, leg: segs.Leg, modes: list[str], cursor: int, cancel_on_drop: bool, tenant: str
+) -> AsyncIterator[str]:
     """One segment as LangGraph SSE from ``cursor``; ends after the segment's end event."""
     cursor = max(cursor, int(leg.segment["from_seq"]))
     rows, at = await run_in_threadpool(f.state_rows, leg, cursor)
@@ -388,53 +564,49 @@ async def _join_body(f: _Facade, leg: segs.Leg) -> AsyncIterator[str]:
 
 
 def _sse_response(body: AsyncIterator[str], headers: dict[str, str]) -> StreamingResponse:
-    return StreamingResponse(body, media_type="text/event-stream",
-                             headers={**SSE_HEADERS, **headers})
+    return StreamingResponse(
+        body, media_type="text/event-stream", headers={**SSE_HEADERS, **headers}
+    )
 
 
-def _json_stream(body: AsyncIterator[str], headers: dict[str, str] | None = None
-                 ) -> StreamingResponse:
+def _json_stream(
+    body: AsyncIterator[str], headers: dict[str, str] | None = None
+) -> StreamingResponse:
     return StreamingResponse(body, media_type="application/json", headers=headers or {})
 
 
 # --- routes ------------------------------------------------------------------------------
+
 
 def langgraph_router(get_rt: Callable[[], Runtime]) -> APIRouter:
     """The LangGraph Server routes; include with ``prefix="/langgraph"``."""
     f = _Facade(get_rt)
     r = APIRouter(tags=["langgraph"])
     _info_routes(r)
+    assistant_routes(r, get_rt)
     _thread_routes(r, f)
     _run_routes(r, f)
     _stateless_routes(r, f)
+    cron_routes(r, get_rt)
     return r
 
 
 def _info_routes(r: APIRouter) -> None:
     @r.get("/info")
     def info() -> dict[str, Any]:
-        return {"version": "treadle", "langgraph_py_version": None,
-                "flags": {"assistants": True, "crons": False, "langsmith": False},
-                "host": {"kind": "treadle"}}
-
-    @r.get("/assistants/{assistant_id}")
-    def get_assistant(assistant_id: str, caller: ReadCaller) -> dict[str, Any]:
-        return _assistant(assistant_id)
-
-    @r.post("/assistants/search")
-    def search_assistants(caller: ReadCaller,
-                          body: Annotated[dict[str, Any] | None, Body()] = None
-                          ) -> list[dict[str, Any]]:
-        body = body or {}
-        names = [n for n in agent_names() if n == body.get("graph_id", n)]
-        offset, limit = int(body.get("offset") or 0), int(body.get("limit") or 10)
-        return [_assistant(n) for n in names[offset: offset + limit]]
+        return {
+            "version": "treadle",
+            "langgraph_py_version": None,
+            "flags": {"assistants": True, "crons": True, "langsmith": False},
+            "host": {"kind": "treadle"},
+        }
 
 
 def _thread_routes(r: APIRouter, f: _Facade) -> None:
     @r.post("/threads")
-    def create_thread(caller: WriteCaller,
-                      body: Annotated[ThreadBody | None, Body()] = None) -> dict[str, Any]:
+    def create_thread(
+        caller: WriteCaller, body: Annotated[ThreadBody | None, Body()] = None
+    ) -> dict[str, Any]:
         row = f.create_thread(caller.tenant, body or ThreadBody())
         with f.rt.engine.connect() as conn:
             return _thread_view(conn, row)
@@ -445,28 +617,28 @@ def _thread_routes(r: APIRouter, f: _Facade) -> None:
             return _thread_view(conn, f.thread(conn, caller.tenant, thread_id))
 
     @r.post("/threads/search")
-    def search_threads(caller: ReadCaller,
-                       body: Annotated[SearchBody | None, Body()] = None
-                       ) -> list[dict[str, Any]]:
+    def search_threads(
+        caller: ReadCaller, body: Annotated[SearchBody | None, Body()] = None
+    ) -> list[dict[str, Any]]:
         body = body or SearchBody()
         with f.rt.engine.connect() as conn:
             rows = _search(conn, caller.tenant, body)
-            return [_thread_view(conn, t) for t in rows[body.offset: body.offset + body.limit]]
+            return [_thread_view(conn, t) for t in rows[body.offset : body.offset + body.limit]]
 
     @r.get("/threads/{thread_id}/state")
     def get_state(thread_id: str, caller: ReadCaller) -> dict[str, Any]:
         with f.rt.engine.connect() as conn:
-            f.thread(conn, caller.tenant, thread_id)
-            return _current_state(conn, thread_id)
+            return _current_state(conn, f.thread(conn, caller.tenant, thread_id)["id"])
 
     @r.post("/threads/{thread_id}/history")
-    def history(thread_id: str, caller: ReadCaller,
-                body: Annotated[dict[str, Any] | None, Body()] = None) -> list[dict[str, Any]]:
-        limit = int((body or {}).get("limit") or 10)
+    def history(
+        thread_id: str, caller: ReadCaller, body: Annotated[HistoryBody | None, Body()] = None
+    ) -> list[dict[str, Any]]:
+        limit = (body or HistoryBody()).limit
         with f.rt.engine.connect() as conn:
-            f.thread(conn, caller.tenant, thread_id)
-            states = [_current_state(conn, thread_id)]
-            for seg in segs.thread_segments(conn, thread_id, PROTOCOL, limit=limit):
+            key = f.thread(conn, caller.tenant, thread_id)["id"]
+            states = [_current_state(conn, key)]
+            for seg in segs.thread_segments(conn, key, PROTOCOL, limit=limit):
                 state = _state_at_end(conn, segs.load_leg(conn, seg))
                 ids = {s["checkpoint"]["checkpoint_id"] for s in states}
                 if state is not None and state["checkpoint"]["checkpoint_id"] not in ids:
@@ -474,74 +646,87 @@ def _thread_routes(r: APIRouter, f: _Facade) -> None:
         return states[:limit]
 
 
-def _tenant_threads(conn: Connection, tenant: str, ids: list[str] | None) -> list[RowMapping]:
+def _tenant_threads(
+    conn: Connection, tenant: str, ids: list[str] | None
+) -> list[Mapping[Any, Any]]:
     q = sa.select(threads).where(threads.c.tenant == tenant)
     if ids:
-        q = q.where(threads.c.id.in_(ids))
+        q = q.where(threads.c.id.in_([*ids, *(scoped_id(tenant, i) for i in ids)]))
     q = q.order_by(threads.c.updated_at.desc()).limit(500)
     return list(conn.execute(q).mappings())
 
 
-def _search(conn: Connection, tenant: str, body: SearchBody) -> list[RowMapping]:
+def _search(conn: Connection, tenant: str, body: SearchBody) -> list[Mapping[Any, Any]]:
     """The tenant's threads (newest first) whose metadata holds ``body.metadata``, in
     ``body.status``."""
     want = body.metadata or {}
-    rows = [t for t in _tenant_threads(conn, tenant, body.ids)
-            if all((t["meta"] or {}).get(k) == v for k, v in want.items())]
+    rows = [
+        t
+        for t in _tenant_threads(conn, tenant, body.ids)
+        if all((t["meta"] or {}).get(k) == v for k, v in want.items())
+    ]
     if body.status:
-        rows = [t for t in rows
-                if lg_thread_status(segs.latest_run(conn, t["id"])) == body.status]
+        rows = [t for t in rows if lg_thread_status(segs.latest_run(conn, t["id"])) == body.status]
     return rows
 
 
 def _run_routes(r: APIRouter, f: _Facade) -> None:
     @r.post("/threads/{thread_id}/runs")
-    def create_run(thread_id: str, body: RunBody, response: Response,
-                   caller: WriteCaller) -> dict[str, Any]:
+    def create_run(
+        thread_id: str, body: RunBody, response: Response, caller: WriteCaller
+    ) -> dict[str, Any]:
         leg = f.start(caller, thread_id, body)
         response.headers.update(_locations(leg))
         return _run_view(leg)
 
-    @r.post("/threads/{thread_id}/runs/stream", response_model=None)
-    async def stream_run(thread_id: str, body: RunBody, caller: WriteCaller
-                         ) -> StreamingResponse:
+    @r.post("/threads/{thread_id}/runs/stream", response_model=None, responses=stream_responses())
+    async def stream_run(thread_id: str, body: RunBody, caller: WriteCaller) -> StreamingResponse:
         leg = await run_in_threadpool(f.start, caller, thread_id, body)
         modes = modes_of(body.stream_mode)
         gen = _stream(f, leg, modes, 0, body.on_disconnect == "cancel", caller.tenant)
         return _sse_response(gen, _locations(leg, "/stream"))
 
     @r.post("/threads/{thread_id}/runs/wait", response_model=None)
-    async def wait_run(thread_id: str, body: RunBody, caller: WriteCaller
-                       ) -> StreamingResponse:
+    async def wait_run(thread_id: str, body: RunBody, caller: WriteCaller) -> StreamingResponse:
         leg = await run_in_threadpool(f.start, caller, thread_id, body)
         return _json_stream(_join_body(f, leg), _locations(leg, "/join"))
 
     @r.get("/threads/{thread_id}/runs")
-    def list_runs(thread_id: str, caller: ReadCaller,
-                  limit: Annotated[int, Query(ge=1, le=1000)] = 10,
-                  offset: Annotated[int, Query(ge=0)] = 0,
-                  status: str | None = None) -> list[dict[str, Any]]:
+    def list_runs(
+        thread_id: str,
+        caller: ReadCaller,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 10,
+        offset: Annotated[int, Query(ge=0)] = 0,
+        status: str | None = None,
+    ) -> list[dict[str, Any]]:
         with f.rt.engine.connect() as conn:
-            f.thread(conn, caller.tenant, thread_id)
-            legs = [segs.load_leg(conn, s) for s in segs.thread_segments(conn, thread_id, PROTOCOL,
-                                                                          limit=1000)]
+            key = f.thread(conn, caller.tenant, thread_id)["id"]
+            legs = [
+                segs.load_leg(conn, s)
+                for s in segs.thread_segments(conn, key, PROTOCOL, limit=1000)
+            ]
         views = [_run_view(leg) for leg in legs]
         views = [v for v in views if not status or v["status"] == status]
-        return views[offset: offset + limit]
+        return views[offset : offset + limit]
 
     @r.get("/threads/{thread_id}/runs/{run_id}")
     def get_run(thread_id: str, run_id: str, caller: ReadCaller) -> dict[str, Any]:
         return _run_view(f.leg(caller.tenant, thread_id, run_id))
 
     @r.get("/threads/{thread_id}/runs/{run_id}/join", response_model=None)
-    async def join_run(thread_id: str, run_id: str, caller: ReadCaller
-                       ) -> StreamingResponse:
+    async def join_run(thread_id: str, run_id: str, caller: ReadCaller) -> StreamingResponse:
         leg = await run_in_threadpool(f.leg, caller.tenant, thread_id, run_id)
         return _json_stream(_join_body(f, leg))
 
-    @r.get("/threads/{thread_id}/runs/{run_id}/stream", response_model=None)
+    @r.get(
+        "/threads/{thread_id}/runs/{run_id}/stream",
+        response_model=None,
+        responses=stream_responses(),
+    )
     async def join_stream(
-        thread_id: str, run_id: str, caller: ReadCaller,
+        thread_id: str,
+        run_id: str,
+        caller: ReadCaller,
         stream_mode: Annotated[list[str] | None, Query()] = None,
         cancel_on_disconnect: bool = False,
         last_event_id: Annotated[str | None, Header()] = None,
@@ -553,8 +738,13 @@ def _run_routes(r: APIRouter, f: _Facade) -> None:
         return _sse_response(gen, _locations(leg, "/stream"))
 
     @r.post("/threads/{thread_id}/runs/{run_id}/cancel", response_model=None)
-    async def cancel_run(thread_id: str, run_id: str, caller: WriteCaller, wait: bool = False,
-                         action: str = "interrupt") -> Response:
+    async def cancel_run(
+        thread_id: str,
+        run_id: str,
+        caller: WriteCaller,
+        wait: bool = False,
+        action: str = "interrupt",
+    ) -> Response:
         leg = await run_in_threadpool(f.leg, caller.tenant, thread_id, run_id)
         await run_in_threadpool(f.cancel, caller.tenant, leg)
         if not wait:
@@ -565,26 +755,21 @@ def _run_routes(r: APIRouter, f: _Facade) -> None:
 def _stateless_routes(r: APIRouter, f: _Facade) -> None:
     """``/runs``, ``/runs/stream``, ``/runs/wait``: a run on a new thread of its own."""
 
-    def _new_thread(tenant: str) -> str:
-        return str(f.create_thread(tenant, ThreadBody())["id"])
-
     @r.post("/runs")
     def create(body: RunBody, response: Response, caller: WriteCaller) -> dict[str, Any]:
-        leg = f.start(caller, _new_thread(caller.tenant), body)
+        leg = f.start(caller, None, body)
         response.headers.update(_locations(leg))
         return _run_view(leg)
 
-    @r.post("/runs/stream", response_model=None)
+    @r.post("/runs/stream", response_model=None, responses=stream_responses())
     async def stream(body: RunBody, caller: WriteCaller) -> StreamingResponse:
-        thread_id = await run_in_threadpool(_new_thread, caller.tenant)
-        leg = await run_in_threadpool(f.start, caller, thread_id, body)
-        gen = _stream(f, leg, modes_of(body.stream_mode), 0, body.on_disconnect == "cancel",
-                      caller.tenant)
+        leg = await run_in_threadpool(f.start, caller, None, body)
+        gen = _stream(
+            f, leg, modes_of(body.stream_mode), 0, body.on_disconnect == "cancel", caller.tenant
+        )
         return _sse_response(gen, _locations(leg, "/stream"))
 
     @r.post("/runs/wait", response_model=None)
     async def wait(body: RunBody, caller: WriteCaller) -> StreamingResponse:
-        thread_id = await run_in_threadpool(_new_thread, caller.tenant)
-        leg = await run_in_threadpool(f.start, caller, thread_id, body)
+        leg = await run_in_threadpool(f.start, caller, None, body)
         return _json_stream(_join_body(f, leg), _locations(leg, "/join"))
-

@@ -1,4 +1,4 @@
-"""A LangGraph run's stream (interop.md §2.3): one segment's treadle events as LangGraph SSE.
+"""A LangGraph run's stream: one segment's treadle events as LangGraph SSE.
 
 Every durable event expands to the requested modes' events (``values`` = the thread as of that
 event; ``updates`` = what it added; ``messages`` = chunks live, whole messages otherwise); the
@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from scheduler.interop.common import sse
-from scheduler.interop.shapes import ai_id, interrupt_of, lc_messages
+from shared.interop.shapes import ai_id, interrupt_of, lc_messages
 
 __all__ = ["ALL_MODES", "LgStream", "modes_of"]
 
@@ -22,8 +22,9 @@ DEFAULT_MODES = ("values",)
 Out = list[tuple[str, Any]]
 
 
-def modes_of(requested: str | Iterable[str] | None, stored: Iterable[str] | None = None
-             ) -> list[str]:
+def modes_of(
+    requested: str | Iterable[str] | None, stored: Iterable[str] | None = None
+) -> list[str]:
     """The stream modes: a string or a list; empty = the run's own (default values)."""
     if isinstance(requested, str):
         requested = [requested]
@@ -37,8 +38,9 @@ class LgStream:
     """Expands one segment's events for a set of modes. ``prev``: the thread's messages as of
     the event before the first one to expand (None at the segment's start)."""
 
-    def __init__(self, segment_id: str, run_id: str, modes: Iterable[str],
-                 prev: list[dict[str, Any]] | None) -> None:
+    def __init__(
+        self, segment_id: str, run_id: str, modes: Iterable[str], prev: list[dict[str, Any]] | None
+    ) -> None:
         self.segment_id, self.run_id = segment_id, run_id
         self.modes = set(modes)
         self.prev = prev
@@ -52,8 +54,10 @@ class LgStream:
         snap = lc_messages(rows, self.run_id, upto=ev["created_at"])
         out = self._expand(ev, snap)
         self.prev = snap
-        return "".join(sse(name, data, ev["seq"] if i == len(out) - 1 else None)
-                       for i, (name, data) in enumerate(out))
+        return "".join(
+            sse(name, data, ev["seq"] if i == len(out) - 1 else None)
+            for i, (name, data) in enumerate(out)
+        )
 
     def delta(self, kind: str, data: Mapping[str, Any]) -> str:
         if kind != "text.delta":
@@ -83,8 +87,11 @@ class LgStream:
         elif interrupt is not None and "values" not in self.modes:
             out.append(("values", {"__interrupt__": [interrupt]}))
         if self.modes & {"messages-tuple", "messages"}:
-            out += [("messages", [m, self._meta(ev["seq"])]) for m in new
-                    if m["type"] == "tool" or (m["type"] == "ai" and m["id"] not in self.streamed)]
+            out += [
+                ("messages", [m, self._meta(ev["seq"])])
+                for m in new
+                if m["type"] == "tool" or (m["type"] == "ai" and m["id"] not in self.streamed)
+            ]
         out += self._extra(ev)
         return out
 
@@ -99,16 +106,30 @@ class LgStream:
             out.append(("custom", {"seq": ev["seq"], "type": ev["type"], "data": data}))
         if ev["type"] == "run.failed":
             err = data.get("error") or {}
-            out.append(("error", {"error": str(err.get("code") or "Error"),
-                                  "message": str(err.get("message") or "the run failed")}))
+            out.append(
+                (
+                    "error",
+                    {
+                        "error": str(err.get("code") or "Error"),
+                        "message": str(err.get("message") or "the run failed"),
+                    },
+                )
+            )
         return out
 
     def _meta(self, step: int) -> dict[str, Any]:
         return {"langgraph_node": "agent", "langgraph_step": step, "run_id": self.segment_id}
 
     def _event(self, kind: str, name: str, data: dict[str, Any]) -> dict[str, Any]:
-        return {"event": kind, "name": name, "run_id": self.segment_id, "data": data,
-                "metadata": {"langgraph_node": "agent"}, "tags": [], "parent_ids": []}
+        return {
+            "event": kind,
+            "name": name,
+            "run_id": self.segment_id,
+            "data": data,
+            "metadata": {"langgraph_node": "agent"},
+            "tags": [],
+            "parent_ids": [],
+        }
 
 
 def _ends(ev: Mapping[str, Any]) -> bool:
@@ -142,6 +163,15 @@ def _updates(new: list[dict[str, Any]], interrupt: dict[str, Any] | None) -> Out
 
 
 def _chunk(msg_id: str, text: str) -> dict[str, Any]:
-    return {"type": "AIMessageChunk", "id": msg_id, "content": text, "name": None,
-            "additional_kwargs": {}, "response_metadata": {}, "tool_calls": [],
-            "invalid_tool_calls": [], "tool_call_chunks": [], "usage_metadata": None}
+    return {
+        "type": "AIMessageChunk",
+        "id": msg_id,
+        "content": text,
+        "name": None,
+        "additional_kwargs": {},
+        "response_metadata": {},
+        "tool_calls": [],
+        "invalid_tool_calls": [],
+        "tool_call_chunks": [],
+        "usage_metadata": None,
+    }

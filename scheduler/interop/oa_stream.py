@@ -1,4 +1,4 @@
-"""An OpenAI response from one segment's treadle events (interop.md §4): the Response object
+"""An OpenAI response from one segment's treadle events: the Response object
 and its stream events, both from one fold, so ``retrieve`` and the stream agree.
 
 ``sequence_number`` is stable across reconnects although deltas are not stored: the k-th event
@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.interop.shapes import INCOMPLETE
+from shared.interop.shapes import INCOMPLETE
 
 __all__ = ["M", "Facts", "ResponseFold", "Start", "StreamEvent"]
 
@@ -90,29 +90,45 @@ class ResponseFold:
         if self.status == "failed":
             e = data.get("error") or {}
             err = {"code": "server_error", "message": str(e.get("message") or "the run failed")}
-        incomplete = ({"reason": data.get("stop_reason")} if self.status == "incomplete"
-                      else None)
+        incomplete = {"reason": data.get("stop_reason")} if self.status == "incomplete" else None
         return {
-            "id": self.s.response_id, "object": "response", "created_at": int(self.s.created_at),
-            "status": self.status, "background": self.s.background, "model": self.s.model,
-            "previous_response_id": self.s.previous_response_id, "error": err,
-            "incomplete_details": incomplete, "metadata": self.s.metadata,
-            "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
-            "output": [self.items[i] for i in sorted(self.items)], "usage": self._usage(),
-            "instructions": None, "temperature": None, "top_p": None, "store": True,
-            "text": {"format": {"type": "text"}}, "truncation": "disabled",
+            "id": self.s.response_id,
+            "object": "response",
+            "created_at": int(self.s.created_at),
+            "status": self.status,
+            "background": self.s.background,
+            "model": self.s.model,
+            "previous_response_id": self.s.previous_response_id,
+            "error": err,
+            "incomplete_details": incomplete,
+            "metadata": self.s.metadata,
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "output": [self.items[i] for i in sorted(self.items)],
+            "usage": self._usage(),
+            "instructions": None,
+            "temperature": None,
+            "top_p": None,
+            "store": True,
+            "text": {"format": {"type": "text"}},
+            "truncation": "disabled",
         }
 
     def _usage(self) -> dict[str, Any] | None:
         u = self.totals
         if u is None:
             return None
-        return {"input_tokens": u["input_tokens"],
-                "input_tokens_details": {"cached_tokens": u["cached_input_tokens"],
-                                         "cache_write_tokens": 0},
-                "output_tokens": u["output_tokens"],
-                "output_tokens_details": {"reasoning_tokens": 0},
-                "total_tokens": u["input_tokens"] + u["output_tokens"]}
+        return {
+            "input_tokens": u["input_tokens"],
+            "input_tokens_details": {
+                "cached_tokens": u["cached_input_tokens"],
+                "cache_write_tokens": 0,
+            },
+            "output_tokens": u["output_tokens"],
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": u["input_tokens"] + u["output_tokens"],
+        }
 
     # --- expansion -----------------------------------------------------------------------
 
@@ -136,8 +152,9 @@ class ResponseFold:
         if kind in ("round.started", "tool.started") and not self.in_progress:
             self.in_progress, self.status = True, "in_progress"
             out.append(self._ev(n(), "response.in_progress", response=self._lifecycle()))
-        new = [r for r in rows if r["seq"] not in self.observed
-               and r["created_at"] <= ev["created_at"]]
+        new = [
+            r for r in rows if r["seq"] not in self.observed and r["created_at"] <= ev["created_at"]
+        ]
         self.observed.update(r["seq"] for r in new)
         for row in new:
             out += self._message(row, facts.tools, n)
@@ -155,9 +172,17 @@ class ResponseFold:
         text, t = str(data.get("text") or ""), self.texts[round_]
         t.text += text
         offset = min(int(data.get("offset") or 0), M - DELTA_AT - 1)
-        out.append(self._ev(base * M + DELTA_AT + offset, "response.output_text.delta",
-                            item_id=t.item_id, output_index=t.index, content_index=0,
-                            delta=text, logprobs=[]))
+        out.append(
+            self._ev(
+                base * M + DELTA_AT + offset,
+                "response.output_text.delta",
+                item_id=t.item_id,
+                output_index=t.index,
+                content_index=0,
+                delta=text,
+                logprobs=[],
+            )
+        )
         return self._keep(out)
 
     # --- pieces --------------------------------------------------------------------------
@@ -189,15 +214,27 @@ class ResponseFold:
         if round_ in self.texts:
             return []
         item_id = f"msg_{self.s.run_id.removeprefix('run_')}_{round_}"
-        item = {"type": "message", "id": item_id, "role": "assistant", "status": "in_progress",
-                "content": []}
+        item = {
+            "type": "message",
+            "id": item_id,
+            "role": "assistant",
+            "status": "in_progress",
+            "content": [],
+        }
         index = self._alloc(item)
         self.texts[round_] = _Text(index, item_id)
         part = {"type": "output_text", "text": "", "annotations": []}
-        return [self._ev(at[0], "response.output_item.added", output_index=index,
-                         item=dict(item)),
-                self._ev(at[1], "response.content_part.added", item_id=item_id,
-                         output_index=index, content_index=0, part=part)]
+        return [
+            self._ev(at[0], "response.output_item.added", output_index=index, item=dict(item)),
+            self._ev(
+                at[1],
+                "response.content_part.added",
+                item_id=item_id,
+                output_index=index,
+                content_index=0,
+                part=part,
+            ),
+        ]
 
     def _message(self, row: Row, tools: Mapping[str, Row], n: _Counter) -> list[StreamEvent]:
         if row["hidden"] or row["kind"]:
@@ -218,8 +255,11 @@ class ResponseFold:
             at = (base * M + ADDED_AT, base * M + PART_AT) if base is not None else (n(), n())
             out += self._open_text(round_, at)
         if row["reasoning"]:
-            item = {"type": "reasoning", "id": f"rs_{self.s.run_id.removeprefix('run_')}_{round_}",
-                    "summary": [{"type": "summary_text", "text": row["reasoning"]}]}
+            item = {
+                "type": "reasoning",
+                "id": f"rs_{self.s.run_id.removeprefix('run_')}_{round_}",
+                "summary": [{"type": "summary_text", "text": row["reasoning"]}],
+            }
             out += self._whole(item, n)
         if text:
             out += self._close_text(round_, text, n)
@@ -228,20 +268,42 @@ class ResponseFold:
     def _close_text(self, round_: int, text: str, n: _Counter) -> list[StreamEvent]:
         t = self.texts[round_]
         part = {"type": "output_text", "text": text, "annotations": []}
-        item = {"type": "message", "id": t.item_id, "role": "assistant", "status": "completed",
-                "content": [part]}
+        item = {
+            "type": "message",
+            "id": t.item_id,
+            "role": "assistant",
+            "status": "completed",
+            "content": [part],
+        }
         self.items[t.index] = item
-        return [self._ev(n(), "response.output_text.done", item_id=t.item_id, output_index=t.index,
-                         content_index=0, text=text, logprobs=[]),
-                self._ev(n(), "response.content_part.done", item_id=t.item_id,
-                         output_index=t.index, content_index=0, part=part),
-                self._ev(n(), "response.output_item.done", output_index=t.index, item=item)]
+        return [
+            self._ev(
+                n(),
+                "response.output_text.done",
+                item_id=t.item_id,
+                output_index=t.index,
+                content_index=0,
+                text=text,
+                logprobs=[],
+            ),
+            self._ev(
+                n(),
+                "response.content_part.done",
+                item_id=t.item_id,
+                output_index=t.index,
+                content_index=0,
+                part=part,
+            ),
+            self._ev(n(), "response.output_item.done", output_index=t.index, item=item),
+        ]
 
     def _whole(self, item: dict[str, Any], n: _Counter) -> list[StreamEvent]:
         """An item that is added and done at once."""
         index = self._alloc(item)
-        return [self._ev(n(), "response.output_item.added", output_index=index, item=item),
-                self._ev(n(), "response.output_item.done", output_index=index, item=item)]
+        return [
+            self._ev(n(), "response.output_item.added", output_index=index, item=item),
+            self._ev(n(), "response.output_item.done", output_index=index, item=item),
+        ]
 
     def _tool_result(self, row: Row, tools: Mapping[str, Row], n: _Counter) -> list[StreamEvent]:
         call_id, name = str(row["tool_call_id"]), str(row["name"] or "")
@@ -250,13 +312,19 @@ class ResponseFold:
         if name == "ask_user" or declined:
             return []  # the client's own answer, or a write it declined
         arguments = self.calls.get(call_id) or (call["arguments"] if call is not None else "{}")
-        item = {"type": "mcp_call", "id": f"mcp_{call_id}", "server_label": "treadle",
-                "name": name, "arguments": arguments, "output": _text_of(row["content"]),
-                "error": None, "status": "completed"}
+        item = {
+            "type": "mcp_call",
+            "id": f"mcp_{call_id}",
+            "server_label": "treadle",
+            "name": name,
+            "arguments": arguments,
+            "output": _text_of(row["content"]),
+            "error": None,
+            "status": "completed",
+        }
         return self._whole(item, n)
 
-    def _ending(self, ev: Row, kind: str, data: dict[str, Any], n: _Counter
-                ) -> list[StreamEvent]:
+    def _ending(self, ev: Row, kind: str, data: dict[str, Any], n: _Counter) -> list[StreamEvent]:
         if kind not in ("run.waiting", "run.completed", "run.failed", "run.cancelled"):
             return []
         out: list[StreamEvent] = []
@@ -267,22 +335,32 @@ class ResponseFold:
         if kind == "run.cancelled":
             return out  # no stream event for a cancel: the stream just ends
         type_ = {"failed": "response.failed", "incomplete": "response.incomplete"}.get(
-            self.status, "response.completed")
+            self.status, "response.completed"
+        )
         return [*out, self._ev(n(), type_, response=self.response())]
 
     def _pause(self, pending: Mapping[str, Any], n: _Counter) -> list[StreamEvent]:
         if pending.get("kind") == "ask":
             ask_id = str(pending.get("ask_id"))
             args = {"reason": pending.get("reason", ""), "questions": pending.get("questions", [])}
-            item = {"type": "function_call", "id": f"fc_{ask_id}", "call_id": ask_id,
-                    "name": "ask_user", "arguments": json.dumps(args, ensure_ascii=False),
-                    "status": "completed"}
+            item = {
+                "type": "function_call",
+                "id": f"fc_{ask_id}",
+                "call_id": ask_id,
+                "name": "ask_user",
+                "arguments": json.dumps(args, ensure_ascii=False),
+                "status": "completed",
+            }
             return self._whole(item, n)
         out: list[StreamEvent] = []
         for it in pending.get("items") or []:
-            item = {"type": "mcp_approval_request", "id": f"mcpr_{it['call_id']}",
-                    "server_label": "treadle", "name": it["tool"],
-                    "arguments": json.dumps(it.get("arguments") or {}, ensure_ascii=False)}
+            item = {
+                "type": "mcp_approval_request",
+                "id": f"mcpr_{it['call_id']}",
+                "server_label": "treadle",
+                "name": it["tool"],
+                "arguments": json.dumps(it.get("arguments") or {}, ensure_ascii=False),
+            }
             out += self._whole(item, n)
         return out
 

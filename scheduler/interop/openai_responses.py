@@ -1,4 +1,4 @@
-"""OpenAI Responses background routes over treadle (issue #16; interop.md §4), mounted at
+"""OpenAI Responses background routes over treadle (docs/api.md), mounted at
 ``/openai/v1``: ``OpenAI(base_url=".../openai/v1")`` drives treadle with ``model`` = a
 registered agent's name.
 
@@ -18,44 +18,40 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 from sqlalchemy.engine import Connection
 from starlette.concurrency import run_in_threadpool
 
-from scheduler.agents import resolve_agent
-from scheduler.auth import Caller, ReadCaller, WriteCaller
-from scheduler.interop import segments as segs
-from scheduler.interop.common import admit, facade_webhook
+from scheduler.http.agents import resolve, store_lookup
+from scheduler.http.auth import Caller, ReadCaller, WriteCaller
+from scheduler.http.tail import Batch, Beat, Delta, follow, wait_for_end
+from scheduler.interop.common import admit, facade_webhook, stream_responses
+from scheduler.interop.oa_bodies import CREATE_REQUEST, RESUME_TYPES, CreateBody
 from scheduler.interop.oa_stream import Facts, ResponseFold, Start, StreamEvent
-from scheduler.interop.shapes import Approve, input_messages, oa_status, pause_id
-from scheduler.interop.tail import Batch, Beat, Delta, follow, wait_for_end
+from shared.agent.approval import ItemDecision
 from shared.engine import commands
 from shared.engine import threads as thread_engine
 from shared.engine.runtime import Runtime
 from shared.errors import Conflict, NotFound, SpecError, TreadleError, Unauthorized
+from shared.interop.shapes import (
+    Approve,
+    approval_of,
+    decision,
+    input_messages,
+    oa_status,
+    pause_id,
+)
 from shared.store import repo
+from shared.store import segments as segs
 
 __all__ = ["openai_router"]
 
 PROTOCOL = segs.OPENAI
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-RESUME_TYPES = ("function_call_output", "mcp_approval_response")
-
-
-class CreateBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    model: str
-    input: str | list[dict[str, Any]] | None = None
-    background: bool | None = None
-    stream: bool | None = None
-    previous_response_id: str | None = None
-    metadata: dict[str, Any] | None = None
-    store: bool | None = None
-    tools: list[Any] | None = None
 
 
 # --- errors ------------------------------------------------------------------------------
+
 
 def _error(exc: Exception) -> JSONResponse:
     """OpenAI's error body. A conflict is 400: the SDK retries 409s."""
@@ -71,8 +67,9 @@ def _error(exc: Exception) -> JSONResponse:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         message = f"{where}: {first['msg']}" if where else first["msg"]
-    body = {"error": {"message": message, "type": "invalid_request_error", "param": None,
-                      "code": code}}
+    body = {
+        "error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}
+    }
     return JSONResponse(body, status_code=status)
 
 
@@ -81,13 +78,6 @@ FACADE_ERRORS = (TreadleError, ValidationError, ValueError)
 
 # --- input items -------------------------------------------------------------------------
 
-def _items(value: str | list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    if value is None:
-        raise SpecError("input is required")
-    if isinstance(value, str):
-        return [{"type": "message", "role": "user", "content": value}]
-    return list(value)
-
 
 def _is_resume(items: list[dict[str, Any]]) -> bool:
     return any(it.get("type") in RESUME_TYPES for it in items)
@@ -95,8 +85,10 @@ def _is_resume(items: list[dict[str, Any]]) -> bool:
 
 def _messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if _is_resume(items):
-        raise SpecError("function_call_output and mcp_approval_response items answer a "
-                        "paused response: send them with its previous_response_id")
+        raise SpecError(
+            "function_call_output and mcp_approval_response items answer a "
+            "paused response: send them with its previous_response_id"
+        )
     wanted = [it for it in items if it.get("type", "message") == "message"]
     return input_messages(wanted, "input")
 
@@ -116,24 +108,44 @@ def _answers(output: Any) -> list[str]:
 
 
 def _approval(pending: dict[str, Any], items: list[dict[str, Any]]) -> Approve:
-    ids = [str(it["call_id"]) for it in pending.get("items") or []]
-    said: dict[str, tuple[bool, str]] = {}
+    """One ``mcp_approval_response`` per pending item: ``approve`` runs it (with
+    ``arguments``, a treadle extension: the edited arguments, an object or its JSON text);
+    ``approve: false`` declines it and its ``reason`` is what the model reads."""
+    pend = {str(it["call_id"]): it for it in pending.get("items") or []}
+    said: dict[str, Any] = {}
     for it in items:
         if it.get("type") != "mcp_approval_response":
             continue
         call_id = str(it.get("approval_request_id") or "").removeprefix("mcpr_")
-        if call_id not in ids:
+        if call_id not in pend:
             raise SpecError(f"no approval request {it.get('approval_request_id')!r} is pending")
-        said[call_id] = (bool(it.get("approve")), str(it.get("reason") or ""))
-    missing = [f"mcpr_{i}" for i in ids if i not in said]
+        said[call_id] = _item_decision(pend[call_id], it)
+    missing = [f"mcpr_{i}" for i in pend if i not in said]
     if missing:
         raise SpecError(f"every approval request needs a response; missing {', '.join(missing)}")
-    notes = [why for ok, why in said.values() if not ok and why]
-    return Approve([i for i in ids if said[i][0]], [i for i in ids if not said[i][0]],
-                   "; ".join(notes) or None)
+    return approval_of([said[i] for i in pend])
+
+
+def _item_decision(item: dict[str, Any], response: dict[str, Any]) -> ItemDecision:
+    edited = response.get("arguments")
+    if not response.get("approve"):
+        if edited is not None:
+            raise SpecError("arguments belong to an approved mcp_approval_response")
+        return decision(item, "reject", message=response.get("reason"))
+    if edited is None:
+        return decision(item, "approve")
+    if isinstance(edited, str):
+        try:
+            edited = json.loads(edited)
+        except ValueError:
+            raise SpecError(f"the arguments for {item['tool']} are not JSON") from None
+    if not isinstance(edited, dict):
+        raise SpecError(f"the arguments for {item['tool']} must be a JSON object")
+    return decision(item, "edit", arguments=edited)
 
 
 # --- the facade --------------------------------------------------------------------------
+
 
 class _Facade:
     def __init__(self, get_rt: Callable[[], Runtime]) -> None:
@@ -154,22 +166,16 @@ class _Facade:
         """A new response: a resume of a paused one, a follow-up on its thread, or a new
         conversation. ``key``: an ``Idempotency-Key`` (a retried create finds its run)."""
         tenant = caller.tenant
-        if body.tools:
-            raise SpecError("tools: the agent's own tools run in treadle; send none")
-        if body.store is False and body.background:
-            raise SpecError("background responses are stored: store=false is not supported")
-        items = _items(body.input)
+        items = body.items()  # the body's own rules are checked by its model (oa_bodies)
         if body.previous_response_id:
             prev = self.leg(tenant, body.previous_response_id)
             if _paused(prev):
-                return self._resume(tenant, body, prev, items)
+                return self._resume(caller, body, prev, items)
             return self._follow_up(caller, body, prev, items)
         replayed = self._replayed(tenant, key)
         if replayed is not None:
             return self._segment(tenant, replayed, 0, body, items)
-        thread_id = f"thr_{uuid.uuid4().hex[:24]}"
-        thread_engine.create_thread(self.rt, tenant, None, "reject", thread_id)
-        return self._submit(caller, body, thread_id, items, key)
+        return self._submit(caller, body, None, items, key)
 
     def _replayed(self, tenant: str, key: str | None) -> str | None:
         if not key:
@@ -180,64 +186,116 @@ class _Facade:
             found = repo.find_idempotent(conn, tenant, key)
         return str(found["id"]) if found is not None else None
 
-    def _follow_up(self, caller: Caller, body: CreateBody, prev: segs.Leg,
-                   items: list[dict[str, Any]]) -> segs.Leg:
+    def _follow_up(
+        self, caller: Caller, body: CreateBody, prev: segs.Leg, items: list[dict[str, Any]]
+    ) -> segs.Leg:
         if _is_resume(items):
-            raise Conflict(f"response {prev.segment['id']} is not waiting for tool output or "
-                           "approvals")
+            raise Conflict(
+                f"response {prev.segment['id']} is not waiting for tool output or approvals"
+            )
         if not prev.closed or prev.run["status"] in ("queued", "running"):
             raise Conflict(f"response {prev.segment['id']} is still in progress")
         if prev.run["thread_id"] is None:
             raise SpecError(f"response {prev.segment['id']} cannot be continued")
         return self._submit(caller, body, prev.run["thread_id"], items)
 
-    def _submit(self, caller: Caller, body: CreateBody, thread_id: str,
-                items: list[dict[str, Any]], key: str | None = None) -> segs.Leg:
+    def _submit(
+        self,
+        caller: Caller,
+        body: CreateBody,
+        thread_id: str | None,
+        items: list[dict[str, Any]],
+        key: str | None = None,
+    ) -> segs.Leg:
+        """``thread_id`` None: a new conversation, whose thread is made once it is admitted."""
         tenant = caller.tenant
-        spec = resolve_agent(body.model)
+        agent = resolve(body.model, store_lookup(self.rt, tenant))
         msgs = _messages(items)
-        admit(self.rt, caller, body.model, spec, msgs)
+        admit(self.rt, caller, agent.policed, agent.spec, msgs)
+        if thread_id is None:
+            thread_id = f"thr_{uuid.uuid4().hex[:24]}"
+            thread_engine.create_thread(self.rt, tenant, None, "reject", thread_id)
         hook = facade_webhook(PROTOCOL, self.rt.settings, tenant, body.model)
-        row, _ = commands.submit_run(self.rt, commands.RunInput(
-            agent=spec, input=msgs, tenant=tenant, thread_id=thread_id, metadata=body.metadata,
-            webhook=hook, idempotency_key=key))
+        row, _ = commands.submit_run(
+            self.rt,
+            commands.RunInput(
+                agent=agent.spec,
+                input=msgs,
+                tenant=tenant,
+                thread_id=thread_id,
+                metadata=body.metadata,
+                webhook=hook,
+                idempotency_key=key,
+                agent_ref=agent.ref,
+            ),
+        )
         return self._segment(tenant, row["id"], 0, body, items)
 
-    def _resume(self, tenant: str, body: CreateBody, prev: segs.Leg,
-                items: list[dict[str, Any]]) -> segs.Leg:
+    def _resume(
+        self, caller: Caller, body: CreateBody, prev: segs.Leg, items: list[dict[str, Any]]
+    ) -> segs.Leg:
+        tenant = caller.tenant
         pending, run_id = dict(prev.run["pending"] or {}), prev.run["id"]
         if pending.get("kind") == "ask":
             ask_id = str(pending["ask_id"])
-            out = next((it for it in items if it.get("type") == "function_call_output"
-                        and it.get("call_id") == ask_id), None)
+            out = next(
+                (
+                    it
+                    for it in items
+                    if it.get("type") == "function_call_output" and it.get("call_id") == ask_id
+                ),
+                None,
+            )
             if out is None:
-                raise SpecError(f"response {prev.segment['id']} waits for a "
-                                f"function_call_output for call {ask_id} (ask_user)")
+                raise SpecError(
+                    f"response {prev.segment['id']} waits for a "
+                    f"function_call_output for call {ask_id} (ask_user)"
+                )
             commands.answer_run(self.rt, tenant, run_id, ask_id, _answers(out.get("output")))
         else:
             decided = _approval(pending, items)
-            commands.approve_run(self.rt, tenant, run_id, str(pending["approval_id"]),
-                                 decided.approve, decided.reject, decided.note)
+            commands.approve_run(
+                self.rt,
+                tenant,
+                run_id,
+                str(pending["approval_id"]),
+                decisions=decided.decisions,
+                by=caller.key_id or tenant,
+            )
         return self._segment(tenant, run_id, int(prev.end_seq or 0), body, items)
 
-    def _segment(self, tenant: str, run_id: str, from_seq: int, body: CreateBody,
-                 items: list[dict[str, Any]]) -> segs.Leg:
-        options = {"background": bool(body.background), "stream": bool(body.stream),
-                   "previous_response_id": body.previous_response_id, "input": items}
+    def _segment(
+        self, tenant: str, run_id: str, from_seq: int, body: CreateBody, items: list[dict[str, Any]]
+    ) -> segs.Leg:
+        options = {
+            "background": bool(body.background),
+            "stream": bool(body.stream),
+            "previous_response_id": body.previous_response_id,
+            "input": items,
+        }
         with self.rt.engine.begin() as conn:
             run = repo.get_run(conn, run_id)
             assert run is not None
             if from_seq:
                 segs.close_segments(conn, run_id, from_seq)
-            seg = segs.add_segment(conn, protocol=PROTOCOL, tenant=tenant, run=run,
-                                   from_seq=from_seq, assistant_id=body.model,
-                                   meta=body.metadata, options=options)
+            seg = segs.add_segment(
+                conn,
+                protocol=PROTOCOL,
+                tenant=tenant,
+                run=run,
+                from_seq=from_seq,
+                assistant_id=body.model,
+                meta=body.metadata,
+                options=options,
+            )
             return segs.load_leg(conn, seg)
 
     def cancel(self, tenant: str, leg: segs.Leg) -> segs.Leg:
         if leg.closed and oa_status(leg.run, leg.end) != "cancelled":
-            raise Conflict(f"response {leg.segment['id']} is {oa_status(leg.run, leg.end)}; "
-                           "only a queued or in-progress response can be cancelled")
+            raise Conflict(
+                f"response {leg.segment['id']} is {oa_status(leg.run, leg.end)}; "
+                "only a queued or in-progress response can be cancelled"
+            )
         if not leg.closed:
             try:
                 commands.cancel_run(self.rt, tenant, leg.run["id"])
@@ -261,8 +319,9 @@ class _Facade:
             fold.status = oa_status(leg.run, None)
         return fold.response()
 
-    def expand(self, fold: ResponseFold, leg: segs.Leg, events: list[dict[str, Any]]
-               ) -> list[StreamEvent]:
+    def expand(
+        self, fold: ResponseFold, leg: segs.Leg, events: list[dict[str, Any]]
+    ) -> list[StreamEvent]:
         out: list[StreamEvent] = []
         with self.rt.engine.connect() as conn:
             facts = _facts(conn, leg.run["id"])
@@ -291,10 +350,17 @@ def _start(rt: Runtime, leg: segs.Leg) -> Start:
         with rt.engine.connect() as conn:
             ev = repo.list_events(conn, seg["run_id"], int(seg["from_seq"]) - 1, limit=1)
         start_ts = float(ev[0]["created_at"]) if ev else None
-    return Start(response_id=seg["id"], run_id=seg["run_id"], model=seg["assistant_id"],
-                 created_at=float(seg["created_at"]), from_seq=int(seg["from_seq"]),
-                 start_ts=start_ts, previous_response_id=opts.get("previous_response_id"),
-                 metadata=dict(seg["meta"] or {}), background=bool(opts.get("background")))
+    return Start(
+        response_id=seg["id"],
+        run_id=seg["run_id"],
+        model=seg["assistant_id"],
+        created_at=float(seg["created_at"]),
+        from_seq=int(seg["from_seq"]),
+        start_ts=start_ts,
+        previous_response_id=opts.get("previous_response_id"),
+        metadata=dict(seg["meta"] or {}),
+        background=bool(opts.get("background")),
+    )
 
 
 def _facts(conn: Connection, run_id: str) -> Facts:
@@ -320,9 +386,13 @@ def _segment_events(conn: Connection, leg: segs.Leg) -> list[dict[str, Any]]:
 
 # --- streaming ---------------------------------------------------------------------------
 
+
 def _sse(events: list[StreamEvent], after: int | None) -> str:
-    return "".join(f"event: {p['type']}\ndata: {json.dumps(p, ensure_ascii=False)}\n\n"
-                   for num, p in events if after is None or num > after)
+    return "".join(
+        f"event: {p['type']}\ndata: {json.dumps(p, ensure_ascii=False)}\n\n"
+        for num, p in events
+        if after is None or num > after
+    )
 
 
 async def _stream(f: _Facade, leg: segs.Leg, after: int | None) -> AsyncIterator[str]:
@@ -354,19 +424,30 @@ def _input_item(item: dict[str, Any], n: int, response_id: str) -> dict[str, Any
     if item.get("type", "message") != "message":
         return {"id": f"in_{response_id}_{n}", **item}
     content = item.get("content", "")
-    parts = ([{"type": "input_text", "text": content}] if isinstance(content, str) else content)
-    return {"type": "message", "id": f"in_{response_id}_{n}", "role": item.get("role", "user"),
-            "status": "completed", "content": parts}
+    parts = [{"type": "input_text", "text": content}] if isinstance(content, str) else content
+    return {
+        "type": "message",
+        "id": f"in_{response_id}_{n}",
+        "role": item.get("role", "user"),
+        "status": "completed",
+        "content": parts,
+    }
 
 
 # --- routes ------------------------------------------------------------------------------
+
 
 def openai_router(get_rt: Callable[[], Runtime]) -> APIRouter:
     """The Responses routes; include with ``prefix="/openai/v1"``."""
     f = _Facade(get_rt)
     r = APIRouter(tags=["openai"])
 
-    @r.post("/responses", response_model=None)
+    @r.post(
+        "/responses",
+        response_model=None,
+        openapi_extra=CREATE_REQUEST,
+        responses=stream_responses(json=True),
+    )
     async def create(request: Request, caller: WriteCaller) -> Response:
         try:
             body = CreateBody.model_validate(await request.json())
@@ -381,8 +462,12 @@ def openai_router(get_rt: Callable[[], Runtime]) -> APIRouter:
         return JSONResponse(await _finished(f, leg))
 
     @r.get("/responses/{response_id}", response_model=None)
-    async def retrieve(response_id: str, caller: ReadCaller, stream: bool = False,
-                       starting_after: Annotated[int | None, Query()] = None) -> Response:
+    async def retrieve(
+        response_id: str,
+        caller: ReadCaller,
+        stream: bool = False,
+        starting_after: Annotated[int | None, Query()] = None,
+    ) -> Response:
         try:
             leg = await run_in_threadpool(f.leg, caller.tenant, response_id)
         except FACADE_ERRORS as exc:
@@ -407,8 +492,14 @@ def openai_router(get_rt: Callable[[], Runtime]) -> APIRouter:
             return _error(exc)
         raw = list((leg.segment["options"] or {}).get("input") or [])
         data = [_input_item(it, i, response_id) for i, it in enumerate(raw)]
-        return JSONResponse({"object": "list", "data": data, "has_more": False,
-                             "first_id": data[0]["id"] if data else None,
-                             "last_id": data[-1]["id"] if data else None})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": data,
+                "has_more": False,
+                "first_id": data[0]["id"] if data else None,
+                "last_id": data[-1]["id"] if data else None,
+            }
+        )
 
     return r

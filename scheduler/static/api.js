@@ -65,6 +65,7 @@ export const runs = {
   answer: (id, askId, answers) => api(`/v1/runs/${id}/answer`, { method: "POST", body: { ask_id: askId, answers } }),
   approve: (id, body) => api(`/v1/runs/${id}/approval`, { method: "POST", body }),
   cancel: (id) => api(`/v1/runs/${id}/cancel`, { method: "POST" }),
+  resume: (id) => api(`/v1/runs/${id}/resume`, { method: "POST" }),
 };
 
 export const agents = () => api("/v1/agents").then((r) => r.agents);

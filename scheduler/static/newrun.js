@@ -40,7 +40,7 @@ export async function renderNewRun(root, { onSubmitted }) {
   const sync = () => {
     const a = list.find((x) => x.name === select.value);
     specRow.hidden = select.value !== INLINE;
-    info.textContent = a ? describe(a) : "Any agent spec (DESIGN §8); unknown fields are rejected.";
+    info.textContent = a ? describe(a) : "Any agent spec (fields: docs/api.md); unknown fields are rejected.";
   };
   select.addEventListener("change", sync);
   sync();

@@ -8,8 +8,9 @@ import { ago, fmtCost, fmtSeconds, fmtTokens, h, modelName, prettyJson, replace 
 
 const FINAL = new Set(["completed", "failed", "cancelled"]);
 const TERMINAL = new Set(["run.completed", "run.failed", "run.cancelled"]);
+const RESUMABLE = new Set(["failed", "cancelled"]); // POST /v1/runs/{id}/resume takes them up
 const DURABLE = ["run.queued", "round.started", "tool.started", "tool.finished", "plan.updated",
-  "run.waiting", "run.resumed", ...TERMINAL];
+  "run.waiting", "run.resumed", "provider.waiting", "provider.retrying", "message.added", ...TERMINAL];
 const HIDDEN_TOOLS = new Set(["ask_user", "set_plan", "update_plan", "stop"]);
 const DECLINED = "Declined by user"; // shared.engine.commands.DECLINED_TEXT
 const PLAN_MARK = { done: "✓", in_progress: "▸", blocked: "✕", skipped: "–", pending: "○" };
@@ -77,6 +78,11 @@ export class RunDetail {
     }
     for (const c of calls) this.started.delete(c.call_id);
     this.currentRound = Math.max(this.currentRound, run.round);
+    if (FINAL.has(run.status) && this.es) {
+      this.es.close();
+      this.es = null;
+      this.setLive("");
+    }
     this.render();
     if (this.onChanged) this.onChanged(run);
   }
@@ -112,13 +118,12 @@ export class RunDetail {
       this.liveText.delete(d.round); // a retried round streams again from the start
       this.liveReasoning.delete(d.round);
     } else if (type === "tool.started" && !this.calls.some((c) => c.call_id === d.call_id)) {
-      this.started.set(d.call_id, { call_id: d.call_id, name: d.name, round: d.round, status: "running", started_at: ev.ts, arguments: "" });
+      this.started.set(d.call_id, { call_id: d.call_id, name: d.name, round: d.round, status: "running", started_at: ev.ts ? epoch(ev.ts) : null, arguments: "" });
     }
-    if (TERMINAL.has(type)) {
-      this.es.close();
-      this.setLive("");
-    }
-    this.scheduleRefresh(TERMINAL.has(type) || type === "run.waiting" ? 0 : 120);
+    // a terminal event ends the stream once the run is still over when read (a resumed run
+    // replays its old one, then goes on): refresh() closes it
+    const now = TERMINAL.has(type) || type === "run.waiting" || type === "provider.waiting";
+    this.scheduleRefresh(now ? 0 : 120);
     this.queueRender();
   }
 
@@ -230,8 +235,11 @@ export class RunDetail {
         h("h1", { class: "mono run-id", title: "run id" }, run.id),
         h("span", { class: `live ${this.live ? `is-${this.live}` : ""}` }, this.live || ""),
         h("span", { class: "spacer" }),
-        FINAL.has(run.status) ? null : this.cancelButton()),
-      h("dl", { class: "facts" }, facts.map(([k, v]) => h("div", { class: "fact" }, h("dt", {}, k), h("dd", { "data-fact": k }, String(v))))));
+        FINAL.has(run.status) ? (RESUMABLE.has(run.status) ? this.resumeButton() : null) : this.cancelButton()),
+      h("dl", { class: "facts" }, facts.map(([k, v]) => h("div", { class: "fact" }, h("dt", {}, k), h("dd", { "data-fact": k }, String(v))))),
+      (run.warnings || []).length
+        ? h("ul", { class: "run-warnings", "data-testid": "run-warnings" }, run.warnings.map((w) => h("li", {}, w)))
+        : null);
   }
 
   cancelButton() {
@@ -246,6 +254,19 @@ export class RunDetail {
       btn.disabled = true;
       try { await runs.cancel(this.runId); } catch (err) { this.flash(err.message); }
       this.scheduleRefresh(0);
+    });
+    return btn;
+  }
+
+  resumeButton() {
+    const btn = h("button", { class: "btn btn-primary", type: "button", "data-testid": "resume-run" }, "Resume run");
+    btn.addEventListener("click", async () => {
+      btn.disabled = true;
+      try {
+        await runs.resume(this.runId);
+        await this.refresh();
+        this.connect(); // the run goes on: follow it again
+      } catch (err) { this.flash(err.message); btn.disabled = false; }
     });
     return btn;
   }
@@ -301,7 +322,8 @@ export class RunDetail {
   toolCard(c) {
     const now = Date.now() / 1000;
     const running = c.status === "running" || c.status === "queued";
-    const secs = c.started_at ? (c.finished_at || now) - c.started_at : null;
+    const since = (t) => (typeof t === "string" ? epoch(t) : t);  // API rows: ISO; live: epoch
+    const secs = c.started_at ? (c.finished_at ? since(c.finished_at) : now) - since(c.started_at) : null;
     const declined = c.status === "done" && (c.result || "").startsWith(DECLINED);
     const state = c.status === "done" ? (c.error ? "error" : declined ? "declined" : "ok") : c.status;
     const icon = running ? h("span", { class: "spinner" }) : h("span", { class: `ti ti-${state}` }, { ok: "✓", error: "✕", declined: "⊘", waiting: "●", pending: "…" }[state] || "•");
@@ -312,10 +334,14 @@ export class RunDetail {
         h("span", { class: "tool-name mono" }, c.name),
         h("span", { class: "tool-status" }, c.status === "waiting" ? "needs approval" : declined ? "declined" : c.status),
         h("span", { class: "spacer" }),
+        c.decision ? h("span", { class: "muted tool-decision", "data-testid": "tool-decision", title: c.decision.at || "" },
+          `${{ approve: "approved", edit: "edited", reject: "declined" }[c.decision.action] || c.decision.action}${c.decision.by ? ` by ${c.decision.by}` : ""}`) : null,
         c.attempts > 1 ? h("span", { class: "muted" }, `${c.attempts} attempts`) : null,
         c.cost ? h("span", { class: "muted mono" }, fmtCost(c.cost)) : null,
         h("span", { class: "muted mono" }, fmtSeconds(secs))),
       args && args !== "{}" && c.status !== "waiting" ? h("pre", { class: "args" }, args) : null, // waiting: the approval card shows them
+      c.decision && c.decision.action === "edit" ? h("details", { class: "result", "data-testid": "tool-proposed" },
+        h("summary", {}, "proposed by the model"), h("pre", {}, prettyJson(c.decision.proposed_arguments))) : null,
       result ? h("details", { class: "result", open: result.length < 400 },
         h("summary", {}, c.error ? "error" : "result", h("span", { class: "muted" }, ` · ${result.length} chars`)),
         h("pre", {}, result)) : null);
@@ -323,11 +349,21 @@ export class RunDetail {
 
   renderPause() {
     const p = this.run.status === "waiting" ? this.run.pending : null;
-    const key = p ? `${p.kind}:${p.ask_id || p.approval_id}` : null;
+    const key = p ? `${p.kind}:${p.ask_id || p.approval_id || p.retry_at}` : null;
     if (key === this.pauseKey) return;
     this.pauseKey = key;
     if (!p) { replace(this.pause); return; }
-    replace(this.pause, p.kind === "ask" ? this.askCard(p) : this.approvalCard(p));
+    const card = { ask: () => this.askCard(p), provider: () => this.providerCard(p) }[p.kind];
+    replace(this.pause, card ? card() : this.approvalCard(p));
+  }
+
+  providerCard(p) {
+    const at = new Date(p.retry_at * 1000).toLocaleTimeString();
+    return h("section", { class: "pause-card", "data-testid": "provider-card" },
+      h("header", {}, h("span", { class: "tag tag-wait" }, "provider"),
+        h("strong", {}, `Waiting for the model provider ${p.profile}`)),
+      h("div", { class: "muted" }, `Try ${p.tries + 1} at ${at}; the run holds no worker meanwhile.`),
+      p.error ? h("pre", { class: "args" }, p.error) : null);
   }
 
   askCard(p) {
@@ -369,45 +405,72 @@ export class RunDetail {
   }
 
   approvalCard(p) {
+    // per item: Approve, Edit (approve with the arguments in the box, checked by the server
+    // against the tool's schema) or Reject (with an optional message the model reads)
     const decision = new Map();
     const error = h("div", { class: "card-error" });
     const note = h("input", { class: "free", type: "text", placeholder: "note for the model (optional)", "data-testid": "approval-note" });
     const submit = h("button", { class: "btn btn-primary", type: "button", "data-testid": "approval-submit", disabled: true }, "Submit decision");
     const rows = p.items.map((item) => {
       const yes = h("button", { class: "seg-btn yes", type: "button", "data-testid": "approve-item" }, "Approve");
+      const edit = h("button", { class: "seg-btn ed", type: "button", "data-testid": "edit-item" }, "Edit");
       const no = h("button", { class: "seg-btn no", type: "button", "data-testid": "reject-item" }, "Reject");
+      const proposed = prettyJson(item.arguments);
+      const box = h("textarea", { class: "edit-args mono", rows: Math.min(12, proposed.split("\n").length + 1), "data-testid": "edit-args", spellcheck: "false", "aria-label": `arguments for ${item.tool}` });
+      box.value = proposed;
+      box.addEventListener("input", () => { error.textContent = ""; });
+      const why = h("input", { class: "free reject-message", type: "text", maxlength: 4000, placeholder: "why (optional): the model reads “Declined by user: …”", "data-testid": "reject-message" });
       const row = h("div", { class: "approval-item", "data-testid": "approval-item", "data-call-id": item.call_id },
         h("div", { class: "ai-head" },
           h("span", { class: "tool-name mono" }, item.tool),
           h("span", { class: "muted mono" }, item.call_id),
           h("span", { class: "spacer" }),
-          h("div", { class: "seg" }, yes, no)),
-        h("pre", { class: "args" }, prettyJson(item.arguments)));
-      const set = (d) => { decision.set(item.call_id, d); paint(); };
+          h("div", { class: "seg" }, yes, edit, no)),
+        h("pre", { class: "args" }, proposed), box, why);
+      const set = (d) => { decision.set(item.call_id, d); paint(); if (d === "edit") box.focus(); if (d === "reject") why.focus(); };
       yes.addEventListener("click", () => set("approve"));
+      edit.addEventListener("click", () => set("edit"));
       no.addEventListener("click", () => set("reject"));
       row.paint = () => {
         const d = decision.get(item.call_id);
         yes.classList.toggle("on", d === "approve");
+        edit.classList.toggle("on", d === "edit");
         no.classList.toggle("on", d === "reject");
+        box.hidden = d !== "edit";
+        why.hidden = d !== "reject";
         row.dataset.decision = d || "";
+      };
+      row.decided = () => {
+        const d = decision.get(item.call_id);
+        if (d === "reject") return { call_id: item.call_id, action: "reject", message: why.value.trim() || null };
+        if (d !== "edit") return { call_id: item.call_id, action: "approve" };
+        let args;
+        try {
+          args = JSON.parse(box.value);
+        } catch (err) {
+          throw new Error(`${item.call_id}: the edited arguments are not JSON (${err.message})`);
+        }
+        if (args === null || typeof args !== "object" || Array.isArray(args)) throw new Error(`${item.call_id}: the edited arguments must be a JSON object`);
+        return { call_id: item.call_id, action: "edit", arguments: args };
       };
       return row;
     });
+    const count = (d) => [...decision.values()].filter((x) => x === d).length;
     const paint = () => {
       rows.forEach((r) => r.paint());
       submit.disabled = decision.size < p.items.length;
+      const edits = count("edit") ? `, ${count("edit")} edit` : "";
       submit.textContent = decision.size < p.items.length
         ? `Decide ${p.items.length - decision.size} more`
-        : `Submit: ${[...decision.values()].filter((d) => d === "approve").length} approve, ${[...decision.values()].filter((d) => d === "reject").length} reject`;
+        : `Submit: ${count("approve")} approve${edits}, ${count("reject")} reject`;
     };
     const all = (d) => { p.items.forEach((i) => decision.set(i.call_id, d)); paint(); };
     submit.addEventListener("click", async () => {
       submit.disabled = true;
-      const approve = p.items.filter((i) => decision.get(i.call_id) === "approve").map((i) => i.call_id);
-      const reject = p.items.filter((i) => decision.get(i.call_id) === "reject").map((i) => i.call_id);
+      error.textContent = "";
       try {
-        await runs.approve(this.runId, { approval_id: p.approval_id, approve, reject, note: note.value || null });
+        const decisions = rows.map((r) => r.decided());
+        await runs.approve(this.runId, { approval_id: p.approval_id, decisions, note: note.value || null });
         submit.textContent = "Submitted";
         this.scheduleRefresh(0);
       } catch (err) {

@@ -3,7 +3,7 @@
 import { runs } from "./api.js";
 import { ago, fmtCost, fmtTokens, h, modelName, replace } from "./dom.js";
 
-const FILTERS = ["all", "running", "waiting", "completed", "failed", "cancelled"];
+const FILTERS = ["all", "scheduled", "running", "waiting", "completed", "failed", "cancelled"];
 const POLL_MS = 2000;
 
 export class RunList {

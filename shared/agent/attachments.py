@@ -91,8 +91,9 @@ def with_attachments(
 def _decorate(msg: Message, urls: Sequence[str], notes: Sequence[str]) -> Message:
     images = [{"type": "image_url", "image_url": {"url": u}} for u in urls]
     if isinstance(msg.content, list):  # already parts: keep them, add ours
-        return msg.with_content([*msg.content, *({"type": "text", "text": n} for n in notes),
-                                 *images])
+        return msg.with_content(
+            [*msg.content, *({"type": "text", "text": n} for n in notes), *images]
+        )
     text = "\n\n".join(p for p in (msg.text, *notes) if p)
     if not images:
         return msg.with_content(text)

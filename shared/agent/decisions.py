@@ -20,6 +20,7 @@ __all__ = [
     "PlannedCall",
     "RunTools",
     "After",
+    "paused_call_ids",
 ]
 
 CallStatus = Literal["pending", "done", "waiting"]
@@ -71,10 +72,34 @@ class Fail:
 After = Continue | AwaitAnswer | AwaitApproval | Finish
 
 
+def paused_call_ids(then: After) -> frozenset[str]:
+    """The calls whose tool message the pause will supply: the ask's call (the answer), or
+    the approval's items (the writes once decided)."""
+    if isinstance(then, AwaitAnswer):
+        return frozenset({str(then.ask["ask_id"])})
+    if isinstance(then, AwaitApproval):
+        return frozenset(str(item["call_id"]) for item in then.items)
+    return frozenset()
+
+
 @dataclass(frozen=True, slots=True)
 class RunTools:
+    """Every call of a reply and what happens at the join.
+
+    Invariant (every assistant tool call gets exactly one tool message before the next model
+    request): a call is ``pending`` (its result comes from running it), ``done`` (its result
+    is known), or ``waiting`` only when ``then`` is the pause that answers it."""
+
     calls: tuple[PlannedCall, ...]
     then: After
+
+    def __post_init__(self) -> None:
+        waiting = frozenset(c.call_id for c in self.calls if c.status == "waiting")
+        if waiting != paused_call_ids(self.then):
+            raise ValueError(
+                f"waiting calls {sorted(waiting)} do not match the pause "
+                f"{type(self.then).__name__} ({sorted(paused_call_ids(self.then))})"
+            )
 
     @property
     def external(self) -> tuple[PlannedCall, ...]:

@@ -1,6 +1,6 @@
 """Knowledge-base text logic (pure): chunking documents, the search text and queries of the
 full-text index, rank fusion, passages as tool results and as chat quotes (SPEC C-2), and the
-LLM relevance filter's prompt (seed 000 §3.3.5: "检索后可再用 LLM 自动筛相关分块").
+LLM relevance filter's prompt (after retrieval, a model may keep only the relevant chunks).
 
 Search is keyword search with ranked OR semantics: every query term may match, passages that
 match more (and rarer) terms rank first. CJK text has no spaces, so each CJK character is a
@@ -49,11 +49,48 @@ _SENTENCE_END = re.compile(r"(?<=[.!?;。！？；])\s+|(?<=[。！？；])")
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
 _PAGE_MARK = re.compile(r"^--- page (\d+) ---$", re.MULTILINE)
 _WORD = re.compile(r"\w+", re.UNICODE)
-_STOPWORDS = frozenset({
-    "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "how",
-    "i", "in", "is", "it", "me", "my", "of", "on", "or", "that", "the", "this", "to", "was",
-    "were", "what", "when", "where", "which", "who", "why", "with", "you", "your",
-})
+_STOPWORDS = frozenset(
+    {
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "can",
+        "do",
+        "does",
+        "for",
+        "from",
+        "how",
+        "i",
+        "in",
+        "is",
+        "it",
+        "me",
+        "my",
+        "of",
+        "on",
+        "or",
+        "that",
+        "the",
+        "this",
+        "to",
+        "was",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "why",
+        "with",
+        "you",
+        "your",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +175,7 @@ def _tail(chunk: str, overlap: int) -> str:
     window = chunk[start:]
     sentence = _SENTENCE_END.search(window)
     if sentence is not None and sentence.end() < len(window) - 20:
-        return window[sentence.end():].strip()
+        return window[sentence.end() :].strip()
     space = window.find(" ")
     if start > 0 and 0 <= space < len(window) - 20:
         return window[space:].strip()
@@ -146,7 +183,11 @@ def _tail(chunk: str, overlap: int) -> str:
 
 
 def chunk_document(
-    text: str, name: str, *, markdown: bool = False, size: int = CHUNK_CHARS,
+    text: str,
+    name: str,
+    *,
+    markdown: bool = False,
+    size: int = CHUNK_CHARS,
     overlap: int = OVERLAP_CHARS,
 ) -> list[Chunk]:
     """A document's chunks with sources: ``name, p. N`` for the pages of an extracted PDF
@@ -154,8 +195,11 @@ def chunk_document(
     under a heading, else ``name``."""
     pages = _pages(text)
     if pages:
-        return [Chunk(c, f"{name}, p. {n}")
-                for n, page in pages for c in chunk_text(page, size, overlap)]
+        return [
+            Chunk(c, f"{name}, p. {n}")
+            for n, page in pages
+            for c in chunk_text(page, size, overlap)
+        ]
     chunks = chunk_text(text, size, overlap)
     if not markdown:
         return [Chunk(c, name) for c in chunks]
@@ -167,8 +211,11 @@ def _pages(text: str) -> list[tuple[int, str]]:
     if not marks:
         return []
     ends = [m.start() for m in marks[1:]] + [len(text)]
-    return [(int(m.group(1)), text[m.end():end].strip()) for m, end in zip(marks, ends, strict=True)
-            if text[m.end():end].strip()]
+    return [
+        (int(m.group(1)), text[m.end() : end].strip())
+        for m, end in zip(marks, ends, strict=True)
+        if text[m.end() : end].strip()
+    ]
 
 
 def _heading_before(text: str, chunk: str) -> str | None:
@@ -243,8 +290,9 @@ def _add_term(term: str, words: list[str], phrases: list[list[str]]) -> None:
                     words.append(part)
                     continue
                 phrases.append(chars)
-                phrases.extend([chars[i], chars[i + 1]] for i in range(len(chars) - 1)
-                               if len(chars) > 2)
+                phrases.extend(
+                    [chars[i], chars[i + 1]] for i in range(len(chars) - 1) if len(chars) > 2
+                )
             else:
                 words.append(part)
 
@@ -308,14 +356,18 @@ def format_passages(hits: Sequence[Mapping[str, Any]]) -> str:
     """What ``knowledge_search`` returns to the model: numbered passages with their source."""
     if not hits:
         return "No matching passages."
-    return "\n\n".join(f"[{i}] Source: {h.get('source') or h.get('document') or '?'}\n{h['text']}"
-                       for i, h in enumerate(hits, start=1))
+    return "\n\n".join(
+        f"[{i}] Source: {h.get('source') or h.get('document') or '?'}\n{h['text']}"
+        for i, h in enumerate(hits, start=1)
+    )
 
 
 def passage_quotes(hits: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Passages as chat quotes (SPEC C-2): the passage as ``q``, its source as ``source``."""
-    return [{"q": h["text"], "a": "", "source": h.get("source") or h.get("document") or ""}
-            for h in hits]
+    return [
+        {"q": h["text"], "a": "", "source": h.get("source") or h.get("document") or ""}
+        for h in hits
+    ]
 
 
 _FILTER_PROMPT = (

@@ -53,6 +53,18 @@ class Usage:
         }
 
 
+def _blank(content: Any) -> bool:
+    if content is None:
+        return True
+    if isinstance(content, str):
+        return not content.strip()
+    return all(
+        p.get("type") == "text" and not str(p.get("text", "")).strip()
+        for p in content
+        if isinstance(p, dict)
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
     """A transcript message. ``content`` is text, or a list of OpenAI content parts (vision)."""
@@ -74,6 +86,12 @@ class Message:
         if not self.content:
             return ""
         return "".join(str(p.get("text", "")) for p in self.content if p.get("type") == "text")
+
+    @property
+    def droppable(self) -> bool:
+        """SPEC M-5: a user or assistant turn with blank content and no tool calls is never
+        sent to a model."""
+        return self.role in ("user", "assistant") and not self.tool_calls and _blank(self.content)
 
     def with_content(self, content: str | list[dict[str, Any]]) -> Message:
         return replace(self, content=content)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from shared.agent import chat, kinds
+from shared.agent import output as output_mod
 from shared.agent.attachments import READ_FILES, with_attachments
 from shared.agent.compression import model_view
 from shared.agent.history import request_budget, trim_history
@@ -19,6 +20,7 @@ from shared.agent.plan import PLANNING_SYSTEM_PROMPT
 from shared.agent.spec import AgentSpec, ModelProfile
 from shared.agent.state import CatalogEntry, LoopState
 from shared.agent.step import next_tool_choice
+from shared.agent.tokens import estimate_tokens
 
 __all__ = ["RequestPlan", "plan_request", "split_question"]
 
@@ -41,16 +43,23 @@ def split_question(messages: Sequence[Message]) -> tuple[list[Message], str]:
 
 
 def _agent_messages(
-    spec: AgentSpec, profile: ModelProfile, messages: Sequence[Message]
+    spec: AgentSpec,
+    profile: ModelProfile,
+    messages: Sequence[Message],
+    known_tokens: int | None = None,
 ) -> list[Message]:
     system = chat.join_system_prompt(
         profile.default_system_prompt,
         spec.system_prompt,
         PLANNING_SYSTEM_PROMPT if spec.plan else "",
+        output_mod.output_instruction(spec.output_schema) if spec.output_schema else "",
     )
     view = model_view(messages)
     head = [Message(role="system", content=system)] if system else []
-    return trim_history(head + view, request_budget(profile.context_window, profile.max_tokens))
+    budget = request_budget(profile.context_window, profile.max_tokens)
+    if known_tokens is not None and known_tokens + estimate_tokens(system) + 8 <= budget:
+        return head + view  # the stored count says it fits: no need to estimate each message
+    return trim_history(head + view, budget)
 
 
 def _chat_messages(
@@ -76,9 +85,12 @@ def plan_request(
     catalog: Mapping[str, CatalogEntry],
     plan: dict[str, Any] | None,
     inputs: Mapping[str, Any],
+    known_tokens: int | None = None,
 ) -> RequestPlan:
     """``inputs``: quotes (C-2), last_result (H-1), attachments and, for a vision profile,
-    ``images`` (data URLs loaded by the engine) — SPEC M-11, see ``attachments``."""
+    ``images`` (data URLs loaded by the engine) — SPEC M-11, see ``attachments``.
+    ``known_tokens``: the stored token estimate of ``messages``, when the caller has it (an
+    upper bound of the model view's: trimming is skipped when that fits)."""
     if spec.kind == "chat":
         req = RequestPlan(
             tuple(_chat_messages(spec, profile, messages, inputs)), max_tokens=profile.max_tokens
@@ -87,15 +99,23 @@ def plan_request(
         req = _helper_request(spec, profile, messages, inputs.get("last_result"))
     else:
         req = RequestPlan(
-            messages=tuple(_agent_messages(spec, profile, messages)),
+            messages=tuple(_agent_messages(spec, profile, messages, known_tokens)),
             tools=tuple(catalog.values()),
             tool_choice=next_tool_choice(spec, state),
             max_tokens=profile.max_tokens,
+            response_format=_output_format(spec, profile),
         )
     msgs = with_attachments(
         req.messages, inputs, vision=profile.vision, readable=READ_FILES in catalog
     )
     return replace(req, messages=tuple(msgs))
+
+
+def _output_format(spec: AgentSpec, profile: ModelProfile) -> dict[str, Any] | None:
+    """The structured final answer as ``response_format``, where the profile supports it."""
+    if spec.output_schema is None or not profile.json_schema:
+        return None
+    return output_mod.response_format(spec.output_schema)
 
 
 def _helper_request(

@@ -1,7 +1,7 @@
 """Local routing before the model (SPEC N-1).
 
-Rules are tried in order and the first match wins, so specific rules go first (seed 003:
-"处理冲突" before the general "冲突"). ``any`` needs at least one of its keywords in the text,
+Rules are tried in order and the first match wins, so specific rules go first
+("处理冲突" before the general "冲突"). ``any`` needs at least one of its keywords in the text,
 ``all`` needs every one; a rule with both needs both. Matching is case-insensitive
 (casefold after NFKC, so full-width letters match too) substring matching, which works for
 CJK text that has no spaces between words.

@@ -1,12 +1,25 @@
-"""The agent spec (DESIGN §8): exact field names, unknown fields rejected."""
+"""The agent spec (docs/api.md): exact field names, unknown fields rejected."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
+
+from shared.agent.output import check_output_schema
 
 __all__ = [
+    "HTTP_URL",
+    "NOT_BLANK",
+    "SPACE",
     "AgentSpec",
     "Budget",
     "Category",
@@ -14,6 +27,7 @@ __all__ = [
     "HttpToolSpec",
     "InlineTool",
     "KnowledgeToolSpec",
+    "McpServerSpec",
     "ModelProfile",
     "PricingTier",
     "RouterRule",
@@ -21,15 +35,44 @@ __all__ = [
 ]
 
 
+SPACE = "\\x09-\\x0d\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
+"""Whitespace as Python's ``str.isspace`` knows it, spelled out for a regex class: ``\\s``
+means three different sets to JSON Schema (ECMA), pydantic (Rust) and Python."""
+NOT_BLANK = f"[^{SPACE}]"  # a pattern: at least one character that is not whitespace
+URL_TEXT = "[!-~]+"  # printable ASCII: a URI (an IDN host in its punycode form), no spaces
+HTTP_URL = f"^https?://[!-\\x22$-.0-=@-~]{URL_TEXT[:-1]}*$"
+"""An absolute http(s) URL: a host (not ``/``, ``?`` or ``#``) right after the scheme."""
+HTTP_TEMPLATE = HTTP_URL
+"""An HTTP tool's URL, where ``{placeholders}`` may stand anywhere."""
+
+
+def _whole(value: Any) -> Any:
+    """JSON Schema's integer includes ``5.0``; a strict model would refuse it."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+_WHOLE = BeforeValidator(_whole)
+Int = Annotated[int, _WHOLE]  # an integer as JSON means it (5 or 5.0; not "5")
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Unknown fields refused; numbers finite (JSON parsers accept NaN and ``1e999``); no
+    coercion (``1`` is not ``true``, ``"5"`` is not ``5``): a spec means what it says."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
+
+
+# a name stored as text and shown in logs: no NUL or other control characters
+_NAME = r"^[^\x00-\x1f\x7f]+$"
 
 
 class PricingTier(_Strict):
-    max_input_tokens: int | None = None
-    input: float = 0.0  # per 1000 tokens
-    output: float = 0.0
-    cached_input: float | None = None
+    max_input_tokens: Annotated[int, Field(ge=0), _WHOLE] | None = None
+    input: float = Field(default=0.0, ge=0)  # per 1000 tokens
+    output: float = Field(default=0.0, ge=0)
+    cached_input: float | None = Field(default=None, ge=0)
 
 
 class Pricing(_Strict):
@@ -39,15 +82,15 @@ class Pricing(_Strict):
 class ModelProfile(_Strict):
     """How to reach one model. The API key itself is never stored: ``api_key_env`` names it."""
 
-    name: str = "inline"
+    name: str = Field(default="inline", min_length=1, max_length=128, pattern=_NAME)
     provider: Literal["openai", "scripted", "demo"] = "openai"
-    base_url: str = ""
-    model: str = ""
+    base_url: str = Field(default="", max_length=2048)
+    model: str = Field(default="", max_length=256)
     api_key_env: str | None = None
     tool_mode: Literal["auto", "native", "function", "prompt"] = "auto"
     vision: bool = False
-    context_window: int = 128_000
-    max_tokens: int = 4096
+    context_window: Int = Field(default=128_000, ge=256, le=100_000_000)
+    max_tokens: Int = Field(default=4096, ge=1, le=10_000_000)
     own_key: bool = False
     stream: bool = True
     stream_usage: bool = True
@@ -55,37 +98,68 @@ class ModelProfile(_Strict):
     default_system_prompt: str = ""
     pricing: Pricing = Field(default_factory=Pricing)
     extra: dict[str, Any] = Field(default_factory=dict)  # extra request fields
-    timeout_connect: float = 10.0
-    timeout_read: float = 120.0
-    timeout_total: float = 600.0
-    max_retries: int = 4
-    max_continuations: int = 0  # M-10
+    # upper bounds for submitted specs: the operator's TREADLE_SPEC_MAX_* settings
+    timeout_connect: float = Field(default=10.0, gt=0)
+    timeout_read: float = Field(default=120.0, gt=0)
+    timeout_total: float = Field(default=600.0, gt=0)
+    max_retries: Int = Field(default=4, ge=0)
+    # how long a run waits out this provider's outage (transient errors past the retries)
+    # when its spec does not say; None: the default, 1800 s
+    provider_wait_s: float | None = Field(default=None, ge=0)
+    max_continuations: Int = Field(default=0, ge=0)  # M-10
     # fleet-wide limits shared by every worker (Redis); None = unlimited
-    max_concurrent: int | None = Field(default=None, ge=1)
-    requests_per_minute: int | None = Field(default=None, ge=1)
-    tokens_per_minute: int | None = Field(default=None, ge=1)
+    max_concurrent: Annotated[int, Field(ge=1), _WHOLE] | None = None
+    requests_per_minute: Annotated[int, Field(ge=1), _WHOLE] | None = None
+    tokens_per_minute: Annotated[int, Field(ge=1), _WHOLE] | None = None
     # provider "scripted": replies by round (tests and demos; see shared.llm.scripted)
     replies: list[dict[str, Any]] = Field(default_factory=list)
+    # set by the operator's profile loader only: never from a submitted spec (private
+    # attributes are not read from input), so a tenant cannot claim an operator's trust
+    _operator: bool = PrivateAttr(default=False)
+
+    @property
+    def operator(self) -> bool:
+        """An operator's profile (profiles file, built-in): its endpoint is trusted (no SSRF
+        pinning) and its fleet limits are shared by every tenant that names it."""
+        return self._operator
+
+    def as_operator(self) -> ModelProfile:
+        """This profile, marked as the operator's (``shared.llm.profiles`` loads them so)."""
+        marked = self.model_copy()
+        marked._operator = True
+        return marked
 
 
 class HttpToolSpec(_Strict):
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
-    url: str
+    url: str = Field(max_length=2048, pattern=HTTP_TEMPLATE)
     headers_env: dict[str, str] = Field(default_factory=dict)
-    timeout_s: float = 30.0
+    timeout_s: float = Field(default=30.0, gt=0)
 
 
 class KnowledgeToolSpec(_Strict):
-    """A ``knowledge_search`` tool over datasets (seed 000 §3.3.5: the dataset sub agent;
+    """A ``knowledge_search`` tool over datasets (a dataset as a tool of the agent;
     ``filter``: an LLM picks the relevant chunks after retrieval)."""
 
     datasets: list[str] = Field(min_length=1, max_length=20)  # dataset ids or names
-    k: int = Field(default=5, ge=1, le=50)
+    k: Int = Field(default=5, ge=1, le=50)
     filter: bool = False
     filter_model: str | None = None  # a named profile; default: the agent's model
 
 
+def _set(name: str) -> dict[str, Any]:
+    """JSON schema: ``name`` is present and not null."""
+    return {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+
+
 class InlineTool(_Strict):
+    model_config = ConfigDict(
+        json_schema_extra={  # exactly one of http, agent, knowledge (``_one_kind`` refuses
+            # two; a tool with none has nothing to run and is refused at submit)
+            "oneOf": [_set("http"), _set("agent"), _set("knowledge")]
+        }
+    )
+
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
     description: str = ""
     read_only: bool = False  # N-5: unknown kind counts as a write
@@ -115,7 +189,96 @@ class InlineTool(_Strict):
         return None
 
 
+_EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+_ToolName = Annotated[str, Field(min_length=1, max_length=128)]
+
+
+class McpServerSpec(_Strict):
+    """An MCP server whose tools the agent may call: over HTTP (``url``; streamable HTTP, or
+    SSE for a URL ending in ``/sse`` or ``transport: sse``) or, for operator-registered agents
+    only, a local process over stdio (``command``). ``allow``: only these tools (the server's
+    names); ``read_only``: these tools are reads (as is any tool the server annotates
+    ``readOnlyHint``); every other tool is a write (N-5)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={  # ``_one_endpoint``, as a schema
+            "oneOf": [
+                {
+                    "required": ["url"],
+                    "properties": {
+                        "url": {"not": {"type": "null"}},
+                        "command": {"type": "null"},
+                        "transport": {"enum": ["streamable_http", "sse", None]},
+                        "env": {"maxProperties": 0},
+                    },
+                },
+                {
+                    "required": ["command"],
+                    "properties": {
+                        "command": {"not": {"type": "null"}},
+                        "url": {"type": "null"},
+                        "transport": {"enum": ["stdio", None]},
+                    },
+                },
+            ]
+        }
+    )
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,32}$")
+    url: str | None = Field(default=None, max_length=2048, pattern=HTTP_URL)
+    transport: Literal["streamable_http", "sse", "stdio"] | None = None
+    command: list[Annotated[str, Field(max_length=4096)]] | None = Field(
+        default=None, min_length=1, max_length=64
+    )
+    env: dict[_EnvName, _EnvName] = Field(default_factory=dict, max_length=32)  # stdio only
+    headers_env: dict[Annotated[str, Field(max_length=128)], _EnvName] = Field(
+        default_factory=dict, max_length=32
+    )
+    allow: list[_ToolName] | None = Field(default=None, max_length=256)
+    read_only: list[_ToolName] = Field(default_factory=list, max_length=256)
+    timeout_s: float = Field(default=30.0, gt=0, le=300)
+
+    @model_validator(mode="after")
+    def _one_endpoint(self) -> McpServerSpec:
+        if (self.url is None) == (self.command is None):
+            raise ValueError(f"mcp server {self.name!r}: give exactly one of `url` or `command`")
+        if self.command is not None and self.transport not in (None, "stdio"):
+            raise ValueError(f"mcp server {self.name!r}: a `command` server speaks stdio")
+        if self.url is not None and self.transport == "stdio":
+            raise ValueError(f"mcp server {self.name!r}: stdio needs a `command`, not a url")
+        if self.env and self.command is None:
+            raise ValueError(f"mcp server {self.name!r}: `env` is for stdio servers")
+        return self
+
+    @property
+    def kind(self) -> Literal["streamable_http", "sse", "stdio"]:
+        """The transport: as given, else stdio for a command, SSE for a URL path ending in
+        ``/sse``, streamable HTTP otherwise."""
+        if self.transport is not None:
+            return self.transport
+        if self.command is not None:
+            return "stdio"
+        path = (self.url or "").split("?", 1)[0].rstrip("/")
+        return "sse" if path.endswith("/sse") else "streamable_http"
+
+
 class RouterRule(_Strict):
+    model_config = ConfigDict(
+        json_schema_extra={  # ``_one_target``, as a schema
+            "anyOf": [
+                {"required": ["any"], "properties": {"any": {"minItems": 1}}},
+                {"required": ["all"], "properties": {"all": {"minItems": 1}}},
+            ],
+            "oneOf": [
+                {
+                    "required": ["handler"],
+                    "properties": {"handler": {"type": "string", "minLength": 1}},
+                },
+                {"required": ["pass_to_model"], "properties": {"pass_to_model": {"const": True}}},
+            ],
+        }
+    )
+
     any: list[str] = Field(default_factory=list)
     all: list[str] = Field(default_factory=list)
     handler: str | None = None
@@ -131,9 +294,9 @@ class RouterRule(_Strict):
 
 
 class Budget(_Strict):
-    max_cost: float | None = None
-    deadline_s: float | None = None
-    max_tool_calls: int | None = None
+    max_cost: float | None = Field(default=None, ge=0)
+    deadline_s: float | None = Field(default=None, gt=0)  # at most TREADLE_SPEC_MAX_DEADLINE_S
+    max_tool_calls: Annotated[int, Field(ge=0, le=1_000_000), _WHOLE] | None = None
 
 
 class Category(_Strict):
@@ -152,28 +315,62 @@ class ExtractField(_Strict):
 
 class WebhookSpec(_Strict):
     # no whitespace or control characters: the URL is stored as text (PostgreSQL refuses NUL)
-    url: str = Field(max_length=2048, pattern=r"^[^\s\x00-\x1f\x7f]+$")
+    url: str = Field(max_length=2048, pattern=f"^{URL_TEXT}$")
     events: list[Annotated[str, Field(max_length=64)]] | None = Field(default=None, max_length=64)
     secret_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
+def _needs_items(kind: str, field: str) -> dict[str, Any]:
+    return {
+        "if": {"required": ["kind"], "properties": {"kind": {"const": kind}}},
+        "then": {"required": [field], "properties": {field: {"minItems": 1}}},
+    }
+
+
 class AgentSpec(_Strict):
+    model_config = ConfigDict(
+        json_schema_extra={  # ``_kind_needs``, as a schema
+            "allOf": [
+                _needs_items("classify", "categories"),
+                _needs_items("extract", "fields"),
+                {  # mcp and output_schema: kind agent only
+                    "if": {
+                        "required": ["kind"],
+                        "not": {"properties": {"kind": {"const": "agent"}}},
+                    },
+                    "then": {
+                        "properties": {"mcp": {"maxItems": 0}, "output_schema": {"type": "null"}}
+                    },
+                },
+            ]
+        }
+    )
+
     kind: Literal["chat", "agent", "classify", "extract", "expand_query"] = "agent"
     model: str | ModelProfile = "demo"
     system_prompt: str = ""
     tools: list[str | InlineTool] = Field(default_factory=list)
+    mcp: list[McpServerSpec] = Field(default_factory=list, max_length=16)
+    # kind agent: the final answer is a JSON object valid against this schema (result.data)
+    output_schema: dict[str, Any] | None = Field(
+        default=None,  # ``check_output_schema``: an object's schema
+        json_schema_extra={"required": ["type"], "properties": {"type": {"const": "object"}}},
+    )
     plan: bool = False
     ask: bool = False
     guarded: bool = False
     router: list[RouterRule] = Field(default_factory=list)
-    parallel_tools: int | None = Field(default=None, ge=1, le=64)
-    max_rounds: int | None = Field(default=None, ge=1, le=10_000)
-    force_answer_after: int = Field(default=5, ge=1)
+    parallel_tools: Annotated[int, Field(ge=1, le=64), _WHOLE] | None = None
+    max_rounds: Annotated[int, Field(ge=1, le=10_000), _WHOLE] | None = None
+    force_answer_after: Int = Field(default=5, ge=1, le=10_000)
     final_answer_on_limit: bool = False
     budget: Budget = Field(default_factory=Budget)
-    ask_timeout_s: float | None = Field(default=None, gt=0)
+    ask_timeout_s: float | None = Field(default=None, gt=0)  # at most TREADLE_SPEC_MAX_ASK_*
     ask_timeout_action: Literal["answer", "fail"] = "answer"
-    tool_result_max_tokens: int | None = Field(default=None, ge=64)
+    # transient model errors past the retries: the run waits (holding nothing) this long for
+    # its provider, then fails; None: the model profile's, else 1800 s; 0: fail at once
+    provider_wait_s: float | None = Field(default=None, ge=0)
+    tool_result_max_tokens: Annotated[int, Field(ge=64, le=10_000_000), _WHOLE] | None = None
     # kind: chat
     quote_role: Literal["system", "user"] = "system"
     quote_template: str = "{{q}}\n{{a}}"
@@ -181,14 +378,21 @@ class AgentSpec(_Strict):
     stream_reasoning: bool = True
     stream_answer: bool = True
     dataset: str | None = None  # quotes taken from this dataset (id or name) for the question
-    dataset_k: int = Field(default=5, ge=1, le=50)
+    dataset_k: Int = Field(default=5, ge=1, le=50)
     # kind: classify
     categories: list[Category] = Field(default_factory=list)
     # kind: extract
     fields: list[ExtractField] = Field(default_factory=list)
     # kind: expand_query
-    count: int = Field(default=10, ge=1, le=50)
-    keep: int = Field(default=3, ge=1, le=50)
+    count: Int = Field(default=10, ge=1, le=50)
+    keep: Int = Field(default=3, ge=1, le=50)
+
+    @field_validator("output_schema")
+    @classmethod
+    def _bounded_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            check_output_schema(value)
+        return value
 
     @model_validator(mode="after")
     def _kind_needs(self) -> AgentSpec:
@@ -196,6 +400,12 @@ class AgentSpec(_Strict):
             raise ValueError("kind classify needs at least one category")
         if self.kind == "extract" and not self.fields:
             raise ValueError("kind extract needs at least one field")
+        if self.kind != "agent" and (self.mcp or self.output_schema is not None):
+            raise ValueError("`mcp` and `output_schema` are for kind agent")
+        names = [m.name for m in self.mcp]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate mcp server names: {', '.join(dupes)}")
         return self
 
     @property

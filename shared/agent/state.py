@@ -36,6 +36,7 @@ class LoopState:
     output_tokens: int = 0
     finalizing: str | None = None  # a budget stop reason whose final answer call is under way
     last_text: str = ""  # the last answer text (L-2: the result on max_rounds)
+    output_repairs: int = 0  # repair rounds for an answer that failed the output_schema
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

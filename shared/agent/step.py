@@ -8,12 +8,13 @@ calls for the worker to fan out (SPEC L-1, L-4, L-5, L-6, P-*, A-2, N-3).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from shared.agent import ask as ask_mod
 from shared.agent import kinds
+from shared.agent import output as output_mod
 from shared.agent import plan as plan_mod
 from shared.agent.arguments import ArgumentsError, parse_arguments, validate_against_schema
 from shared.agent.decisions import (
@@ -26,6 +27,7 @@ from shared.agent.decisions import (
     Finish,
     PlannedCall,
     RunTools,
+    paused_call_ids,
 )
 from shared.agent.messages import Message, Reply, ToolCall
 from shared.agent.spec import AgentSpec
@@ -33,16 +35,30 @@ from shared.agent.state import CatalogEntry, LoopState
 
 __all__ = [
     "INTERNAL_TOOLS",
-    "SKIPPED_TEXT",
+    "SKIPPED_AFTER_ASK",
+    "SKIPPED_AFTER_STOP",
+    "SKIPPED_WRITE_FOR_ASK",
+    "SKIPPED_WRITE_FOR_STOP",
     "StepResult",
     "call_signature",
     "classify_calls",
     "next_tool_choice",
     "step",
+    "stopped_at_join",
+    "unique_call_ids",
 ]
 
 INTERNAL_TOOLS = frozenset({"set_plan", "update_plan", "ask_user", "stop"})
-SKIPPED_TEXT = "Skipped: not run because the run paused or stopped before this call."
+SKIPPED_AFTER_ASK = (
+    "Skipped: not run because the run paused for a question to the user; "
+    "call it again after the answer if it is still needed."
+)
+SKIPPED_AFTER_STOP = "Skipped: not run because the run stopped."
+SKIPPED_WRITE_FOR_ASK = (
+    "Skipped: answer the question first. This write was not proposed for approval; "
+    "propose it again after the answer if it is still needed."
+)
+SKIPPED_WRITE_FOR_STOP = "Skipped: the run stopped before this write was approved."
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +67,20 @@ class StepResult:
     decision: Decision
     message: Message  # the assistant message to append
     plan: dict[str, Any] | None
+    followups: tuple[Message, ...] = ()  # appended after it (an output repair prompt)
+
+
+def unique_call_ids(reply: Reply, taken: Collection[str], round_: int) -> Reply:
+    """The reply with every tool call id unique in the run. Some providers reuse ids across
+    replies (a missing id becomes ``call_<index>``, SPEC M-4) or within one; a reused id
+    becomes ``<id>_r<round>_<index>``, in the assistant message and the call rows alike."""
+    seen = set(taken)
+    calls = []
+    for i, call in enumerate(reply.tool_calls):
+        new_id = call.id if call.id not in seen else f"{call.id}_r{round_}_{i}"
+        seen.add(new_id)
+        calls.append(call if new_id == call.id else replace(call, id=new_id))
+    return replace(reply, tool_calls=tuple(calls))
 
 
 def call_signature(calls: tuple[ToolCall, ...]) -> str:
@@ -88,11 +118,13 @@ def next_tool_choice(spec: AgentSpec, state: LoopState) -> str | None:
 
 @dataclass
 class _Walk:
-    """Mutable scratch for one classification pass (local to ``classify_calls``)."""
+    """Mutable scratch for one classification pass (local to ``classify_calls``).
+
+    ``then`` is set by the first halting call (a valid ``ask_user`` or ``stop``); every later
+    call of the reply is skipped (L-4)."""
 
     plan: dict[str, Any] | None
-    halted: bool = False
-    then: After | None = None
+    then: AwaitAnswer | Finish | None = None
 
 
 def classify_calls(
@@ -101,16 +133,40 @@ def classify_calls(
     catalog: Mapping[str, CatalogEntry],
     plan: dict[str, Any] | None,
 ) -> tuple[tuple[PlannedCall, ...], After, dict[str, Any] | None]:
-    """Classify every call of a reply before any I/O (L-4, L-5, L-6, P-*, A-2, N-3)."""
+    """Classify every call of a reply before any I/O (L-4, L-5, L-6, P-*, A-2, N-3).
+
+    The reply-shape rules (README "Reply shapes"): calls are taken in the model's order; the
+    first valid ``ask_user`` or ``stop`` halts the reply and every later call is skipped.
+    Writes of a guarded agent that came before the halt are skipped too: an ask is answered
+    before anything is proposed for approval, and a stopped run approves nothing. Without a
+    halt, the writes wait for one approval. So every call ends ``done`` or ``pending``, except
+    the calls the pause itself answers (the ask, or the approval's items)."""
     walk = _Walk(plan=plan)
     planned = tuple(_classify_one(spec, i, c, catalog, walk) for i, c in enumerate(calls))
-    approvals = tuple(
-        _approval_item(c) for c in planned if c.status == "waiting" and c.name != "ask_user"
-    )
-    then: After = walk.then or Continue()
-    if approvals and not isinstance(then, Finish):
-        then = AwaitApproval(items=approvals)
-    return planned, then, walk.plan
+    if walk.then is not None:
+        planned = tuple(_skip_unapproved(c, walk.then) for c in planned)
+        return planned, walk.then, walk.plan
+    approvals = tuple(_approval_item(c) for c in planned if c.status == "waiting")
+    return planned, AwaitApproval(items=approvals) if approvals else Continue(), walk.plan
+
+
+def _skip_unapproved(call: PlannedCall, then: AwaitAnswer | Finish) -> PlannedCall:
+    """A write waiting for approval in a reply that also asked or stopped: skipped."""
+    if call.status != "waiting" or call.name == "ask_user":
+        return call
+    text = SKIPPED_WRITE_FOR_ASK if isinstance(then, AwaitAnswer) else SKIPPED_WRITE_FOR_STOP
+    return replace(call, status="done", result=text)
+
+
+def stopped_at_join(then: After, text: str = "") -> tuple[Finish, dict[str, str]]:
+    """A tool of the batch asked to end the run (``ToolResult.stop``, SPEC L-6): at the join
+    the run ends ``stop_tool`` whatever the round decided, and each call the pause would have
+    answered gets its skip text (call id -> text), so none is left without a tool message."""
+    if isinstance(then, Finish):
+        return then, {}
+    text_for = SKIPPED_AFTER_STOP if isinstance(then, AwaitAnswer) else SKIPPED_WRITE_FOR_STOP
+    skipped = {call_id: text_for for call_id in sorted(paused_call_ids(then))}
+    return Finish(stop_reason="stop_tool", text=text), skipped
 
 
 def _approval_item(call: PlannedCall) -> dict[str, Any]:
@@ -129,6 +185,11 @@ def _done(call: ToolCall, index: int, text: str, read_only: bool = True) -> Plan
     return PlannedCall(call.id, call.name, call.arguments, index, "done", read_only, text)
 
 
+def _read_only(call: ToolCall, catalog: Mapping[str, CatalogEntry]) -> bool:
+    entry = catalog.get(call.name)
+    return entry.read_only if entry is not None else True
+
+
 def _classify_one(
     spec: AgentSpec,
     index: int,
@@ -136,8 +197,9 @@ def _classify_one(
     catalog: Mapping[str, CatalogEntry],
     walk: _Walk,
 ) -> PlannedCall:
-    if walk.halted:
-        return _done(call, index, SKIPPED_TEXT)
+    if walk.then is not None:
+        text = SKIPPED_AFTER_ASK if isinstance(walk.then, AwaitAnswer) else SKIPPED_AFTER_STOP
+        return _done(call, index, text, read_only=_read_only(call, catalog))
     entry = catalog.get(call.name)
     if entry is None:
         return _done(call, index, f"Tool not found: {call.name}")
@@ -168,7 +230,6 @@ def _run_internal(
         walk.plan = new_plan.to_dict() if new_plan is not None else walk.plan
         return _done(call, index, text)
     if call.name == "stop":
-        walk.halted = True
         reason = str(args.get("reason") or "")
         walk.then = Finish(stop_reason="stop_tool", text=reason)
         return _done(call, index, "Stopped.")
@@ -179,7 +240,6 @@ def _run_ask(index: int, call: ToolCall, args: dict[str, Any], walk: _Walk) -> P
     parsed = ask_mod.parse_ask(args)
     if isinstance(parsed, str):
         return _done(call, index, parsed)
-    walk.halted = True
     ask = parsed.to_dict()
     ask["ask_id"] = call.id
     walk.then = AwaitAnswer(ask=ask)
@@ -188,6 +248,33 @@ def _run_ask(index: int, call: ToolCall, args: dict[str, Any], walk: _Walk) -> P
 
 def _plan_obj(plan: dict[str, Any] | None) -> plan_mod.Plan | None:
     return plan_mod.Plan.from_dict(plan) if plan else None
+
+
+def _output_data(spec: AgentSpec, text: str) -> dict[str, Any]:
+    """``{"data": ...}`` when the text is a valid structured answer, else nothing."""
+    if spec.output_schema is None:
+        return {}
+    data, _ = output_mod.parse_output(text, spec.output_schema)
+    return {"data": data} if data is not None else {}
+
+
+def _structured(
+    schema: dict[str, Any],
+    state: LoopState,
+    text: str,
+    message: Message,
+    plan: dict[str, Any] | None,
+) -> StepResult:
+    """A final answer checked against the ``output_schema``: its data, one repair round, or
+    the end with ``output_invalid``."""
+    checked = output_mod.check_answer(text, schema, repaired=state.output_repairs > 0)
+    if checked.data is not None:
+        return StepResult(state, Finish("completed", text, {"data": checked.data}), message, plan)
+    if checked.repair is not None:
+        state = replace(state, output_repairs=state.output_repairs + 1)
+        return StepResult(state, Continue(), message, plan, followups=(checked.repair,))
+    finish = Finish(output_mod.OUTPUT_INVALID, text, {"output_error": checked.problem})
+    return StepResult(state, finish, message, plan)
 
 
 def step(
@@ -209,13 +296,15 @@ def step(
         state = replace(state, last_text=reply.text)
     message = reply.to_message()
     if state.finalizing:
-        return StepResult(
-            state, Finish(stop_reason=state.finalizing, text=reply.text), message, plan
-        )
+        data = _output_data(spec, reply.text)
+        finish = Finish(stop_reason=state.finalizing, text=reply.text, result=data)
+        return StepResult(state, finish, message, plan)
     if spec.kind in ("classify", "extract", "expand_query"):
         result = kinds.helper_result(spec, reply.text, question)
         return StepResult(state, Finish("completed", reply.text, result), message, plan)
     if spec.kind != "agent" or not reply.tool_calls:
+        if spec.output_schema is not None:
+            return _structured(spec.output_schema, state, reply.text, message, plan)
         return StepResult(state, Finish(stop_reason="completed", text=reply.text), message, plan)
     state = _count_rounds(state, reply)
     calls, then, new_plan = classify_calls(spec, reply.tool_calls, catalog, plan)

@@ -1,8 +1,9 @@
 """A thread's earlier turns as the history of a new run on it (pure).
 
-A run on a thread starts with copies of the messages of the thread's earlier runs, marked
-``kind="history"``: the compression policy (L-8) does not count them as the run's own, the
-scripted model does not count them as rounds, and the request builder trims them (C-3).
+A run on a thread reads the messages of the thread's earlier runs by reference
+(``shared.store.lineage``) and sees them marked ``kind="history"``: the compression policy
+(L-8) does not count them as the run's own, the scripted model does not count them as rounds,
+and the request builder trims them (C-3).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import replace
 
 from shared.agent.messages import Message
 
-__all__ = ["HISTORY_KIND", "thread_history"]
+__all__ = ["HISTORY_KIND", "history_view", "thread_history"]
 
 HISTORY_KIND = "history"
 
@@ -32,14 +33,31 @@ def thread_history(runs: Sequence[Sequence[Message]]) -> list[Message]:
 
 
 def _run_history(messages: Sequence[Message]) -> list[Message]:
-    own = [m for m in messages if m.role != "system" and not m.kind and not m.hidden]
-    answered = {m.tool_call_id for m in own if m.role == "tool"}
-    called = {c.id for m in own for c in m.tool_calls}
-    out: list[Message] = []
-    for m in own:
-        if m.role == "tool" and m.tool_call_id not in called:
+    return [m for _, m in _history(messages, keep_copies=False)]
+
+
+def history_view(messages: Sequence[Message]) -> list[tuple[int, Message]]:
+    """One earlier run's messages as history, each with its index in ``messages``. Copies of
+    history the run holds itself (``kind="history"``, stored before history was read by
+    reference) are kept as they are: they are the thread's earlier turns."""
+    return _history(messages, keep_copies=True)
+
+
+def _history(messages: Sequence[Message], *, keep_copies: bool) -> list[tuple[int, Message]]:
+    def own(m: Message) -> bool:
+        return m.role != "system" and not m.kind and not m.hidden
+
+    mine = [m for m in messages if own(m)]
+    answered = {m.tool_call_id for m in mine if m.role == "tool"}
+    called = {c.id for m in mine for c in m.tool_calls}
+    out: list[tuple[int, Message]] = []
+    for i, m in enumerate(messages):
+        if keep_copies and m.kind == HISTORY_KIND:
+            out.append((i, m))
+            continue
+        if not own(m) or (m.role == "tool" and m.tool_call_id not in called):
             continue
         if m.tool_calls:
             m = replace(m, tool_calls=tuple(c for c in m.tool_calls if c.id in answered))
-        out.append(replace(m, kind=HISTORY_KIND))
+        out.append((i, replace(m, kind=HISTORY_KIND)))
     return out

@@ -16,12 +16,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.engine import RowMapping
-
 from shared.agent.attachments import attachment_refs, image_refs
 from shared.agent.spec import ModelProfile
 from shared.engine.runtime import Runtime
-from shared.errors import SpecError
+from shared.errors import NotFound, SpecError
 from shared.store.files import FileStore, file_store, sniff_content_type
 
 __all__ = [
@@ -40,8 +38,21 @@ MAX_ATTACHMENTS = 20
 INLINE_MAX_BYTES = 1_500_000  # decoded; the request body itself is capped at 2 MB
 log = logging.getLogger("treadle.attachments")
 _DATA_URL = re.compile(r"^data:(?P<meta>[^,]*?)(?P<b64>;base64)?,(?P<data>.*)$", re.DOTALL)
-_EXT = {"application/pdf": "pdf", "image/png": "png", "image/jpeg": "jpg", "image/gif": "gif",
-        "image/webp": "webp", "text/markdown": "md", "text/plain": "txt"}
+DATA_URL_B64 = (
+    r"^data:[^,]*;base64,(?:[A-Za-z0-9+/]{4})*"
+    r"(?:[A-Za-z0-9+/]{4}|[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)$"
+)
+"""An inline attachment: a base64 ``data:`` URL with at least one byte (the API's schema)."""
+_DATA_URL_B64 = re.compile(DATA_URL_B64)
+_EXT = {
+    "application/pdf": "pdf",
+    "image/png": "png",
+    "image/jpeg": "jpg",
+    "image/gif": "gif",
+    "image/webp": "webp",
+    "text/markdown": "md",
+    "text/plain": "txt",
+}
 
 
 def store_for(rt: Runtime) -> FileStore:
@@ -65,13 +76,16 @@ def parse_data_url(url: str, max_bytes: int = INLINE_MAX_BYTES) -> InlineFile:
     fields = dict(p.split("=", 1) for p in params if "=" in p)
     raw = m["data"]
     try:
-        data = base64.b64decode(raw, validate=True) if m["b64"] else \
-            urllib.parse.unquote_to_bytes(raw)
+        data = (
+            base64.b64decode(raw, validate=True) if m["b64"] else urllib.parse.unquote_to_bytes(raw)
+        )
     except (binascii.Error, ValueError) as exc:
         raise SpecError(f"an inline attachment is not valid base64: {exc}") from None
     if len(data) > max_bytes:
-        raise SpecError(f"an inline attachment is over {max_bytes} bytes; upload it with "
-                        "POST /v1/files and pass its id")
+        raise SpecError(
+            f"an inline attachment is over {max_bytes} bytes; upload it with "
+            "POST /v1/files and pass its id"
+        )
     name = urllib.parse.unquote(fields["name"]) if "name" in fields else None
     return InlineFile(name=name, content_type=kind.strip().lower() or None, data=data)
 
@@ -89,14 +103,20 @@ def resolve_attachments(rt: Runtime, tenant: str, items: Sequence[Any]) -> list[
     ids = [i for i in flat if not i.startswith("data:")]
     known = store.metas(ids, tenant)
     missing = [i for i in ids if i not in known]
-    if missing:
-        raise SpecError(f"attachments: unknown file id(s) {', '.join(missing)}; "
-                        "upload files with POST /v1/files first")
-    return [known[i].ref() if i in known else _store_inline(store, tenant, i, n)
-            for n, i in enumerate(flat, 1)]
+    if missing:  # a 404, like any other missing thing a run names
+        raise NotFound(
+            f"attachments: unknown file id(s) {', '.join(missing)}; "
+            "upload files with POST /v1/files first"
+        )
+    return [
+        known[i].ref() if i in known else _store_inline(store, tenant, i, n)
+        for n, i in enumerate(flat, 1)
+    ]
 
 
 def _store_inline(store: FileStore, tenant: str, url: str, n: int) -> dict[str, Any]:
+    if not _DATA_URL_B64.fullmatch(url):
+        raise SpecError("an inline attachment must be a base64 data: URL with data")
     inline = parse_data_url(url)
     kind = sniff_content_type(inline.data, inline.name or "")
     name = inline.name or f"attachment-{n}.{_EXT.get(kind, 'bin')}"
@@ -107,13 +127,15 @@ def _data_url(content_type: str, data: bytes) -> str:
     return f"data:{content_type};base64,{base64.b64encode(data).decode('ascii')}"
 
 
-def request_inputs(rt: Runtime, run: RowMapping, profile: ModelProfile) -> dict[str, Any]:
+def request_inputs(
+    rt: Runtime, tenant: str, given: Mapping[str, Any] | None, profile: ModelProfile
+) -> dict[str, Any]:
     """The run's inputs for ``plan_request``; a vision profile also gets ``images``: the
     image attachments as data URLs (loaded here: ``shared.agent`` does no I/O)."""
-    inputs = dict(run["inputs"] or {})
+    inputs = dict(given or {})
     images = image_refs(attachment_refs(inputs)) if profile.vision else []
     if images:
-        files = run_files(rt, run)
+        files = run_files(rt, tenant, inputs)
         inputs["images"] = [url for r in images if (url := _image_url(files, r))]
     return inputs
 
@@ -144,5 +166,5 @@ class RunFiles:
         return found[1]
 
 
-def run_files(rt: Runtime, run: RowMapping) -> RunFiles:
-    return RunFiles(store_for(rt), run["tenant"], attachment_refs(run["inputs"]))
+def run_files(rt: Runtime, tenant: str, inputs: Mapping[str, Any] | None) -> RunFiles:
+    return RunFiles(store_for(rt), tenant, attachment_refs(inputs))

@@ -1,75 +1,233 @@
 """Per-process caches that make a round cheaper without holding run state: every entry is
-checked against what the database says (a run's spec never changes; messages are append-only),
-so a miss, an eviction or another worker's progress only costs a full read.
+checked against what the database says (messages are append-only; a run's spec and inputs
+change only when a resume overrides the spec, which bumps ``runs.spec_rev``), so a miss, an
+eviction or another worker's progress only costs a read. A spec is cached under its revision;
+what is derived from it (catalog, result budget) is cached with the very spec object it was
+built from and rebuilt for any other, so no process can use a spec a resume replaced. The
+caches are bounded by bytes (an estimate of what they hold), not by entries: a worker's
+memory does not grow with the number of runs it has seen.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from sqlalchemy.engine import Connection
 
 from shared.agent.messages import Message
 from shared.agent.spec import AgentSpec
+from shared.agent.tokens import estimate_tokens
 from shared.store import repo
 
-__all__ = ["history", "spec_of"]
+if TYPE_CHECKING:
+    from shared.engine.catalog import Catalog
+    from shared.engine.runtime import Runtime
+    from shared.tools.mcp_tools import McpAccess
+
+__all__ = [
+    "ByteLRU",
+    "Given",
+    "catalog",
+    "given",
+    "history",
+    "mcp_access",
+    "remember",
+    "result_budget",
+    "schema_tokens",
+    "spec_of",
+]
 
 K = TypeVar("K")
 V = TypeVar("V")
 
+SPECS_BYTES = 16 * 1024 * 1024
+CATALOG_BYTES = 16 * 1024 * 1024
+CATALOG_ENTRY_BYTES = 8 * 1024  # an estimate: a catalog holds tool objects and their schemas
+HISTORY_BYTES = 64 * 1024 * 1024
 
-class _LRU(Generic[K, V]):
-    def __init__(self, size: int) -> None:
-        self._data: OrderedDict[K, V] = OrderedDict()
-        self._size = size
+
+class ByteLRU(Generic[K, V]):
+    """An LRU map whose entries carry a size; the least recently used go first when the total
+    passes ``limit`` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self._data: OrderedDict[K, tuple[V, int]] = OrderedDict()
+        self._limit = limit
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def get(self, key: K) -> V | None:
         with self._lock:
-            value = self._data.get(key)
-            if value is not None:
-                self._data.move_to_end(key)
-            return value
-
-    def put(self, key: K, value: V) -> None:
-        with self._lock:
-            self._data[key] = value
+            item = self._data.get(key)
+            if item is None:
+                return None
             self._data.move_to_end(key)
-            while len(self._data) > self._size:
-                self._data.popitem(last=False)
+            return item[0]
 
-    def get_or(self, key: K, make: Callable[[], V]) -> V:
-        value = self.get(key)
-        if value is None:
-            value = make()
-            self.put(key, value)
-        return value
+    def put(self, key: K, value: V, size: int) -> None:
+        with self._lock:
+            old = self._data.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            if size > self._limit:
+                return
+            self._data[key] = (value, size)
+            self._bytes += size
+            while self._bytes > self._limit:
+                _, (_, dropped) = self._data.popitem(last=False)
+                self._bytes -= dropped
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._data)
 
 
-_specs: _LRU[str, AgentSpec] = _LRU(256)  # a worker is busy with a few hundred runs at most
-_history: _LRU[str, tuple[int, int, tuple[Message, ...]]] = _LRU(256)
+@dataclass(frozen=True, slots=True)
+class _View:
+    """A run's cached model view: its messages from ``start`` to seq ``seen``."""
+
+    start: int
+    seen: int
+    messages: tuple[Message, ...]
+    size: int
 
 
-def spec_of(run: Any) -> AgentSpec:
-    """The run's parsed spec (immutable for the life of a run)."""
-    return _specs.get_or(str(run["id"]), lambda: AgentSpec.model_validate(run["agent"]))
+@dataclass(frozen=True, slots=True)
+class Given:
+    """What a run was given: its parsed spec (at revision ``rev``) and its inputs."""
+
+    spec: AgentSpec
+    inputs: dict[str, Any] | None
+    rev: int = 0
 
 
-def history(conn: Connection, run_id: str, view_start: int, msg_seq: int) -> list[Message]:
+_given: ByteLRU[str, Given] = ByteLRU(SPECS_BYTES)
+_history: ByteLRU[str, _View] = ByteLRU(HISTORY_BYTES)
+
+
+def given(conn: Connection, run_id: str, rev: int | None = None) -> Given:
+    """The run's spec and inputs at revision ``rev`` (read once per process and revision).
+    ``rev`` None: the run's current revision, read from its row."""
+    if rev is None:
+        rev = repo.spec_rev(conn, run_id)
+    found = _given.get(run_id)
+    if found is None or found.rev != rev:
+        agent, inputs = repo.run_spec(conn, run_id)
+        found = Given(AgentSpec.model_validate(agent), inputs, rev)
+        size = len(json.dumps(agent)) * 4 + len(json.dumps(inputs or {})) + 512
+        _given.put(run_id, found, size)
+    return found
+
+
+def spec_of(conn: Connection, run_id: str, rev: int | None = None) -> AgentSpec:
+    return given(conn, run_id, rev).spec
+
+
+_catalogs: ByteLRU[str, tuple[AgentSpec, Catalog, int]] = ByteLRU(CATALOG_BYTES)
+
+
+def catalog(rt: Runtime, run_id: str, spec: AgentSpec, attachments: Sequence[Any]) -> Catalog:
+    """The run's tool catalog, built once per process for this very ``spec`` (``given``); a
+    catalog missing an MCP server that could not be listed is built again next time."""
+    found = _catalogs.get(run_id)
+    if found is None or found[0] is not spec:
+        from shared.engine.catalog import build_catalog
+
+        mcp = mcp_access(rt) if spec.mcp else None
+        built = build_catalog(spec, rt.profiles, attachments=attachments, mcp=mcp)
+        found = (spec, built, _schema_tokens(built))
+        if not built.partial:
+            _catalogs.put(run_id, found, CATALOG_ENTRY_BYTES)
+    return found[1]
+
+
+def mcp_access(rt: Runtime) -> McpAccess:
+    """How this process reaches MCP servers (its settings)."""
+    from shared.tools.mcp_tools import McpAccess  # the mcp SDK loads only when used
+
+    s = rt.settings
+    hosts = tuple(h.strip() for h in s.allow_hosts.split(",") if h.strip())
+    return McpAccess(allow_hosts=hosts, ttl=s.mcp_tools_ttl, max_bytes=s.mcp_max_bytes)
+
+
+_budgets: ByteLRU[str, tuple[AgentSpec, int]] = ByteLRU(1024 * 1024)
+
+
+def result_budget(rt: Runtime, run_id: str, spec: AgentSpec) -> int:
+    """The run's tool-result budget in tokens (L-7: from its profile's window)."""
+    found = _budgets.get(run_id)
+    if found is None or found[0] is not spec:
+        from shared.agent.compression import tool_result_budget
+        from shared.errors import ConfigError
+        from shared.llm.profiles import resolve_profile
+
+        try:
+            window = resolve_profile(spec.model, rt.profiles).context_window
+        except ConfigError:
+            window = 128_000
+        found = (spec, tool_result_budget(window, spec.tool_result_max_tokens))
+        _budgets.put(run_id, found, 64)
+    return found[1]
+
+
+def schema_tokens(run_id: str, built: Catalog) -> int:
+    """What the tool schemas add to each request, in estimated tokens."""
+    found = _catalogs.get(run_id)
+    return found[2] if found is not None and found[1] is built else _schema_tokens(built)
+
+
+def _schema_tokens(built: Catalog) -> int:
+    return sum(
+        estimate_tokens(json.dumps(e.parameters)) + estimate_tokens(e.description)
+        for e in built.entries.values()
+    )
+
+
+def _size(msgs: Sequence[Message]) -> int:
+    return sum(len(m.text) + 200 + sum(len(c.arguments) for c in m.tool_calls) for m in msgs)
+
+
+def history(
+    conn: Connection, run_id: str, view_start: int, msg_seq: int, *, based: bool = True
+) -> list[Message]:
     """The model view's messages (``seq >= view_start``), reading only rows this process has
-    not seen: messages are append-only, so a cached prefix stays true."""
+    not seen: messages are append-only, so a cached prefix stays true. ``based`` False: the
+    run has no base run (its row says so), so its own rows are all of it (no chain lookup)."""
+    read = repo.list_messages if based else repo.own_messages
     cached = _history.get(run_id)
-    if cached is not None and cached[0] == view_start and cached[1] <= msg_seq:
-        start, seen, msgs = cached
-        new = repo.list_messages(conn, run_id, seen + 1) if seen < msg_seq else []
+    if cached is not None and cached.start == view_start and cached.seen <= msg_seq:
+        if cached.seen == msg_seq:
+            return list(cached.messages)
+        base = cached
+        rows = read(conn, run_id, cached.seen + 1)
     else:
-        seen, msgs = view_start - 1, ()
-        new = repo.list_messages(conn, run_id, view_start)
-    out = msgs + tuple(repo.message_from_row(r) for r in new)
-    last = new[-1]["seq"] if new else seen
-    _history.put(run_id, (view_start, last, out))
-    return list(out)
+        base = _View(view_start, view_start - 1, (), 0)
+        rows = read(conn, run_id, view_start)
+    new = tuple(repo.message_from_row(r) for r in rows)
+    view = _extend(base, new, rows[-1]["seq"] if rows else base.seen)
+    _history.put(run_id, view, view.size)
+    return list(view.messages)
+
+
+def _extend(view: _View, msgs: Sequence[Message], seen: int) -> _View:
+    return _View(view.start, seen, view.messages + tuple(msgs), view.size + _size(msgs))
+
+
+def remember(run_id: str, view_start: int, first_seq: int, msgs: Sequence[Message]) -> None:
+    """Messages this process just committed (seqs ``first_seq``…): extend the cached view
+    when it ends right before them, so the next round here reads nothing."""
+    cached = _history.get(run_id)
+    if cached is None or not msgs:
+        return
+    if view_start != cached.start or cached.seen != first_seq - 1:
+        return
+    view = _extend(cached, msgs, cached.seen + len(msgs))
+    _history.put(run_id, view, view.size)

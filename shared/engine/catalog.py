@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from shared.agent import ask as ask_mod
 from shared.agent import plan as plan_mod
@@ -12,10 +12,14 @@ from shared.agent.attachments import is_image
 from shared.agent.spec import AgentSpec, InlineTool, ModelProfile
 from shared.agent.state import CatalogEntry
 from shared.agent.step import INTERNAL_TOOLS
-from shared.tools import Tool, resolve
+from shared.errors import ToolError
+from shared.tools import Tool, ToolContext, ToolResult, resolve
 from shared.tools.agent_tool import AgentTool, SubAgentTool
 from shared.tools.files import READ_FILES, describe_files
 from shared.tools.knowledge import KnowledgeTool
+
+if TYPE_CHECKING:
+    from shared.tools.mcp_tools import McpAccess
 
 __all__ = ["Catalog", "build_catalog"]
 
@@ -36,18 +40,62 @@ class Catalog:
     entries: dict[str, CatalogEntry]
     tools: dict[str, Tool]  # executables for external entries
     warnings: tuple[str, ...] = ()
+    unreachable: dict[str, str] = field(default_factory=dict)  # MCP servers not listed: why
+
+    def tool(self, name: str) -> Tool | None:
+        """The executable for ``name``; while an MCP server could not be listed, a tool this
+        catalog does not know may be one of its tools: its call says so."""
+        found = self.tools.get(name)
+        if found is None and self.unreachable:
+            return _Unlisted(name, dict(self.unreachable))
+        return found
+
+    @property
+    def partial(self) -> bool:
+        """Some MCP server could not be listed (build again later rather than keep this)."""
+        return bool(self.unreachable)
+
+
+@dataclass(frozen=True)
+class _Unlisted:
+    """A call to a tool the catalog lacks while MCP servers are unreachable."""
+
+    name: str
+    reasons: dict[str, str]
+    description: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)
+    read_only: bool = False
+    internal: bool = False
+
+    def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        why = "; ".join(self.reasons.values())
+        raise ToolError(f"{self.name} is not available now: {why}")
 
 
 def _internal_entries(spec: AgentSpec) -> list[CatalogEntry]:
     out = []
     if spec.plan:
-        out += [CatalogEntry(name=d["name"], description=d["description"],
-                             parameters=d["parameters"], read_only=True, internal=True)
-                for d in plan_mod.TOOL_DEFS]
+        out += [
+            CatalogEntry(
+                name=d["name"],
+                description=d["description"],
+                parameters=d["parameters"],
+                read_only=True,
+                internal=True,
+            )
+            for d in plan_mod.TOOL_DEFS
+        ]
     if spec.ask:
         d = ask_mod.TOOL_DEF
-        out.append(CatalogEntry(name=d["name"], description=d["description"],
-                                parameters=d["parameters"], read_only=True, internal=True))
+        out.append(
+            CatalogEntry(
+                name=d["name"],
+                description=d["description"],
+                parameters=d["parameters"],
+                read_only=True,
+                internal=True,
+            )
+        )
     return out
 
 
@@ -56,6 +104,7 @@ def build_catalog(
     profiles: Mapping[str, ModelProfile] | None = None,
     *,
     attachments: Sequence[Mapping[str, Any]] = (),
+    mcp: McpAccess | None = None,
 ) -> Catalog:
     """SPEC P-5: a business tool named like an internal one is dropped, with a warning.
     Inline tools with ``agent:`` become ``AgentTool``s (a chat or helper agent: one call;
@@ -63,7 +112,8 @@ def build_catalog(
     whose own catalog is checked here too); ``knowledge:`` makes a ``KnowledgeTool``.
     A tool that cannot run here (``unavailable``: run_python without bubblewrap) is left
     out, with a warning. A run with documents among its ``attachments`` gets ``read_files``
-    (SPEC M-11)."""
+    (SPEC M-11). The tools of the spec's MCP servers are listed only given ``mcp`` (how to
+    reach them: the engine's rounds and tool calls, never a submission)."""
     if spec.kind != "agent":
         return Catalog(entries={}, tools={})
     entries: dict[str, CatalogEntry] = {}
@@ -78,17 +128,35 @@ def build_catalog(
         elif reason := _unavailable(tool):
             warnings.append(f"tool {tool.name!r} is unavailable and was removed: {reason}")
         else:
-            entries[tool.name] = CatalogEntry(
-                name=tool.name, description=tool.description, parameters=tool.parameters,
-                read_only=tool.read_only, internal=False,
-            )
+            entries[tool.name] = _entry(tool)
             tools[tool.name] = tool
+    unreachable: dict[str, str] = {}
+    if spec.mcp and mcp is not None:
+        from shared.tools.mcp_tools import list_mcp_tools  # the mcp SDK loads only when used
+
+        taken = [*entries, *internal, *_RESERVED]
+        listing = list_mcp_tools(spec.mcp, mcp, taken=taken)
+        for remote in listing.tools:
+            entries[remote.name] = _entry(remote)
+            tools[remote.name] = remote
+        warnings += listing.warnings
+        unreachable = listing.unreachable
     entries.update(internal)
     docs = [a for a in attachments if not is_image(a)]  # images go to the model directly
     if docs:
         entries[READ_FILES.name] = _read_files_entry(docs)
         tools[READ_FILES.name] = READ_FILES
-    return Catalog(entries=entries, tools=tools, warnings=tuple(warnings))
+    return Catalog(entries, tools, tuple(warnings), unreachable)
+
+
+def _entry(tool: Tool) -> CatalogEntry:
+    return CatalogEntry(
+        name=tool.name,
+        description=tool.description,
+        parameters=tool.parameters,
+        read_only=tool.read_only,
+        internal=False,
+    )
 
 
 def _inline_tool(
@@ -114,6 +182,7 @@ def _read_files_entry(attachments: Sequence[Mapping[str, Any]]) -> CatalogEntry:
     return CatalogEntry(
         name=READ_FILES.name,
         description=f"{READ_FILES.description}\n{describe_files(attachments)}",
-        parameters=READ_FILES.parameters, read_only=True, internal=False,
+        parameters=READ_FILES.parameters,
+        read_only=True,
+        internal=False,
     )
-

@@ -1,48 +1,56 @@
-"""What the API does to runs: submit, cancel, answer an ask, approve writes. Each is one
-guarded transaction (retried when it loses a race), then a publish of what it queued."""
+"""What the API does to runs: submit, cancel, answer an ask, approve writes, expire an ask.
+Each is one transition (``shared.engine.transition``), read again and retried while it loses a
+race, then a dispatch of what it queued."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.exc import IntegrityError
 
+from shared import tracing
 from shared.agent import ask as ask_mod
+from shared.agent.approval import (
+    ApprovalError,
+    ItemDecision,
+    Resolved,
+    decisions_from_lists,
+    note_message,
+    resolve_approval,
+)
+from shared.agent.attachments import attachment_refs
 from shared.agent.decisions import Continue, Fail
 from shared.agent.messages import Message
 from shared.agent.spec import AgentSpec, WebhookSpec
-from shared.engine import children, threads
-from shared.engine.afters import flush_calls, settle
+from shared.engine import admission, cache, children, threads
 from shared.engine.attachments import resolve_attachments
 from shared.engine.catalog import build_catalog
 from shared.engine.knowledge import check_sources
 from shared.engine.resume import pause_is_current, spend_resume_token
-from shared.engine.runtime import OutboxItem, Runtime
+from shared.engine.runtime import Runtime
+from shared.engine.transition import Change, LostRace, Tx, flush, retrying, settle
 from shared.errors import Conflict, NotFound, SpecError
 from shared.store import repo
 from shared.store import threads as thread_store
 from shared.store.deliveries import DURABLE_EVENTS
-from shared.store.tables import outbox, tool_calls
+from shared.store.rows import FINAL, Call, CallStatus, Run, RunRecord, Status
 
 __all__ = [
+    "CANCELLED_TEXT",
     "FINAL",
     "RunInput",
     "answer_run",
     "approve_run",
     "cancel_run",
     "expire_ask",
+    "new_id",
     "submit_run",
 ]
 
-FINAL = frozenset({"completed", "failed", "cancelled"})
 CANCELLED_TEXT = "Cancelled: the run was cancelled before this call finished."
-DECLINED_TEXT = "Declined by user"
-T = TypeVar("T")
 
 
 @dataclass
@@ -57,6 +65,10 @@ class RunInput:
     inputs: dict[str, Any] = field(default_factory=dict)  # quotes, attachments
     parent_run_id: str | None = None
     parent_call_id: str | None = None
+    agent_ref: str | None = None  # the named agent it runs: "name", or "name@version"
+    run_at: float | None = None  # scheduled: not started before this time (epoch seconds)
+    priority: int = 5  # 0-9: its dispatches' broker priority
+    ttl_s: float | None = None  # retention: purged this long after it ended
 
 
 def _input_messages(value: str | list[dict[str, Any]]) -> list[Message]:
@@ -84,8 +96,10 @@ def webhook_config(rt: Runtime, req: RunInput) -> dict[str, Any] | None:
             raise SpecError("webhook.url must be an http(s) URL")
         unknown = sorted(set(req.webhook.events or ()) - DURABLE_EVENTS - {"*"})
         if unknown:
-            raise SpecError(f"webhook.events: unknown event types {', '.join(unknown)}; "
-                            f"one of {', '.join(sorted(DURABLE_EVENTS))} or '*'")
+            raise SpecError(
+                f"webhook.events: unknown event types {', '.join(unknown)}; "
+                f"one of {', '.join(sorted(DURABLE_EVENTS))} or '*'"
+            )
         return req.webhook.model_dump()
     url = rt.settings.webhook_url
     if url and req.tenant == "default" and req.parent_run_id is None:
@@ -93,450 +107,478 @@ def webhook_config(rt: Runtime, req: RunInput) -> dict[str, Any] | None:
     return None
 
 
-def submit_run(rt: Runtime, req: RunInput) -> tuple[RowMapping, bool]:
-    """Create a queued run and its first round message; an Idempotency-Key replay returns the
-    run it created the first time (``created`` False)."""
+# --- submit --------------------------------------------------------------------------------------
+
+
+def submit_run(
+    rt: Runtime, req: RunInput, *, also: Callable[[Tx, str], None] | None = None
+) -> tuple[RunRecord, bool]:
+    """Create a queued run and dispatch its first round; an Idempotency-Key replay returns the
+    run it created the first time (``created`` False). ``also(tx, run_id)`` runs first in the
+    transaction that creates the run (a cron's slot claim): what it raises rolls it back."""
     msgs = _input_messages(req.input)
-    build_catalog(req.agent)  # unknown tools, bad inline tools: a clear error now, not mid-run
+    # unknown tools, bad inline tools: a clear error now, not mid-run; what the catalog drops
+    # (a tool named like an internal one, SPEC P-5) is a warning stored on the run
+    warnings = list(build_catalog(req.agent).warnings)
     check_sources(rt, req.tenant, req.agent, req.inputs)  # the datasets it names exist
-    ts = repo.now()
-    if req.idempotency_key:
-        with rt.engine.connect() as conn:
-            found = repo.find_idempotent(conn, req.tenant, req.idempotency_key)
+    if req.idempotency_key is not None:
+        found = _idempotent(rt, req)
         if found is not None:
             return found, False
-    if req.inputs.get("attachments"):  # SPEC M-11: ids must exist; data URLs become files
+    if req.inputs.get("attachments"):  # M-11: ids must exist; data URLs become files
         refs = resolve_attachments(rt, req.tenant, req.inputs["attachments"])
         req = replace(req, inputs={**req.inputs, "attachments": refs})
     run_id = new_id("run")
-    deadline = ts + req.agent.budget.deadline_s if req.agent.budget.deadline_s else None
-    row = {
-        "id": run_id, "tenant": req.tenant, "kind": req.agent.kind,
-        "agent": req.agent.model_dump(mode="json", exclude_none=True), "status": "queued",
-        "thread_id": req.thread_id, "idempotency_key": req.idempotency_key,
-        "meta": req.metadata, "webhook": webhook_config(rt, req),
-        "inputs": req.inputs or None, "deadline_at": deadline,
-        "parent_run_id": req.parent_run_id, "parent_call_id": req.parent_call_id,
-    }
     try:
-        return _guarded(rt, run_id, lambda conn: _create(rt, conn, req, row, msgs, ts)), True
+        retrying(rt, lambda tx: _create(tx, req, run_id, msgs, warnings, also))
     except IntegrityError:
-        if not req.idempotency_key:
-            raise
-        with rt.engine.connect() as conn:
-            found = repo.find_idempotent(conn, req.tenant, req.idempotency_key)
+        found = _idempotent(rt, req) if req.idempotency_key is not None else None
         if found is None:
             raise
         return found, False
+    with rt.engine.connect() as conn:
+        record = repo.get_run(conn, run_id)
+    assert record is not None
+    return record, True
+
+
+def _idempotent(rt: Runtime, req: RunInput) -> RunRecord | None:
+    assert req.idempotency_key is not None
+    with rt.engine.connect() as conn:
+        return repo.find_idempotent(conn, req.tenant, req.idempotency_key)
 
 
 def _create(
-    rt: Runtime, conn: Connection, req: RunInput, row: dict[str, Any], msgs: list[Message],
-    ts: float,
-) -> tuple[RowMapping, list[OutboxItem]] | None:
-    """Insert the run and queue its first round. On a thread it starts with the thread's
-    history, or is held (no round yet) behind the active run. None = lost a race."""
-    admitted = _admit(rt, conn, req, row["id"], ts) if req.thread_id else threads.Admission(
-        inputs=dict(req.inputs))
-    if admitted is None:
-        return None
-    ts = admitted.stamp or ts
-    first = [*admitted.history, *msgs]
-    if admitted.held:
-        held_inputs = {**req.inputs, threads.QUEUED_INPUT: [m.to_dict() for m in msgs]}
-        row, first = {**row, "held": True, "inputs": held_inputs}, []
+    tx: Tx,
+    req: RunInput,
+    run_id: str,
+    msgs: list[Message],
+    warnings: list[str],
+    also: Callable[[Tx, str], None] | None = None,
+) -> None:
+    """Insert the run and dispatch its first round. On a thread it starts with the thread's
+    history, or is held (no round yet) behind the active run."""
+    if also is not None:
+        also(tx, run_id)
+    admitted = _admit(tx, req, run_id) if req.thread_id else None
+    ts = admitted.stamp if admitted is not None and admitted.stamp else tx.ts
+    scheduled = req.run_at is not None and req.run_at > tx.ts and req.thread_id is None
+    start = req.run_at if scheduled and req.run_at is not None else ts
+    deadline = start + req.agent.budget.deadline_s if req.agent.budget.deadline_s else None
+    row = {
+        "id": run_id,
+        "tenant": req.tenant,
+        "kind": req.agent.kind,
+        "status": (Status.SCHEDULED if scheduled else Status.QUEUED).value,
+        "wake_at": start if scheduled else None,
+        "priority": req.priority,
+        "ttl_s": req.ttl_s,
+        "thread_id": req.thread_id,
+        "idempotency_key": req.idempotency_key,
+        "webhook": webhook_config(tx.rt, req),
+        "deadline_at": deadline,
+        "parent_run_id": req.parent_run_id,
+        "parent_call_id": req.parent_call_id,
+    }
+    agent = req.agent.model_dump(mode="json", exclude_none=True)
+    held = admitted is not None and admitted.held
+    # over its tenant's limit of runs in flight: waits in the database (shared.engine.admission)
+    gated = not scheduled and admitted is None and req.parent_run_id is None
+    gated = gated and admission.gate(tx, req.tenant)
+    if held:
+        inputs = {**req.inputs, threads.QUEUED_INPUT: [m.to_dict() for m in msgs]}
+        first: list[Message] = []
+        row["held"] = True
     else:
-        row = {**row, "inputs": admitted.inputs or None}
-    repo.insert_run(conn, row, first, ts)
-    changes = repo.Changes(bump_version=False)
-    changes.event("run.queued", kind=req.agent.kind, **({"held": True} if admitted.held else {}))
-    if not admitted.held:
-        changes.outbox.append(("round", {}))
-    applied = repo.apply(conn, row["id"], 0, changes, redrive_after=rt.settings.redrive_seconds,
-                         ts=ts)
-    assert applied is not None
-    return applied.row, [*admitted.items, *applied.outbox_ids]
+        inputs = admitted.inputs if admitted is not None else dict(req.inputs)
+        first = msgs
+        row.update(admitted.base if admitted is not None else {})  # its thread's history
+    spec = {
+        "agent": agent,
+        "inputs": inputs or None,
+        "meta": req.metadata,
+        "warnings": warnings or None,
+        "agent_ref": req.agent_ref,
+        "trace": tracing.stamp_run(run_id),  # the request's trace: the run's rounds join it
+    }
+    if gated:
+        row["held"] = True
+    repo.insert_run(tx.conn, row, spec, first, ts)
+    run = repo.load_run(tx.conn, run_id)
+    assert run is not None
+    change = Change(run, bump=False, queue_round=not held and not scheduled and not gated)
+    extra: dict[str, Any] = {"held": True} if held or gated else {}
+    if scheduled:
+        extra["run_at"] = start
+    change.event("run.queued", kind=req.agent.kind, **extra)
+    tx.apply(change)
 
 
-def _admit(
-    rt: Runtime, conn: Connection, req: RunInput, run_id: str, ts: float
-) -> threads.Admission | None:
+def _admit(tx: Tx, req: RunInput, run_id: str) -> threads.Admission:
     """One active run per thread; on a busy thread the thread's ``multitask`` policy decides:
     reject (409), enqueue (held until the active run ends) or interrupt (cancel it, start)."""
     assert req.thread_id is not None
-    thread = threads.lock(conn, req.thread_id, ts, req.tenant)  # first: lock order
-    assert thread is not None
+    thread = tx.lock_thread(req.thread_id, req.tenant)  # first: lock order
     stamp = float(thread["updated_at"])  # grows with each lock: the thread's run order
-    active = thread_store.active_run(conn, req.thread_id)
-    items: list[OutboxItem] = []
-    if active is not None or thread_store.next_held(conn, req.thread_id) is not None:
+    active = thread_store.active_run(tx.conn, req.thread_id)
+    if active is not None or thread_store.next_held(tx.conn, req.thread_id) is not None:
         policy = thread["multitask"]
         if policy == "reject":
-            busy = f"run {active['id']}" if active is not None else "queued runs"
+            busy = f"run {active.id}" if active is not None else "queued runs"
             raise Conflict(f"thread {req.thread_id} is busy with {busy}")
         if policy == "enqueue" or active is None:
             return threads.Admission(held=True, stamp=stamp)
-        applied = _cancel(rt, conn, active, ts, release=False, interrupted_by=run_id)
-        if applied is None:
-            return None
-        items = applied.outbox_ids
+        _cancel(tx, active, release=False, interrupted_by=run_id)
     return threads.Admission(
         stamp=stamp,
-        history=threads.history(conn, req.thread_id),
-        inputs=threads.start_inputs(conn, req.thread_id, req.agent.kind, req.inputs),
-        items=items,
+        base=threads.base_of(tx.conn, req.thread_id, run_id),
+        inputs=threads.start_inputs(tx.conn, req.thread_id, req.agent.kind, req.inputs),
     )
 
 
-class _LostRace(Exception):
-    """Roll the transaction back: what ``op`` wrote before losing must not stay."""
+# --- cancel --------------------------------------------------------------------------------------
 
 
-def _guarded(
-    rt: Runtime, run_id: str, op: Callable[[Connection], tuple[T, list[OutboxItem]] | None]
-) -> T:
-    """Run ``op`` in a transaction; ``None`` = lost a version race: roll back, read again and
-    retry. After the commit: publish, and wake the run's SSE tails."""
-    for _ in range(20):
-        try:
-            with rt.engine.begin() as conn:
-                out = op(conn)
-                if out is None:
-                    raise _LostRace
-        except _LostRace:
-            continue
-        assert out is not None
-        value, items = out
-        rt.publish(items)
-        rt.wake(run_id)
-        return value
-    raise Conflict("the run kept changing; try again")
-
-
-def _load(conn: Connection, tenant: str | None, run_id: str) -> RowMapping:
-    run = repo.get_run(conn, run_id, tenant)
+def _load(conn: Any, tenant: str | None, run_id: str) -> Run:
+    run = repo.load_run(conn, run_id, tenant)
     if run is None:
         raise NotFound(f"run {run_id} not found")
     return run
 
 
-def cancel_run(rt: Runtime, tenant: str, run_id: str) -> RowMapping:
-    def op(conn: Connection) -> tuple[RowMapping, list[OutboxItem]] | None:
-        run = _load(conn, tenant, run_id)
-        if run["status"] in FINAL:
-            raise Conflict(f"run {run_id} is already {run['status']}")
-        ts = repo.now()
-        threads.lock(conn, run["thread_id"], ts)  # lock order: the thread, then the run's rows
-        applied = _cancel(rt, conn, run, ts)
-        if applied is None:
-            return None
-        return applied.row, applied.outbox_ids  # webhooks, and a released run of the thread
-
-    return _guarded(rt, run_id, op)
+def _record(tx: Tx, run_id: str) -> RunRecord:
+    record = repo.get_run(tx.conn, run_id)
+    assert record is not None
+    return record
 
 
-def _cancel(
-    rt: Runtime, conn: Connection, run: RowMapping, ts: float, *, release: bool = True,
-    **event: Any,
-) -> repo.Applied | None:
-    """Cancel a non-final run: every dangling tool call gets a tool message, its queued work
-    is dropped, its active children are cancelled too (same transaction). On a thread
-    (``release``) the thread's next held run starts. A child's parent sees it end (its call
-    gets the cancellation as result). None = lost a race (or it ended meanwhile)."""
-    if run["parent_run_id"] is not None:  # lock order: the ancestors, then the run's rows
-        children.lock_lineage(conn, run["id"], ts=ts, ending=True)
-    changes = repair_changes(conn, run, CANCELLED_TEXT)
-    changes.values.update(status="cancelled", stop_reason="cancelled", pending=None,
-                          after_join=None, open_calls=0, lease_until=None,
-                          lease_owner=None, wake_at=None)
-    changes.event("run.cancelled", **event)
-    applied = threads.apply_final(conn, run["id"], run["version"], changes,
-                                  thread_id=run["thread_id"] if release else None,
-                                  redrive_after=rt.settings.redrive_seconds, ts=ts)
-    if applied is None:
-        return None
-    conn.execute(sa.delete(outbox).where(outbox.c.run_id == run["id"],
-                                          outbox.c.kind.in_(("round", "tool"))))
-    items = list(applied.outbox_ids)
-    for child in children.active_children(conn, run["id"]):
-        cancelled = _cancel(rt, conn, child, ts, cascaded_from=run["id"])
-        if cancelled is None:
-            return None
-        items += cancelled.outbox_ids
-    return replace(applied, outbox_ids=items)
+def cancel_run(rt: Runtime, tenant: str, run_id: str) -> RunRecord:
+    def op(tx: Tx) -> RunRecord:
+        run = _load(tx.conn, tenant, run_id)
+        if run.final:
+            raise Conflict(f"run {run_id} is already {run.status}")
+        _cancel(tx, run)
+        return _record(tx, run_id)
+
+    return retrying(rt, op)
 
 
-def repair_changes(conn: Connection, run: RowMapping, text: str) -> repo.Changes:
+def _cancel(tx: Tx, run: Run, *, release: bool = True, **event: Any) -> Run:
+    """Cancel a non-final run: every dangling tool call gets a tool message, its active
+    children are cancelled too (same transaction). On a thread (``release``) the thread's
+    next held run starts. A child's parent sees it end (its call gets the cancellation)."""
+    tx.prepare(run, ending=release, tells_parent=True)
+    change = _repair(tx, run, CANCELLED_TEXT)
+    change.values.update(
+        status=Status.CANCELLED.value,
+        stop_reason="cancelled",
+        pending=None,
+        after_join=None,
+        open_calls=0,
+        lease_owner=None,
+        wake_at=None,
+    )
+    change.event("run.cancelled", **event)
+    change.release_thread = release  # an interrupting submit starts the thread's next run
+    new = tx.apply(change)
+    kids = children.active_children(tx.conn, run.id)
+    for child in kids:
+        _cancel(tx, child, cascaded_from=run.id)
+    # the children's spending so far joins the parent's totals (no join will bring it now)
+    spent = sum(c.cost for c in (repo.load_run(tx.conn, k.id) for k in kids) if c is not None)
+    if spent:
+        new = tx.apply(Change(new, bump=False, values={"cost": new.cost + spent}))
+    tx.stopped.append(run.id)
+    return new
+
+
+def _repair(tx: Tx, run: Run, text: str) -> Change:
     """Every tool call the model made gets a tool message (no dangling call survives)."""
-    run_id = run["id"]
-    open_ids = [c["call_id"] for c in repo.list_tool_calls(conn, run_id) if c["status"] != "done"]
+    calls = repo.list_tool_calls(tx.conn, run.id)
+    open_ids = [c.call_id for c in calls if c.status != CallStatus.DONE]
+    values = {
+        "status": CallStatus.DONE.value,
+        "result": text,
+        "result_for_model": text,
+        "finished_at": tx.ts,
+        "lease_owner": None,
+    }
     if open_ids:
-        conn.execute(
-            sa.update(tool_calls)
-            .where(tool_calls.c.run_id == run_id, tool_calls.c.call_id.in_(open_ids))
-            .values(status="done", result=text, result_for_model=text, finished_at=repo.now())
-        )
-    changes = repo.Changes()
-    calls = repo.list_tool_calls(conn, run_id)
-    msgs, flushed = flush_calls(calls)
-    _mark_flushed(conn, run_id, flushed)
-    for m in msgs:
-        changes.message(m, run["round"])
-    return changes
+        repo.close_calls(tx.conn, run.id, open_ids, values)
+    closed = [_with(c, values) if c.call_id in open_ids else c for c in calls]
+    return _flushed(tx, run, closed, run.round)
 
 
-def _mark_flushed(conn: Connection, run_id: str, ids: Sequence[str]) -> None:
+def _with(call: Call, values: dict[str, Any]) -> Call:
+    return replace(call, **{**values, "status": CallStatus(values["status"])})
+
+
+def _flushed(tx: Tx, run: Run, calls: Sequence[Call], round_: int) -> Change:
+    """A change that appends the tool messages of finished, unflushed calls in order."""
+    msgs, ids = flush(calls)
     if ids:
-        conn.execute(sa.update(tool_calls)
-                     .where(tool_calls.c.run_id == run_id, tool_calls.c.call_id.in_(ids))
-                     .values(flushed=True))
-
-
-def _call_row(conn: Connection, run_id: str, call_id: str) -> RowMapping | None:
-    return conn.execute(
-        sa.select(tool_calls).where(tool_calls.c.run_id == run_id, tool_calls.c.call_id == call_id)
-    ).mappings().first()
-
-
-def _resume_changes(conn: Connection, run: RowMapping, round_: int) -> repo.Changes:
-    """Flush the batch's finished calls in order and queue the next round."""
-    changes = repo.Changes()
-    msgs, flushed = flush_calls(repo.list_tool_calls(conn, run["id"], round_))
-    _mark_flushed(conn, run["id"], flushed)
+        repo.close_calls(tx.conn, run.id, ids, {"flushed": True})
+    change = Change(run)
     for m in msgs:
-        changes.message(m, round_)
-    settle(changes, Continue(), run_id=run["id"], round_=round_, ts=repo.now())
-    changes.event("run.resumed")
-    return changes
+        change.message(m, round_)
+    return change
+
+
+# --- answers and approvals -----------------------------------------------------------------------
 
 
 def _load_for(
-    conn: Connection, tenant: str | None, run_id: str, token: str | None, kind: str,
-    pause_id: str,
-) -> RowMapping:
+    tx: Tx, tenant: str | None, run_id: str, token: str | None, kind: str, pause_id: str
+) -> Run:
     """Load the run; with a resume token, spend it first (401/409, see shared.engine.resume).
     ``tenant`` None: any tenant's run (the token, not an API key, names the run)."""
     if token is None:
-        return _load(conn, tenant, run_id)
-    spend_resume_token(conn, token, run_id=run_id, kind=kind, pause_id=pause_id, ts=repo.now())
-    run = _load(conn, tenant, run_id)
-    if not pause_is_current(run["pending"], run["status"], kind, pause_id):
+        return _load(tx.conn, tenant, run_id)
+    spend_resume_token(tx.conn, token, run_id=run_id, kind=kind, pause_id=pause_id, ts=tx.ts)
+    run = _load(tx.conn, tenant, run_id)
+    if not pause_is_current(run.pending, run.status, kind, pause_id):
         raise Conflict(f"run {run_id} is no longer waiting on {kind} {pause_id}")
     return run
 
 
-def answer_run(
-    rt: Runtime, tenant: str | None, run_id: str, ask_id: str, answers: list[str],
-    token: str | None = None,
-) -> RowMapping:
-    """SPEC A-3: the answer becomes the ask's tool message; the next round is queued.
-    ``token``: a resume token instead of an API key (single use, this ask only)."""
-
-    def op(conn: Connection) -> tuple[RowMapping, list[OutboxItem]] | None:
-        run = _load_for(conn, tenant, run_id, token, "ask", ask_id)
-        pending = run["pending"] or {}
-        if run["status"] != "waiting" or pending.get("kind") != "ask":
-            return _already_answered(conn, run, ask_id, answers)
-        if pending.get("ask_id") != ask_id:
-            raise Conflict(f"run {run_id} is waiting on ask {pending.get('ask_id')}, not {ask_id}")
-        owner = _pause_owner(conn, run, "ask_id")
-        if owner is None:
-            return None
-        text = ask_mod.render_answer(ask_mod.Ask.from_dict(owner["pending"]), answers)
-        out = _finish_ask(rt, conn, owner, ask_id, text, {"answers": answers})
-        return None if out is None else _as_addressed(conn, run, out)
-
-    return _guarded(rt, run_id, op)
-
-
-def _pause_owner(conn: Connection, run: RowMapping, key: str) -> RowMapping | None:
+def _pause_owner(tx: Tx, run: Run, key: str) -> Run:
     """The run that owns the pause ``run`` shows: itself, or the descendant whose ask or
-    approval it surfaces (``pending.run_id``); None = that run moved on (read again)."""
-    target_id = (run["pending"] or {}).get("run_id")
+    approval it surfaces (``pending.run_id``). LostRace: that run moved on (read again)."""
+    pending = run.pending or {}
+    target_id = pending.get("run_id")
     if not target_id:
         return run
-    target = repo.get_run(conn, target_id, run["tenant"])
-    if target is None or target["status"] != "waiting" or \
-            (target["pending"] or {}).get(key) != run["pending"].get(key):
-        return None
+    target = repo.load_run(tx.conn, target_id, run.tenant)
+    if (
+        target is None
+        or target.status != Status.WAITING
+        or (target.pending or {}).get(key) != pending.get(key)
+    ):
+        raise LostRace(run.id)
     return target
 
 
-def _as_addressed(
-    conn: Connection, run: RowMapping, out: tuple[RowMapping, list[OutboxItem]]
-) -> tuple[RowMapping, list[OutboxItem]]:
-    """A pause answered through an ancestor: the API shows the run it was sent to."""
-    if out[0]["id"] == run["id"]:
-        return out
-    row = repo.get_run(conn, run["id"])
-    assert row is not None
-    return row, out[1]
+def answer_run(
+    rt: Runtime,
+    tenant: str | None,
+    run_id: str,
+    ask_id: str,
+    answers: list[str],
+    token: str | None = None,
+) -> RunRecord:
+    """A-3: the answer becomes the ask's tool message; the next round is dispatched.
+    ``token``: a resume token instead of an API key (single use, this ask only)."""
+
+    def op(tx: Tx) -> RunRecord:
+        run = _load_for(tx, tenant, run_id, token, "ask", ask_id)
+        pending = run.pending or {}
+        if run.status != Status.WAITING or pending.get("kind") != "ask":
+            _already_answered(tx, run, ask_id, answers)
+            return _record(tx, run_id)
+        if pending.get("ask_id") != ask_id:
+            raise Conflict(f"run {run_id} is waiting on ask {pending.get('ask_id')}, not {ask_id}")
+        owner = _pause_owner(tx, run, "ask_id")
+        text = ask_mod.render_answer(ask_mod.Ask.from_dict(owner.pending or {}), answers)
+        _finish_ask(tx, owner, ask_id, text, {"answers": answers})
+        return _record(tx, run_id)
+
+    return retrying(rt, op)
 
 
-def _already_answered(
-    conn: Connection, run: RowMapping, ask_id: str, answers: list[str]
-) -> tuple[RowMapping, list[OutboxItem]]:
-    call = _call_row(conn, run["id"], ask_id) or _descendant_call(conn, run["id"], ask_id)
-    answered = call is not None and call["status"] == "done"
-    if answered and (call["data"] or {}).get("answers") == answers:  # type: ignore[index]
-        return run, []  # the same answer again: idempotent
-    raise Conflict(f"run {run['id']} is {run['status']}, not waiting on ask {ask_id}")
+def _already_answered(tx: Tx, run: Run, ask_id: str, answers: list[str]) -> None:
+    call = repo.get_call(tx.conn, run.id, ask_id) or _descendant_call(tx, run.id, ask_id)
+    answered = call is not None and call.status == CallStatus.DONE
+    if answered and call is not None and (call.data or {}).get("answers") == answers:
+        return  # the same answer again: idempotent
+    raise Conflict(f"run {run.id} is {run.status}, not waiting on ask {ask_id}")
 
 
-def _finish_ask(
-    rt: Runtime, conn: Connection, run: RowMapping, ask_id: str, text: str, data: dict[str, Any]
-) -> tuple[RowMapping, list[OutboxItem]] | None:
-    _lock_ancestors(conn, run)
-    call = _call_row(conn, run["id"], ask_id)
+def _descendant_call(tx: Tx, run_id: str, call_id: str) -> Call | None:
+    """A call of a run below ``run_id`` (a pause answered through an ancestor)."""
+    for rid in children.descendant_ids(tx.conn, run_id):
+        call = repo.get_call(tx.conn, rid, call_id)
+        if call is not None:
+            return call
+    return None
+
+
+def _finish_ask(tx: Tx, run: Run, ask_id: str, text: str, data: dict[str, Any]) -> Run:
+    tx.prepare(run, ending=False, tells_parent=True)
+    call = repo.get_call(tx.conn, run.id, ask_id)
     if call is None:
         raise Conflict(f"ask {ask_id} has no tool call")
-    conn.execute(
-        sa.update(tool_calls)
-        .where(tool_calls.c.run_id == run["id"], tool_calls.c.call_id == ask_id)
-        .values(status="done", result=text, result_for_model=text, data=data,
-                finished_at=repo.now())
-    )
-    changes = _resume_changes(conn, run, call["round"])
-    applied = repo.apply(conn, run["id"], run["version"], changes,
-                         redrive_after=rt.settings.redrive_seconds)
-    if applied is None:
-        return None
-    return applied.row, [*applied.outbox_ids, *_resync_parent(rt, conn, applied.row)]
-
-
-def _lock_ancestors(conn: Connection, run: RowMapping) -> None:
-    """A child's resume changes its ancestors: lock them before any row of the child."""
-    if run["parent_run_id"] is not None:
-        children.lock_lineage(conn, run["id"], ts=repo.now(), ending=False)
-
-
-def _resync_parent(rt: Runtime, conn: Connection, run: RowMapping) -> list[OutboxItem]:
-    """A child resumed: its parent (and theirs) run again, or show the next paused child."""
-    if run["parent_run_id"] is None:
-        return []
-    return children.sync_parent(conn, run, redrive_after=rt.settings.redrive_seconds,
-                                ts=repo.now())
-
-
-def _descendant_call(conn: Connection, run_id: str, call_id: str) -> RowMapping | None:
-    """A call of a run below ``run_id`` (a pause answered through an ancestor)."""
-    ids = children.descendant_ids(conn, run_id)
-    if not ids:
-        return None
-    return conn.execute(
-        sa.select(tool_calls).where(tool_calls.c.run_id.in_(ids), tool_calls.c.call_id == call_id)
-    ).mappings().first()
+    values = {
+        "status": CallStatus.DONE.value,
+        "result": text,
+        "result_for_model": text,
+        "data": data,
+        "finished_at": tx.ts,
+    }
+    repo.close_calls(tx.conn, run.id, [ask_id], values)
+    calls = [
+        _with(c, values) if c.call_id == ask_id else c
+        for c in repo.list_tool_calls(tx.conn, run.id, call.round)
+    ]
+    change = _flushed(tx, run, calls, call.round)
+    settle(change, Continue(), ts=tx.ts)
+    change.event("run.resumed")
+    return tx.apply(change)
 
 
 def expire_ask(rt: Runtime, run_id: str) -> None:
-    """SPEC A-4: an expired ask is answered ``(no answer: timed out)`` or fails the run."""
+    """A-4: an expired ask is answered ``(no answer: timed out)`` or fails the run."""
 
-    def op(conn: Connection) -> tuple[None, list[OutboxItem]] | None:
-        run = repo.get_run(conn, run_id)
-        if run is None or run["status"] != "waiting" or (run["pending"] or {}).get("kind") != "ask":
-            return None, []
-        spec = AgentSpec.model_validate(run["agent"])
+    def op(tx: Tx) -> None:
+        run = repo.load_run(tx.conn, run_id)
+        if run is None or run.status != Status.WAITING or (run.pending or {}).get("kind") != "ask":
+            return
+        spec = cache.spec_of(tx.conn, run_id)
         if spec.ask_timeout_action == "fail":
-            threads.lock(conn, run["thread_id"], repo.now())  # lock order: the thread first
-            if run["parent_run_id"] is not None:  # then the ancestors
-                children.lock_lineage(conn, run_id, ts=repo.now(), ending=True)
-            changes = repair_changes(conn, run, ask_mod.TIMEOUT_TEXT)
-            settle(changes, Fail(reason="the ask expired without an answer", code="ask_timeout"),
-                   run_id=run_id, round_=run["round"], ts=repo.now())
-            applied = threads.apply_final(conn, run_id, run["version"], changes,
-                                          thread_id=run["thread_id"],
-                                          redrive_after=rt.settings.redrive_seconds)
-            return (None, applied.outbox_ids) if applied else None
-        out = _finish_ask(rt, conn, run, run["pending"]["ask_id"], ask_mod.TIMEOUT_TEXT,
-                          {"timed_out": True})
-        return None if out is None else (None, out[1])
+            tx.prepare(run, ending=True, tells_parent=True)
+            change = _repair(tx, run, ask_mod.TIMEOUT_TEXT)
+            settle(
+                change,
+                Fail(reason="the ask expired without an answer", code="ask_timeout"),
+                ts=tx.ts,
+            )
+            tx.apply(change)
+            return
+        ask_id = (run.pending or {})["ask_id"]
+        _finish_ask(tx, run, ask_id, ask_mod.TIMEOUT_TEXT, {"timed_out": True})
 
-    _guarded(rt, run_id, op)
+    retrying(rt, op)
 
 
 def approve_run(
-    rt: Runtime, tenant: str | None, run_id: str, approval_id: str,
-    approve: list[str] | str, reject: list[str] | None = None, note: str | None = None,
+    rt: Runtime,
+    tenant: str | None,
+    run_id: str,
+    approval_id: str,
+    approve: list[str] | str | None = None,
+    reject: list[str] | None = None,
+    note: str | None = None,
     token: str | None = None,
-) -> RowMapping:
-    """SPEC N-4: approved writes run (fan-out); rejected ones get ``Declined by user``; then
-    a separate summary round. ``token``: a resume token for this approval."""
+    *,
+    decisions: Sequence[ItemDecision] | None = None,
+    by: str | None = None,
+) -> RunRecord:
+    """N-4: each proposed write is approved (it runs), edited (it runs with the arguments the
+    person gave, checked against the tool's schema) or rejected (the model reads ``Declined by
+    user[: message]``); then a summary round, where the model also reads the ``note``.
+    ``decisions`` per item, or the list form (``approve: [ids] | "all"``, ``reject``): an item
+    not approved is rejected. ``by``: who decided (an API key id, or the resume token's
+    holder), recorded on each call and in ``run.resumed``. ``token``: a resume token."""
 
-    def op(conn: Connection) -> tuple[RowMapping, list[OutboxItem]] | None:
-        run = _load_for(conn, tenant, run_id, token, "approval", approval_id)
-        pending = run["pending"] or {}
-        if run["status"] != "waiting" or pending.get("kind") != "approval":
-            return _already_approved(conn, run, approval_id)
+    def op(tx: Tx) -> RunRecord:
+        run = _load_for(tx, tenant, run_id, token, "approval", approval_id)
+        pending = run.pending or {}
+        if run.status != Status.WAITING or pending.get("kind") != "approval":
+            _already_approved(tx, run, approval_id)
+            return _record(tx, run_id)
         if pending.get("approval_id") != approval_id:
             raise Conflict(f"run {run_id} is waiting on approval {pending.get('approval_id')}")
-        owner = _pause_owner(conn, run, "approval_id")
-        if owner is None:
-            return None
-        ids = [i["call_id"] for i in owner["pending"]["items"]]
-        approved = _approved_ids(ids, approve, reject)
-        out = _apply_approval(rt, conn, owner, ids, approved, approval_id, note)
-        return None if out is None else _as_addressed(conn, run, out)
+        owner = _pause_owner(tx, run, "approval_id")
+        items = (owner.pending or {})["items"]
+        chosen = _decisions(items, decisions, approve, reject)
+        resolved = _resolve(tx, owner, items, chosen)
+        _apply_approval(tx, owner, resolved, approval_id, note, by)
+        return _record(tx, run_id)
 
-    return _guarded(rt, run_id, op)
-
-
-def _approved_ids(ids: list[str], approve: list[str] | str, reject: list[str] | None) -> list[str]:
-    chosen = ids if approve == "all" else list(approve)
-    unknown = sorted((set(chosen) | set(reject or [])) - set(ids))
-    if unknown:
-        raise SpecError(f"unknown call ids in the approval: {', '.join(unknown)}")
-    both = set(chosen) & set(reject or [])
-    if both:
-        raise SpecError(f"call ids both approved and rejected: {', '.join(sorted(both))}")
-    return [i for i in ids if i in chosen]
+    return retrying(rt, op)
 
 
-def _already_approved(
-    conn: Connection, run: RowMapping, approval_id: str
-) -> tuple[RowMapping, list[OutboxItem]]:
+def _decisions(
+    items: Sequence[Mapping[str, Any]],
+    decisions: Sequence[ItemDecision] | None,
+    approve: list[str] | str | None,
+    reject: list[str] | None,
+) -> Sequence[ItemDecision]:
+    if decisions is not None:
+        if approve is not None or reject:
+            raise SpecError("give either decisions or approve/reject, not both")
+        return decisions
+    if approve is None:
+        raise SpecError('give decisions, or approve (a list of call ids or "all")')
+    try:
+        return decisions_from_lists([str(i["call_id"]) for i in items], approve, reject)
+    except ApprovalError as exc:
+        raise SpecError(str(exc)) from None
+
+
+def _resolve(
+    tx: Tx, run: Run, items: Sequence[Mapping[str, Any]], chosen: Sequence[ItemDecision]
+) -> tuple[Resolved, ...]:
+    given = cache.given(tx.conn, run.id)
+    catalog = cache.catalog(tx.rt, run.id, given.spec, attachment_refs(given.inputs))
+    schemas = {name: entry.parameters for name, entry in catalog.entries.items()}
+    try:
+        return resolve_approval(items, chosen, schemas)
+    except ApprovalError as exc:
+        raise SpecError(str(exc)) from None
+
+
+def _already_approved(tx: Tx, run: Run, approval_id: str) -> None:
     """The same approval again is idempotent: some call of the run (or, for an approval
     answered through it, of a descendant) carries its id."""
-    ids = [run["id"], *children.descendant_ids(conn, run["id"])]
-    datas = conn.execute(
-        sa.select(tool_calls.c.data).where(tool_calls.c.run_id.in_(ids))
-    ).scalars()
-    if any((d or {}).get("approval_id") == approval_id for d in datas):
-        return run, []
-    raise Conflict(f"run {run['id']} is {run['status']}, not waiting on approval {approval_id}")
+    for rid in [run.id, *children.descendant_ids(tx.conn, run.id)]:
+        if any(
+            (c.data or {}).get("approval_id") == approval_id
+            for c in repo.list_tool_calls(tx.conn, rid)
+        ):
+            return
+    raise Conflict(f"run {run.id} is {run.status}, not waiting on approval {approval_id}")
 
 
 def _apply_approval(
-    rt: Runtime, conn: Connection, run: RowMapping, ids: list[str], approved: list[str],
-    approval_id: str, note: str | None,
-) -> tuple[RowMapping, list[OutboxItem]] | None:
-    run_id, ts = run["id"], repo.now()
-    _lock_ancestors(conn, run)
-    rejected = [i for i in ids if i not in approved]
-    spec = AgentSpec.model_validate(run["agent"])
-    window = set(approved[: spec.effective_parallel_tools])
-    for cid in ids:
-        values: dict[str, Any] = {"data": {"approval_id": approval_id, "approved": cid in approved}}
-        if cid in rejected:
-            values.update(status="done", result=DECLINED_TEXT, result_for_model=DECLINED_TEXT,
-                          finished_at=ts)
+    tx: Tx,
+    run: Run,
+    resolved: Sequence[Resolved],
+    approval_id: str,
+    note: str | None,
+    by: str | None,
+) -> Run:
+    tx.prepare(run, ending=False, tells_parent=True)
+    spec = cache.spec_of(tx.conn, run.id)
+    running = [r.call_id for r in resolved if r.run]
+    window = running[: spec.effective_parallel_tools]
+    records = [r.record(by, tx.ts) for r in resolved]
+    for r, record in zip(resolved, records, strict=True):
+        values: dict[str, Any] = {
+            "data": {"approval_id": approval_id, "approved": r.run, "decision": record}
+        }
+        if not r.run:
+            values.update(
+                status=CallStatus.DONE.value,
+                result=r.result,
+                result_for_model=r.result,
+                finished_at=tx.ts,
+            )
+        elif r.call_id in window:
+            values.update(status=CallStatus.QUEUED.value, queued_at=tx.ts)
         else:
-            values.update(status="queued" if cid in window else "pending")
-        conn.execute(sa.update(tool_calls)
-                     .where(tool_calls.c.run_id == run_id, tool_calls.c.call_id == cid)
-                     .values(**values))
-    round_ = _call_row(conn, run_id, ids[0])["round"]  # type: ignore[index]
-    if not approved:
-        changes = _resume_changes(conn, run, round_)
-    else:
-        changes = repo.Changes()
-        changes.values.update(status="running", pending=None, open_calls=len(approved),
-                              after_join={"type": "continue"})
-        changes.event("run.resumed", approved=approved, rejected=rejected, note=note)
-        for cid in approved:
-            if cid in window:
-                changes.outbox.append(("tool", {"call_id": cid}))
-    applied = repo.apply(conn, run_id, run["version"], changes,
-                         redrive_after=rt.settings.redrive_seconds, ts=ts)
-    if applied is None:
-        return None
-    return applied.row, [*applied.outbox_ids, *_resync_parent(rt, conn, applied.row)]
+            values.update(status=CallStatus.PENDING.value)
+        if r.action == "edit":
+            values["arguments"] = r.arguments
+        repo.close_calls(tx.conn, run.id, [r.call_id], values)
+    calls = repo.list_tool_calls(tx.conn, run.id)
+    round_ = next(c.round for c in calls if c.call_id == resolved[0].call_id)
+    batch = [c for c in calls if c.round == round_]
+    event = {"decisions": records, "note": note, "by": by}
+    if not running:  # all rejected: the tool messages, the note, then the summary round
+        change = _flushed(tx, run, batch, round_)
+        noted = note_message(note)
+        if noted is not None:
+            change.message(noted, round_)
+        settle(change, Continue(), ts=tx.ts)
+        change.event("run.resumed", **event)
+        return tx.apply(change)
+    change = Change(run)
+    after: dict[str, Any] = {"type": "continue", "calls": len(batch)}
+    if note_message(note) is not None:
+        after["note"] = note  # appended after the batch's tool messages, at the join
+    change.values.update(
+        status=Status.RUNNING.value, pending=None, open_calls=len(running), after_join=after
+    )
+    change.event("run.resumed", **event)
+    change.queue_tools += window
+    return tx.apply(change)

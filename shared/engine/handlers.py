@@ -41,7 +41,7 @@ def run_handler(name: str, text: str) -> str:
 
 @handler("resolve_conflicts")
 def _resolve_conflicts(text: str) -> str:
-    """Seed 003's example: merge conflicts are handled locally, by a fixed procedure."""
+    """The classic local intent: merge conflicts are handled by a fixed procedure."""
     return (
         "Handled locally (no model call): to resolve merge conflicts, run `git status` to list "
         "the conflicted files, edit each to keep the right side of every <<<<<<< / >>>>>>> "

@@ -1,8 +1,11 @@
-"""The knowledge base in the engine (issue #10): datasets, documents in, passages out.
+"""The knowledge base in the engine: datasets, documents in, passages out.
 
 * ``add_document``: text, markdown or PDF (pypdf) → chunks of ~800 characters with ~150 of
   overlap (``shared.agent.knowledge``), each with its source; vectors too when
-  ``TREADLE_EMBEDDINGS_PROFILE`` names an embeddings profile. One transaction.
+  ``TREADLE_EMBEDDINGS_PROFILE`` names an embeddings profile. One transaction. Parsing runs
+  within the document limits (a PDF in a child process: ``shared.tools.documents``); a
+  document cut short by them, or with more than ``TREADLE_DATASET_MAX_CHUNKS`` chunks, is
+  refused whole rather than indexed in part.
 * ``search``: keyword search (SQLite FTS5 / PostgreSQL full-text), fused with vector
   similarity by reciprocal rank when the dataset has vectors.
 * ``Knowledge``: a tenant's search as a ``KnowledgeSource`` for tools (``knowledge_search``,
@@ -41,7 +44,7 @@ from shared.llm.profiles import resolve_profile
 from shared.store import datasets as store
 from shared.store.files import sniff_content_type
 from shared.store.repo import now
-from shared.tools.files import extract_text
+from shared.tools.documents import DocumentLimits, extract
 
 __all__ = [
     "MAX_K",
@@ -79,8 +82,7 @@ def embeddings_profile(rt: Runtime) -> ModelProfile | None:
 def create_dataset(rt: Runtime, tenant: str, name: str, description: str | None) -> RowMapping:
     if not name.strip():
         raise SpecError("a dataset needs a name")
-    row = {"id": _new_id("ds"), "tenant": tenant, "name": name.strip(),
-           "description": description}
+    row = {"id": _new_id("ds"), "tenant": tenant, "name": name.strip(), "description": description}
     try:
         with rt.engine.begin() as conn:
             return store.insert_dataset(conn, row, now())
@@ -104,25 +106,51 @@ def _dataset(conn: Connection, tenant: str, ref: str) -> RowMapping:
 
 
 def add_document(
-    rt: Runtime, tenant: str, dataset_id: str, name: str, data: bytes,
-    content_type: str | None = None, file_id: str | None = None,
+    rt: Runtime,
+    tenant: str,
+    dataset_id: str,
+    name: str,
+    data: bytes,
+    content_type: str | None = None,
+    file_id: str | None = None,
 ) -> RowMapping:
     """Extract, chunk (and embed) a document, then store it with its chunks in one
     transaction. SpecError for an empty or unreadable document."""
     kind = content_type or sniff_content_type(data, name)
+    limits = DocumentLimits.from_settings(rt.settings)
     try:
-        text = extract_text(data, kind, name)
+        found = extract(data, kind, name, limits)
     except ToolError as exc:
         raise SpecError(str(exc)) from None
-    chunks = chunk_document(text, name, markdown=kind == "text/markdown" or name.endswith(".md"))
+    if found.truncated:
+        raise SpecError(
+            f"{name} is over the document limits ({limits.max_pages} pages, "
+            f"{limits.max_chars} characters: TREADLE_EXTRACT_MAX_PAGES, _MAX_CHARS)"
+        )
+    markdown = kind == "text/markdown" or name.endswith(".md")
+    chunks = chunk_document(found.text, name, markdown=markdown)
     if not chunks:
         raise SpecError(f"{name} has no text to index")
-    rows = [{"idx": i, "text": c.text, "search_text": search_text(c.text), "source": c.source}
-            for i, c in enumerate(chunks)]
+    if len(chunks) > rt.settings.dataset_max_chunks:
+        raise SpecError(
+            f"{name} makes {len(chunks)} chunks; a document may have at most "
+            f"{rt.settings.dataset_max_chunks} (TREADLE_DATASET_MAX_CHUNKS)"
+        )
+    rows = [
+        {"idx": i, "text": c.text, "search_text": search_text(c.text), "source": c.source}
+        for i, c in enumerate(chunks)
+    ]
     model = _embed_rows(rt, rows)
-    doc = {"id": _new_id("doc"), "dataset_id": dataset_id, "tenant": tenant, "name": name,
-           "content_type": kind, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
-           "file_id": file_id}
+    doc = {
+        "id": _new_id("doc"),
+        "dataset_id": dataset_id,
+        "tenant": tenant,
+        "name": name,
+        "content_type": kind,
+        "size": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "file_id": file_id,
+    }
     with rt.engine.begin() as conn:
         ds = _dataset(conn, tenant, dataset_id)
         doc["dataset_id"] = ds["id"]
@@ -176,7 +204,10 @@ def _check_found(found: Sequence[RowMapping], refs: Sequence[str] | None) -> Non
 
 
 def _fuse(
-    rt: Runtime, conn: Connection, found: Sequence[RowMapping], query: str,
+    rt: Runtime,
+    conn: Connection,
+    found: Sequence[RowMapping],
+    query: str,
     keyword: list[tuple[int, float]],
 ) -> list[tuple[int, float]]:
     """Keyword ranking alone, or fused with the vector ranking by reciprocal rank."""
@@ -201,10 +232,16 @@ def _vector_ranking(rt: Runtime, conn: Connection, ids: list[str], query: str) -
 
 
 def _hit(chunk: Mapping[Any, Any], score: float) -> dict[str, Any]:
-    return {"chunk_id": chunk["id"], "dataset_id": chunk["dataset_id"],
-            "document_id": chunk["document_id"], "document": chunk["document"],
-            "index": chunk["idx"], "text": chunk["text"], "source": chunk["source"],
-            "score": round(score, 6)}
+    return {
+        "chunk_id": chunk["id"],
+        "dataset_id": chunk["dataset_id"],
+        "document_id": chunk["document_id"],
+        "document": chunk["document"],
+        "index": chunk["idx"],
+        "text": chunk["text"],
+        "source": chunk["source"],
+        "score": round(score, 6),
+    }
 
 
 class Knowledge:
@@ -226,16 +263,14 @@ class Knowledge:
 
 def check_sources(rt: Runtime, tenant: str, spec: AgentSpec, inputs: Mapping[str, Any]) -> None:
     """At submit: the datasets a run names (chat ``dataset``, ``quotes_from``, knowledge
-    tools) exist for the tenant — a clear 422 now rather than an empty search mid-run."""
+    tools) exist for the tenant — a clear 404 now (like a missing thread or file the run
+    names) rather than an empty search mid-run."""
     refs = _dataset_refs(spec, inputs)
     if not refs:
         return
     with rt.engine.connect() as conn:
         found = store.find_datasets(conn, tenant, refs)
-    try:
-        _check_found(found, refs)
-    except NotFound as exc:
-        raise SpecError(str(exc)) from None
+    _check_found(found, refs)
 
 
 def _dataset_refs(spec: AgentSpec, inputs: Mapping[str, Any]) -> list[str]:
@@ -250,7 +285,11 @@ def _dataset_refs(spec: AgentSpec, inputs: Mapping[str, Any]) -> list[str]:
 
 
 def with_dataset_quotes(
-    rt: Runtime, run: Mapping[Any, Any], spec: AgentSpec, history: Sequence[Message],
+    rt: Runtime,
+    run_id: str,
+    tenant: str,
+    spec: AgentSpec,
+    history: Sequence[Message],
     inputs: dict[str, Any],
 ) -> tuple[AgentSpec, dict[str, Any]]:
     """A chat run with ``dataset`` (spec) or ``quotes_from`` (run): the passages for the
@@ -262,9 +301,9 @@ def with_dataset_quotes(
         return spec, inputs
     dataset, k = source
     try:
-        hits = search(rt, str(run["tenant"]), question, [dataset], k)
+        hits = search(rt, tenant, question, [dataset], k)
     except (NotFound, ConfigError) as exc:
-        log.warning("run %s: no quotes from dataset %s: %s", run["id"], dataset, exc)
+        log.warning("run %s: no quotes from dataset %s: %s", run_id, dataset, exc)
         return spec, inputs
     if not hits:
         return spec, inputs

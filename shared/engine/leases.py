@@ -1,90 +1,177 @@
-"""One lease renewer per process: a single thread renews every lease this process holds (rounds
-waiting on a model, tools running) every third of the lease length, in one transaction.
+"""Leases by heartbeat. A worker process registers itself once (``workers`` row) and one
+thread refreshes its ``seen_at`` every third of the lease length. Claiming a round or a tool
+call writes the process's id into the row's ``lease_owner``; the lease is live while that
+process's heartbeat is fresh. So a process holding 500 rounds costs one UPDATE per tick, not
+500, and a killed process loses all its leases at once, ``lease_seconds`` after its last beat.
 
-A thread and a connection per held lease would cost a connection each while it sleeps and,
-with a few hundred threads fleet-wide, exhaust PostgreSQL's connection limit.
+A live process also gives back, each tick, the leases it holds but no thread of it works on
+(a round whose commit failed on a held lock, a tool task that raised): a lease is the
+process's, so without this sweep such work would wait for the process to die. A thread
+registers its work (``working``) before it claims, so the sweep never frees a claim in
+flight.
+
+``fresh`` says whether this process's own heartbeat is current: a process that was paused
+or cut off longer than a lease may have lost its leases to another, and must not start an
+effect before it has beaten again and checked its claim.
+
+The same tick is the backstop for stopping work: it asks the database whether the runs this
+process is working on were cancelled (or moved on), and aborts their model calls and tools.
+The fast path is the live bus (``shared.engine.stopper``).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
-from collections.abc import Iterator
+import time
+import uuid
+import weakref
+from collections import Counter
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 from shared.store import repo
+from shared.store import workers as store
 
-__all__ = ["LeaseRenewer", "renewer_for"]
+__all__ = ["Heartbeat", "heartbeat_for"]
 
 log = logging.getLogger("treadle.leases")
 
-RoundKey = tuple[str, str, int, str]  # ("round", run_id, version, owner)
-ToolKey = tuple[str, str, str, int]  # ("tool", run_id, call_id, attempt)
 
+class Heartbeat:
+    """This process's worker identity and its heartbeat on one database."""
 
-class LeaseRenewer:
     def __init__(self, engine: Engine, lease: float) -> None:
-        self.engine, self.lease = engine, lease
-        self._held: dict[tuple[object, ...], int] = {}
+        self._engine = weakref.ref(engine)
+        self.lease = lease
+        self.id = f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._lock = threading.Lock()
-        self._wake = threading.Event()
+        self._registered = False
         self._thread: threading.Thread | None = None
+        self.ticks: list[Callable[[], None]] = []  # extra work per tick (the stop backstop)
+        self._failing = False
+        self._stop = threading.Event()
+        self._beaten = time.monotonic()  # the last successful beat (registering counts)
+        self._work: Counter[str] = Counter()  # what this process's threads work on
+
+    def owner(self) -> str:
+        """The lease owner id to claim with; registers and starts beating on first use."""
+        if not self._registered:
+            with self._lock:
+                if not self._registered:
+                    self._register()
+        return self.id
 
     @contextmanager
-    def hold(self, key: tuple[object, ...]) -> Iterator[None]:
+    def working(self, key: str) -> Iterator[None]:
+        """A thread works on ``key`` (a run id, or ``run_id:call_id``): its lease is not
+        swept while the block runs. Enter it before claiming."""
         with self._lock:
-            self._held[key] = self._held.get(key, 0) + 1
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._loop, daemon=True, name="treadle-leases"
-                )
-                self._thread.start()
+            self._work[key] += 1
         try:
             yield
         finally:
             with self._lock:
-                n = self._held.get(key, 0) - 1
-                if n > 0:
-                    self._held[key] = n
-                else:
-                    self._held.pop(key, None)
+                self._work[key] -= 1
+                if self._work[key] <= 0:
+                    del self._work[key]
 
-    def held(self) -> int:
-        with self._lock:
-            return len(self._held)
+    def fresh(self) -> bool:
+        """This process beat within the last two thirds of a lease (its leases hold)."""
+        return time.monotonic() - self._beaten < self.lease * 2 / 3
+
+    def live_after(self, ts: float) -> float:
+        """A lease is live if its owner was seen at or after this time."""
+        return ts - self.lease
+
+    def _register(self) -> None:
+        engine = self._engine()
+        if engine is None:
+            raise RuntimeError("the database engine is gone")
+        with engine.begin() as conn:
+            store.register(conn, self.id, socket.gethostname()[:255], os.getpid(), repo.now())
+        self._beaten = time.monotonic()
+        self._registered = True
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="treadle-heartbeat")
+        self._thread.start()
+
+    def stop(self) -> None:
+        """The engine was disposed of: stop beating (its leases lapse)."""
+        self._stop.set()
 
     def _loop(self) -> None:
-        while not self._wake.wait(self.lease / 3):
-            with self._lock:
-                keys = list(self._held)
-            if keys:
-                self.renew(keys)
+        while not self._stop.wait(self.lease / 3):
+            engine = self._engine()
+            if engine is None:
+                return  # the engine was disposed of and collected: nothing holds leases
+            if self.beat(engine):
+                self.sweep(engine)
+            for tick in list(self.ticks):
+                try:
+                    tick()
+                except Exception:
+                    log.warning("heartbeat tick failed", exc_info=True)
 
-    def renew(self, keys: list[tuple[object, ...]]) -> None:
-        until = repo.now() + self.lease
+    def beat(self, engine: Engine) -> bool:
+        """Refresh this process's ``seen_at``; False when the database could not be reached."""
         try:
-            with self.engine.begin() as conn:
-                for key in keys:
-                    if key[0] == "round":
-                        _, run_id, version, owner = key
-                        repo.renew_round(conn, str(run_id), int(version), str(owner), until)  # type: ignore[call-overload]
-                    else:
-                        _, run_id, call_id, attempt = key
-                        repo.renew_tool(conn, str(run_id), str(call_id), int(attempt), until)  # type: ignore[call-overload]
-        except Exception:  # retried at the next tick; the lease is a third longer than it
-            log.warning("lease renewal failed for %d leases", len(keys), exc_info=True)
+            with engine.begin() as conn:
+                if not store.beat(conn, self.id, repo.now()):
+                    host = socket.gethostname()[:255]
+                    store.register(conn, self.id, host, os.getpid(), repo.now())
+        except Exception as exc:  # retried at the next tick; the lease is three ticks long
+            if not self._failing:  # once per outage, not every tick
+                log.warning("heartbeat failed (retrying every %.1fs): %s", self.lease / 3, exc)
+            self._failing = True
+            return False
+        self._beaten = time.monotonic()
+        if self._failing:
+            log.warning("heartbeat restored")
+        self._failing = False
+        return True
+
+    def sweep(self, engine: Engine) -> int:
+        """Give back the leases this process holds that none of its threads works on."""
+        try:
+            with engine.connect() as conn:  # a read: no write lock taken each tick (SQLite)
+                rounds, calls = store.held(conn, self.id)
+            with self._lock:  # after reading: a claim made since is not among them
+                busy = set(self._work)
+            rounds = [r for r in rounds if r[0] not in busy]
+            calls = [c for c in calls if f"{c[0]}:{c[1]}" not in busy]
+            if not rounds and not calls:
+                return 0
+            with engine.begin() as conn:  # each guarded by its version or attempt
+                n = store.give_back(conn, self.id, rounds, calls, repo.now())
+        except Exception as exc:
+            log.warning("lease sweep failed: %s", exc)
+            return 0
+        if n:
+            log.info("gave back %d leases no thread works on", n)
+        return n
 
 
-_renewers: dict[int, LeaseRenewer] = {}
-_renewers_lock = threading.Lock()
+_heartbeats: weakref.WeakKeyDictionary[Engine, Heartbeat] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
 
 
-def renewer_for(engine: Engine, lease: float) -> LeaseRenewer:
-    """The process's renewer for this engine."""
-    with _renewers_lock:
-        r = _renewers.get(id(engine))
-        if r is None or r.engine is not engine:
-            r = _renewers[id(engine)] = LeaseRenewer(engine, lease)
-        return r
+def heartbeat_for(engine: Engine, lease: float) -> Heartbeat:
+    """The process's heartbeat on this database."""
+    with _lock:
+        hb = _heartbeats.get(engine)
+        if hb is None:
+            hb = _heartbeats[engine] = Heartbeat(engine, lease)
+            event.listen(engine, "engine_disposed", lambda _e: _forget(engine))
+        return hb
+
+
+def _forget(engine: Engine) -> None:
+    with _lock:
+        hb = _heartbeats.pop(engine, None)
+    if hb is not None:
+        hb.stop()

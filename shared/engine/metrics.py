@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -25,6 +25,8 @@ __all__ = [
     "REAPER",
     "RETRIES",
     "ROUNDS",
+    "STALE",
+    "TAKEOVERS",
     "ROUND_SECONDS",
     "TOOL_SECONDS",
     "StateCollector",
@@ -42,27 +44,41 @@ MODEL_TOKENS = Counter("treadle_model_tokens", "Model tokens", ["profile", "dire
 MODEL_COST = Counter("treadle_model_cost", "Model cost (profile currency units)", ["profile"])
 RETRIES = Counter("treadle_retries", "Retries by cause", ["cause"])
 REAPER = Counter("treadle_reaper_redrives", "Reaper re-drives", ["what"])
+TAKEOVERS = Counter(
+    "treadle_takeovers", "Rounds and tool calls taken over from a dead worker", ["what"]
+)
+STALE = Counter(
+    "treadle_stale_deliveries",
+    "Deliveries with nothing to do (a duplicate, a stale version, a row held elsewhere)",
+    ["reason"],
+)
 
 
 class StateCollector(Collector):
-    """Gauges read at scrape time: runs by status (waiting included) and queue depth."""
+    """Gauges read at scrape time: runs by status (waiting included), by tenant and status,
+    and queue depth. Run counts are left out when their callables are None (a scrape without
+    an admin key: tenants do not learn each other's activity)."""
 
     def __init__(
         self,
-        runs_by_status: Callable[[], dict[str, int]],
+        runs_by_status: Callable[[], dict[str, int]] | None,
         queue_depth: Callable[[], dict[str, int]],
+        runs_by_tenant: Callable[[], dict[tuple[str, str], int]] | None = None,
     ) -> None:
         self._runs = runs_by_status
         self._queues = queue_depth
+        self._tenants = runs_by_tenant
 
     def collect(self) -> Iterator[Any]:
-        runs = GaugeMetricFamily("treadle_runs", "Runs by status", labels=["status"])
-        for status, n in sorted(_safe(self._runs).items()):
-            runs.add_metric([status], n)
-        yield runs
-        waiting = GaugeMetricFamily("treadle_waiting_runs", "Runs waiting for a person")
-        waiting.add_metric([], _safe(self._runs).get("waiting", 0))
-        yield waiting
+        if self._runs is not None:
+            yield from self._run_counts(self._runs)
+        if self._tenants is not None:
+            family = GaugeMetricFamily(
+                "treadle_tenant_runs", "Runs by tenant and status", labels=["tenant", "status"]
+            )
+            for (tenant, status), n in sorted(_safe(self._tenants).items()):
+                family.add_metric([tenant, status], n)
+            yield family
         depth = GaugeMetricFamily(
             "treadle_queue_depth", "Messages in broker queues", labels=["queue"]
         )
@@ -70,8 +86,22 @@ class StateCollector(Collector):
             depth.add_metric([queue], n)
         yield depth
 
+    @staticmethod
+    def _run_counts(fn: Callable[[], dict[str, int]]) -> Iterator[Any]:
+        counts = _safe(fn)
+        runs = GaugeMetricFamily("treadle_runs", "Runs by status", labels=["status"])
+        for status, n in sorted(counts.items()):
+            runs.add_metric([status], n)
+        yield runs
+        waiting = GaugeMetricFamily("treadle_waiting_runs", "Runs waiting for a person")
+        waiting.add_metric([], counts.get("waiting", 0))
+        yield waiting
 
-def _safe(fn: Callable[[], dict[str, int]]) -> dict[str, int]:
+
+K = TypeVar("K")
+
+
+def _safe(fn: Callable[[], dict[K, int]]) -> dict[K, int]:
     try:
         return fn()
     except Exception:

@@ -1,110 +1,150 @@
 """The reaper re-drives from the database; it never executes work itself.
 
-Each pass: (1) re-sends outbox messages nobody consumed in time, (2) expires asks, (3) gives
-a round message to any running run that has none and no live lease (belt and braces: the
-outbox should already cover it), (4) releases held runs of threads left without an active run
-(belt and braces too: the transaction that ends a run releases its thread's next run).
+Each pass: (1) re-sends the dispatches nobody took, found from the state (a runnable run that
+nobody holds, a queued tool call, work whose worker's heartbeat stopped — at once), backing off
+per dispatch, and not at all while the dispatch's queue still holds messages (it is plausibly
+waiting there: a backlog, not a loss; ``shared.engine.depth``), so a backlog is not amplified;
+work whose worker died is always re-sent (its message went with the worker); the reaper's
+own task has its own queue (``treadle.reaper``), so it never waits behind a backlog; (2)
+re-sends webhook deliveries due; (3) expires asks, and tries runs waiting out a provider
+outage again (``shared.engine.outage``); (4) releases held runs of threads left without an
+active run (belt and braces: the transaction that ends a run releases its thread's next
+one); (5) forgets long-dead workers.
+First of all it releases scheduled runs that are due and fires crons
+(``shared.engine.schedule``); last, it deletes ended runs past retention
+(``shared.engine.retention``).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TypeVar
 
-import sqlalchemy as sa
-
-from shared.engine import threads
+from shared.engine import admission, metrics, outage, retention, schedule, threads
 from shared.engine.commands import expire_ask
-from shared.engine.runtime import Runtime
-from shared.store import repo
-from shared.store.tables import outbox, runs
+from shared.engine.runtime import Dispatch, Runtime
+from shared.names import ROUND_TASK, TASK_QUEUES, TOOL_TASK
+from shared.store import outbox, redrive
+from shared.store import workers as worker_store
 
 __all__ = ["ReapReport", "reap"]
 
 log = logging.getLogger("treadle.reaper")
+WORKER_MEMORY_S = 3600.0  # a worker not seen for this long is forgotten
 
 
 @dataclass(frozen=True)
 class ReapReport:
-    resent: int = 0
+    resent: int = 0  # every dispatch re-sent (rounds, tools, webhooks)
     expired_asks: int = 0
-    orphans: int = 0
+    webhooks: int = 0
     released: int = 0
+    scheduled: int = 0  # scheduled runs released and cron slots fired
 
 
 def reap(rt: Runtime) -> ReapReport:
-    ts = repo.now()
-    resent = _resend(rt, ts)
-    expired = _expire(rt, ts)
-    orphans = _orphans(rt, ts)
+    scheduled = schedule.tick(rt)  # scheduled runs and crons (shared.engine.schedule)
+    resent = _redrive(rt)
+    webhooks = _webhooks(rt)
+    expired = _expire(rt)
     released = threads.release_stalled(rt)
-    if resent or expired or orphans or released:
+    released += admission.release_all(rt)  # runs waiting for their tenant's admission
+    _forget_workers(rt)
+    retention.reap_pass(rt)  # ended runs past retention or ttl_s (shared.engine.retention)
+    if resent or expired or webhooks or released:
         log.info(
-            "reaper: resent=%d expired_asks=%d orphans=%d released=%d",
+            "reaper: resent=%d webhooks=%d expired_asks=%d released=%d",
             resent,
+            webhooks,
             expired,
-            orphans,
             released,
         )
-    return ReapReport(resent, expired, orphans, released)
+    return ReapReport(resent + webhooks, expired, webhooks, released, scheduled)
 
 
-def _resend(rt: Runtime, ts: float) -> int:
+def _redrive(rt: Runtime) -> int:
+    hb = rt.heartbeat
+    depth = rt.queue_depth() if rt.queue_depth is not None else None
     with rt.engine.begin() as conn:
-        rows = repo.due_outbox(conn, ts)
-        repo.postpone_outbox(conn, [r["id"] for r in rows], ts + rt.settings.redrive_seconds)
-    rt.publish([(r["id"], r["kind"], r["payload"]) for r in rows])
-    return len(rows)
-
-
-def _expire(rt: Runtime, ts: float) -> int:
-    with rt.engine.connect() as conn:
-        ids = (
-            conn.execute(
-                sa.select(runs.c.id)
-                .where(
-                    runs.c.status == "waiting", runs.c.wake_at.is_not(None), runs.c.wake_at <= ts
-                )
-                .limit(200)
-            )
-            .scalars()
-            .all()
+        ts = _now()
+        live_after = hb.live_after(ts)
+        wait = rt.settings.redrive_seconds
+        due_rounds = redrive.due_rounds(conn, ts, wait, live_after)
+        due_calls = redrive.due_calls(conn, ts, wait, live_after)
+        rounds = redrive.mark_rounds(conn, _lost(due_rounds, depth, ROUND_TASK), ts)
+        calls = redrive.mark_calls(conn, _lost(due_calls, depth, TOOL_TASK), ts)
+    out = [Dispatch.round(d.run_id, d.version) for d in rounds]
+    out += [Dispatch.tool(d.run_id, d.call_id, d.version) for d in calls]
+    if out:
+        metrics.REAPER.labels(what="round").inc(len(rounds))
+        metrics.REAPER.labels(what="tool").inc(len(calls))
+        rt.publish(out)
+        log.info(
+            "reaper: re-sent %d rounds, %d tool calls (%d of a dead worker)",
+            len(rounds),
+            len(calls),
+            sum(d.dead for d in rounds) + sum(d.dead for d in calls),
         )
-    for run_id in ids:
-        expire_ask(rt, run_id)
-    return len(ids)
+    return len(out)
 
 
-def _orphans(rt: Runtime, ts: float) -> int:
-    """Running runs, no open tools, no live lease, no outbox row, idle past the redrive time."""
-    stale = ts - rt.settings.redrive_seconds
-    has_msg = sa.exists().where(outbox.c.run_id == runs.c.id, outbox.c.kind.in_(("round", "tool")))
+D = TypeVar("D", redrive.DueRound, redrive.DueCall)
+
+
+def _lost(due: list[D], depth: dict[str, int] | None, task: str) -> list[D]:
+    """The dispatches plausibly lost: all of a dead worker's; the others only when their
+    queue is empty (else they may be waiting in it)."""
+    waiting = (depth or {}).get(TASK_QUEUES[task], 0)
+    if not waiting:
+        return due
+    kept = [d for d in due if d.dead]
+    if len(kept) < len(due):
+        log.debug("reaper: %d %s dispatches may be queued", len(due) - len(kept), task)
+    return kept
+
+
+def _webhooks(rt: Runtime) -> int:
     with rt.engine.begin() as conn:
-        rows = conn.execute(
-            sa.select(runs.c.id, runs.c.version)
-            .where(
-                runs.c.status.in_(("queued", "running")),
-                runs.c.open_calls == 0,
-                sa.or_(runs.c.lease_until.is_(None), runs.c.lease_until < ts),
-                runs.c.held == sa.false(),
-                runs.c.updated_at < stale,
-                ~has_msg,
-            )
-            .limit(200)
-        ).all()
-        items = []
-        for run_id, version in rows:
-            row = conn.execute(
-                sa.insert(outbox)
-                .values(
-                    run_id=run_id,
-                    kind="round",
-                    payload={"run_id": run_id, "version": version},
-                    available_at=ts + rt.settings.redrive_seconds,
-                    created_at=ts,
-                )
-                .returning(outbox.c.id)
-            ).scalar_one()
-            items.append((row, "round", {"run_id": run_id, "version": version}))
-    rt.publish(items)
-    return len(items)
+        ts = _now()
+        rows = outbox.due(conn, ts)
+        outbox.postpone(conn, [r["id"] for r in rows], ts + rt.settings.redrive_seconds)
+    out = [
+        Dispatch(
+            "webhook",
+            r["run_id"],
+            int(r["payload"].get("version", 0)),
+            delivery_id=r["payload"]["delivery_id"],
+            outbox_id=r["id"],
+        )
+        for r in rows
+    ]
+    if out:
+        metrics.REAPER.labels(what="webhook").inc(len(out))
+        rt.publish(out)
+    return len(out)
+
+
+def _expire(rt: Runtime) -> int:
+    """Waiting runs whose time came: expire their ask, or try their provider again."""
+    with rt.engine.connect() as conn:
+        due = redrive.due_waits(conn, _now())
+    asks = 0
+    for d in due:
+        if d.kind == outage.KIND:
+            outage.redrive(rt, d.run_id)
+        else:
+            expire_ask(rt, d.run_id)
+            asks += 1
+    return asks
+
+
+def _forget_workers(rt: Runtime) -> None:
+    with rt.engine.begin() as conn:
+        worker_store.prune(conn, _now() - WORKER_MEMORY_S)
+
+
+def _now() -> float:
+    from shared.store.repo import now
+
+    return now()

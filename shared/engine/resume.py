@@ -1,4 +1,4 @@
-"""Resume tokens (issue #9): a per-pause credential, delivered only in the ``run.waiting``
+"""Resume tokens: a per-pause credential, delivered only in the ``run.waiting``
 webhook, that lets a third party answer that one ask (or decide that one approval) without an
 API key.
 

@@ -1,14 +1,20 @@
-"""One round (DESIGN §3): claim → budget → request → model → step → one commit → publish."""
+"""One round: claim → budget → request → model → step → one commit → dispatch.
+
+The claim and the commit are transitions (``shared.engine.transition``); between them the
+worker holds the round by its heartbeat lease, with no transaction open, while the model
+streams. A stale or duplicate dispatch finds nothing to claim and is dropped.
+"""
 
 from __future__ import annotations
 
-import json
+import copy
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.engine import RowMapping
+from sqlalchemy.exc import DataError, IntegrityError
 
 from shared.agent.attachments import attachment_refs
 from shared.agent.budget import check_budgets
@@ -21,190 +27,255 @@ from shared.agent.compression import (
     reduce_tool_result,
     tool_result_budget,
 )
-from shared.agent.decisions import Fail, Finish, RunTools
+from shared.agent.decisions import Continue, Fail, Finish, RunTools
 from shared.agent.history import request_budget
 from shared.agent.messages import Message, Reply, Usage
 from shared.agent.plan import Plan
 from shared.agent.pricing import price_call
 from shared.agent.request import RequestPlan, plan_request, split_question
 from shared.agent.router import route
+from shared.agent.sanitize import sanitize_reply
 from shared.agent.spec import AgentSpec, ModelProfile
 from shared.agent.state import LoopState
 from shared.agent.step import StepResult, step
-from shared.agent.tokens import estimate_tokens
-from shared.engine import cache, metrics, threads
-from shared.engine.afters import encode_after, flush_calls, settle
+from shared.engine import cache, children, metrics, outage, stopper
 from shared.engine.attachments import request_inputs
-from shared.engine.catalog import Catalog, build_catalog
+from shared.engine.busy import when_free
+from shared.engine.catalog import Catalog
 from shared.engine.handlers import run_handler
 from shared.engine.knowledge import with_dataset_quotes
-from shared.engine.leases import renewer_for
-from shared.engine.runtime import Runtime, worker_id
-from shared.errors import FatalModelError, TransientModelError
+from shared.engine.runtime import Dispatch, Runtime
+from shared.engine.toolrun import execute_tool, finished, quick
+from shared.engine.transition import (
+    Change,
+    Tx,
+    attempt,
+    encode_after,
+    finish_call,
+    finish_events,
+    flush,
+    settle,
+    transaction,
+)
+from shared.errors import Aborted, DeadlineExceeded, FatalModelError, TransientModelError
+from shared.llm.abort import Abort
 from shared.llm.base import Delta, ModelRequest, ToolDef
 from shared.llm.profiles import make_model, resolve_profile
-from shared.llm.ratelimit import limits_of
+from shared.llm.ratelimit import Limits, Permit, limit_key, limits_of
 from shared.store import repo
-from shared.store.tables import outbox, tool_calls, usage
+from shared.store.rows import Call, CallStatus, Run
+from shared.tools import ToolResult
 
-__all__ = ["RetryRound", "RoundResult", "run_round"]
+__all__ = ["RoundResult", "run_round"]
 
 log = logging.getLogger("treadle.round")
 
 
-class RetryRound(Exception):  # noqa: N818 - control flow, not an error
-    """The model call failed transiently: retry the round after ``delay`` seconds."""
-
-    def __init__(self, delay: float, cause: str, counts: bool = True) -> None:
-        super().__init__(delay, cause, counts)
-        self.delay = delay
-        self.cause = cause
-        self.counts = counts  # False: waiting for fleet capacity is not a failed attempt
-
-
 @dataclass(frozen=True)
 class RoundResult:
-    status: str  # stale | committed | lost
+    status: str  # stale | committed | lost | retry
     detail: str = ""
     kind: str | None = None
 
 
 @dataclass
 class _Claim:
-    run: RowMapping
+    run: Run
     spec: AgentSpec
+    inputs: dict[str, Any]
     profile: ModelProfile
     state: LoopState
     history: list[Message]
-    usage_id: int | None
     owner: str
+    due_since: float = 0.0  # when the round became due (its queue wait starts there)
 
 
-def run_round(
-    rt: Runtime, run_id: str, version: int, outbox_id: int | None, attempt: int = 0
-) -> RoundResult:
+class _Retry(Exception):  # noqa: N818 - control flow
+    """The model call failed transiently: give the round back, due again in ``delay`` s."""
+
+    def __init__(self, delay: float, cause: str, counts: bool = True) -> None:
+        super().__init__(delay, cause, counts)
+        self.delay, self.cause, self.counts = delay, cause, counts
+
+
+class _Stopped(Exception):  # noqa: N818 - control flow
+    """The model call was stopped: the run's deadline passed, or the run was cancelled. The
+    provider bills what it streamed: ``usage`` is that partial call, estimated."""
+
+    def __init__(self, cause: Aborted, usage: dict[str, Any]) -> None:
+        super().__init__(str(cause))
+        self.cause, self.usage = cause, usage
+
+
+class _Fatal(Exception):
+    """The round cannot go on: the run fails with this message and ``code``."""
+
+    def __init__(self, message: str, code: str = "model_error") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _Outage(_Fatal):
+    """Transient model errors outlasted the retries: the run waits out its provider's outage
+    (``shared.engine.outage``) instead of failing; ``attempt``: the attempts so far."""
+
+    def __init__(self, message: str, attempt: int) -> None:
+        super().__init__(message)
+        self.attempt = attempt
+
+
+def run_round(rt: Runtime, run_id: str, version: int, attempt_no: int = 0) -> RoundResult:
     """Claim and drive one round; counted in ``treadle_rounds{outcome}``."""
-    try:
-        result = _run_round(rt, run_id, version, outbox_id, attempt)
-    except RetryRound as r:
-        metrics.RETRIES.labels(cause="capacity" if not r.counts else "model").inc()
-        metrics.ROUNDS.labels(kind="agent", outcome="retry").inc()
-        raise
+    result = _run_round(rt, run_id, version, attempt_no)
     metrics.ROUNDS.labels(kind=result.kind or "unknown", outcome=result.status).inc()
     return result
 
 
-def _run_round(
-    rt: Runtime, run_id: str, version: int, outbox_id: int | None, attempt: int = 0
-) -> RoundResult:
-    claim = _claim(rt, run_id, version, outbox_id)
-    if claim is None:
-        return RoundResult("stale")
-    metrics.ROUND_SECONDS.labels(phase="queue_wait").observe(
-        max(0.0, repo.now() - claim.run["updated_at"])
-    )
+def _run_round(rt: Runtime, run_id: str, version: int, attempt_no: int) -> RoundResult:
+    with rt.heartbeat.working(run_id):
+        claim = _claim(rt, run_id, version)
+        if claim is None:
+            metrics.STALE.labels(reason="round").inc()
+            return RoundResult("stale")
+        metrics.ROUND_SECONDS.labels(phase="queue_wait").observe(
+            max(0.0, claim.run.updated_at - claim.due_since)
+        )
+        try:
+            return _settle_round(rt, claim, attempt_no)
+        except Exception:
+            _release(rt, claim)
+            raise
+
+
+def _settle_round(rt: Runtime, claim: _Claim, attempt_no: int) -> RoundResult:
+    kind = claim.spec.kind
     try:
-        return replace(_drive(rt, claim, version, outbox_id, attempt), kind=claim.spec.kind)
-    except RetryRound:
-        _release(rt, run_id, version, claim.owner, claim.usage_id)
-        raise
-    except _FatalRound as exc:
-        fail_round(rt, run_id, version, outbox_id, str(exc))
-        return RoundResult("committed", "Fail", claim.spec.kind)
+        return replace(_drive(rt, claim, attempt_no), kind=kind)
+    except _Retry as r:
+        metrics.RETRIES.labels(cause="model" if r.counts else "capacity").inc()
+        _give_back(rt, claim, r, attempt_no)
+        return RoundResult("retry", r.cause, kind)
+    except _Outage as exc:
+        down = outage.ProviderDown(
+            claim.spec,
+            claim.profile,
+            limit_key(claim.profile, claim.run.tenant),
+            str(exc),
+            exc.attempt,
+        )
+        outage.wait_out(rt, claim.run, claim.owner, down)
+        return RoundResult("committed", "Wait", kind)
+    except _Fatal as exc:
+        _fail(rt, claim.run, claim.owner, str(exc), exc.code)
+        return RoundResult("committed", "Fail", kind)
+    except _Stopped as s:
+        return replace(_stopped(rt, claim, s), kind=kind)
 
 
-def _claim(rt: Runtime, run_id: str, version: int, outbox_id: int | None) -> _Claim | None:
-    ts = repo.now()
-    owner = worker_id()
-    with rt.engine.begin() as conn:
-        run = repo.claim_round(conn, run_id, version, owner, rt.settings.lease_seconds, ts)
-        if run is None:
-            _drop_if_stale(conn, run_id, version, outbox_id)
+# --- claim -------------------------------------------------------------------------------------
+
+
+def _claim(rt: Runtime, run_id: str, version: int) -> _Claim | None:
+    owner = rt.heartbeat.owner()
+
+    def op(tx: Tx) -> _Claim | None:
+        claimed = repo.claim_round(
+            tx.conn, run_id, version, owner, tx.ts, rt.heartbeat.live_after(tx.ts)
+        )
+        if claimed is None:
             return None
-        spec = cache.spec_of(run)
-        profile = resolve_profile(spec.model, rt.profiles)
+        run, abandoned, due_since = claimed
+        if abandoned:
+            metrics.TAKEOVERS.labels(what="round").inc()
+        given = cache.given(tx.conn, run_id, run.spec_rev)  # the row just read has it
+        profile = resolve_profile(given.spec.model, rt.profiles)
         state = replace(
-            LoopState.from_dict(run["loop"]),
-            cost=run["cost"],
-            input_tokens=run["input_tokens"],
-            output_tokens=run["output_tokens"],
+            LoopState.from_dict(run.loop),
+            cost=run.cost,
+            input_tokens=run.input_tokens,
+            output_tokens=run.output_tokens,
         )
-        history = cache.history(conn, run_id, run["view_start"], run["msg_seq"])
-        usage_id = conn.execute(
-            sa.insert(usage)
-            .values(
-                run_id=run_id,
-                round=state.round + 1,
-                purpose="round",
-                profile=profile.name,
-                model=profile.model or profile.name,
-                estimated=True,
-                committed=False,
-                input_tokens=sum(estimate_tokens(m.text) for m in history),
-                created_at=ts,
+        based = run.base_run_id is not None
+        history = cache.history(tx.conn, run_id, run.view_start, run.msg_seq, based=based)
+        if abandoned:  # a worker died during this round's model call: the provider billed it
+            _bill_abandoned(tx, run, profile, state)
+        tx.record_event(run, "round.started", {"round": state.round + 1})
+        return _Claim(
+            run, given.spec, given.inputs or {}, profile, state, history, owner, due_since
+        )
+
+    with transaction(rt) as tx:
+        return op(tx)
+
+
+def _release(rt: Runtime, claim: _Claim) -> None:
+    """The round broke (the database refused its commit, say, or a row stayed locked): give
+    it back so the reaper re-drives it. Best effort: if this fails too, the heartbeat's
+    sweep of leases nobody works on frees it (``shared.engine.leases``)."""
+    try:
+        with transaction(rt) as tx:
+            repo.release_round(tx.conn, claim.run.id, claim.run.version, claim.owner, None)
+    except Exception as exc:
+        log.warning("round %s not given back (%s); the lease sweep will", claim.run.id, exc)
+
+
+def _bill_abandoned(tx: Tx, run: Run, profile: ModelProfile, state: LoopState) -> None:
+    usage = {
+        "round": state.round + 1,
+        "purpose": "round",
+        "profile": profile.name,
+        "model": profile.model or profile.name,
+        "estimated": True,
+        "committed": False,
+        "input_tokens": run.view_tokens,
+    }
+    repo.insert_usage(tx.conn, run.id, [usage], tx.ts)
+
+
+def _give_back(rt: Runtime, claim: _Claim, r: _Retry, attempt_no: int) -> None:
+    """A transient failure: the round is due again in ``delay`` s (a provider does not bill a
+    429 or a 5xx); the same worker or another takes it then."""
+    wake = repo.now() + r.delay
+    with transaction(rt) as tx:
+        if repo.release_round(tx.conn, claim.run.id, claim.run.version, claim.owner, wake):
+            nxt = attempt_no + 1 if r.counts else attempt_no
+            tx.out.append(
+                Dispatch.round(
+                    claim.run.id,
+                    claim.run.version,
+                    countdown=r.delay,
+                    attempt=nxt,
+                    priority=claim.run.priority,
+                )
             )
-            .returning(usage.c.id)
-        ).scalar_one()
-        hooks = repo.insert_event(
-            conn, run, "round.started", {"round": state.round + 1}, ts, rt.settings.redrive_seconds
-        )
-    rt.publish(hooks)
-    rt.wake(run_id, run["event_seq"])
-    return _Claim(run, spec, profile, state, history, usage_id, owner)
+    log.info("round %s v%s retry in %.1fs: %s", claim.run.id, claim.run.version, r.delay, r.cause)
 
 
-def _drop_if_stale(conn: Any, run_id: str, version: int, outbox_id: int | None) -> None:
-    """A message for a version the run has moved past will never be consumed: delete it."""
-    if outbox_id is None:
-        return
-    run = repo.get_run(conn, run_id)
-    if run is None or run["version"] != version or run["status"] not in ("queued", "running"):
-        conn.execute(sa.delete(outbox).where(outbox.c.id == outbox_id))
+# --- drive -------------------------------------------------------------------------------------
 
 
-def _release(rt: Runtime, run_id: str, version: int, owner: str, usage_id: int | None) -> None:
-    """Give the round back after a transient error (a provider does not bill a 429/5xx)."""
-    with rt.engine.begin() as conn:
-        repo.release_round(conn, run_id, version, owner)
-        if usage_id is not None:
-            conn.execute(sa.delete(usage).where(usage.c.id == usage_id))
-
-
-def _lease_keeper(rt: Runtime, run_id: str, version: int, owner: str) -> Any:
-    """Keep the round's lease while the model call runs (the process's one renewer)."""
-    return renewer_for(rt.engine, rt.settings.lease_seconds).hold(("round", run_id, version, owner))
-
-
-def _drive(
-    rt: Runtime, claim: _Claim, version: int, outbox_id: int | None, attempt: int
-) -> RoundResult:
+def _drive(rt: Runtime, claim: _Claim, attempt_no: int) -> RoundResult:
     run, spec = claim.run, claim.spec
-    ts = repo.now()
-    verdict = check_budgets(spec, claim.state, ts, run["deadline_at"])
+    verdict = check_budgets(spec, claim.state, repo.now(), run.deadline_at)
     state = claim.state
     if verdict.stop_reason and not verdict.final_call:
-        return _commit_final(
-            rt,
-            claim,
-            version,
-            outbox_id,
-            Finish(stop_reason=verdict.stop_reason, text=state.last_text),
-        )
+        return _end(rt, claim, Finish(stop_reason=verdict.stop_reason, text=state.last_text))
     if verdict.final_call:
         state = replace(state, finalizing=verdict.stop_reason)
     if state.round == 0 and spec.router:
-        routed = _try_route(rt, claim, version, outbox_id)
+        routed = _try_route(rt, claim)
         if routed is not None:
             return routed
-    catalog = build_catalog(spec, rt.profiles, attachments=attachment_refs(run["inputs"]))
-    checkpoint = _maybe_checkpoint(rt, claim, version, catalog, attempt)
+    catalog = cache.catalog(rt, run.id, spec, attachment_refs(claim.inputs))
+    checkpoint = _maybe_checkpoint(rt, claim, catalog, attempt_no)
     history = claim.history + ([checkpoint.message] if checkpoint else [])
     req_spec, inputs = with_dataset_quotes(
         rt,
-        run,
+        run.id,
+        run.tenant,
         spec,
-        history,  # a chat's quotes (C-2)
-        request_inputs(rt, run, claim.profile),
+        history,
+        request_inputs(rt, run.tenant, claim.inputs, claim.profile),
     )
     req = plan_request(
         req_spec,
@@ -212,20 +283,42 @@ def _drive(
         state=state,
         messages=history,
         catalog=catalog.entries,
-        plan=run["plan"],
+        plan=run.plan,
         inputs=inputs,
+        known_tokens=None if checkpoint else run.view_tokens,
     )
-    reply, latency = _call_model(rt, claim, version, req, attempt)
-    result = step(
-        spec,
-        state,
-        reply,
-        catalog.entries,
-        run["plan"],
-        call_cost=_price(claim.profile, reply),
-        question=split_question(history)[1],
-    )
-    return _commit_step(rt, claim, version, outbox_id, reply, result, catalog, latency, checkpoint)
+    reply, latency = _call_model(rt, claim, req, attempt_no)
+    used = _call_ids(history)
+    for _ in range(2):  # a provider may reuse an id the model view no longer shows
+        clean = sanitize_reply(reply, used)
+        result = step(
+            spec,
+            state,
+            clean,
+            catalog.entries,
+            run.plan,
+            call_cost=_price(claim.profile, clean),
+            question=split_question(history)[1],
+        )
+        try:
+            return _commit(rt, claim, clean, result, catalog, latency, checkpoint)
+        except _IdTaken:
+            used |= _taken(rt, run.id, [c.id for c in clean.tool_calls])
+    raise _Fatal("the reply's tool call ids collide with the run's", "engine_error")
+
+
+def _call_ids(history: list[Message]) -> set[str]:
+    """The tool call ids the model view already holds (a provider may reuse them)."""
+    return {c.id for m in history for c in m.tool_calls}
+
+
+class _IdTaken(Exception):  # noqa: N818 - control flow
+    """A call id of the reply is the id of an earlier call of the run (before the view)."""
+
+
+def _taken(rt: Runtime, run_id: str, ids: list[str]) -> set[str]:
+    with rt.engine.connect() as conn:
+        return repo.call_ids_among(conn, run_id, ids)
 
 
 @dataclass(frozen=True)
@@ -235,57 +328,55 @@ class _Checkpoint:
 
 
 def _maybe_checkpoint(
-    rt: Runtime, claim: _Claim, version: int, catalog: Catalog, attempt: int
+    rt: Runtime, claim: _Claim, catalog: Catalog, attempt_no: int
 ) -> _Checkpoint | None:
-    """SPEC L-8: over 80% of the window → one model call summarizes the run so far into a
+    """L-8: over 80% of the window → one model call summarizes the run so far into a
     ``<context_checkpoint>``; later rounds send only system + checkpoint + what follows.
     A failed compression keeps the original messages."""
     spec, profile = claim.spec, claim.profile
     if spec.kind != "agent":
         return None
-    schema_tokens = sum(
-        estimate_tokens(json.dumps(e.parameters)) + estimate_tokens(e.description)
-        for e in catalog.entries.values()
-    )
+    schema_tokens = cache.schema_tokens(claim.run.id, catalog)
+    limit = min(int(profile.context_window * 0.8), profile.context_window - profile.max_tokens)
+    if claim.run.view_tokens + schema_tokens <= limit:  # the stored count: no estimate needed
+        return None
     if not needs_checkpoint(
         claim.history, profile.context_window, profile.max_tokens, extra_tokens=schema_tokens
     ):
         return None
-    plan = Plan.from_dict(claim.run["plan"]) if claim.run["plan"] else None
+    plan = Plan.from_dict(claim.run.plan) if claim.run.plan else None
     active = plan if plan is not None and not plan.finished else None
     budget = max(1024, request_budget(profile.context_window, profile.max_tokens) // 2)
     msgs = checkpoint_request_messages(claim.history, active, budget_tokens=budget)
     req = RequestPlan(messages=tuple(msgs), max_tokens=profile.max_tokens)
     try:
-        reply, latency = _call_model(rt, claim, version, req, attempt, live=False)
-    except _FatalRound:
-        log.warning("context checkpoint failed for %s; keeping the messages", claim.run["id"])
+        reply, latency = _call_model(rt, claim, req, attempt_no, live=False)
+    except _Fatal:
+        log.warning("context checkpoint failed for %s; keeping the messages", claim.run.id)
         return None
     summary = clean_checkpoint_summary(reply.text)
     if summary is None:
         return None
-    cost = _price(profile, reply)
     usage_row = {
         "round": claim.state.round + 1,
         "purpose": "compress",
         "profile": profile.name,
-        **_usage_values(claim, reply, cost, latency),
+        **_usage_values(claim, reply, _price(profile, reply), latency),
     }
     return _Checkpoint(checkpoint_message(summary, active), usage_row)
 
 
-def _try_route(
-    rt: Runtime, claim: _Claim, version: int, outbox_id: int | None
-) -> RoundResult | None:
+def _try_route(rt: Runtime, claim: _Claim) -> RoundResult | None:
     question = next((m.text for m in reversed(claim.history) if m.role == "user"), "")
     rule = route(question, claim.spec.router)
     if rule is None or rule.pass_to_model or not rule.handler:
         return None
     text = run_handler(rule.handler, question)
     msg = Message(role="assistant", content=text)
-    return _commit_final(
-        rt, claim, version, outbox_id, Finish(stop_reason="routed", text=text), extra_messages=[msg]
-    )
+    return _end(rt, claim, Finish(stop_reason="routed", text=text), [msg])
+
+
+# --- the model call ------------------------------------------------------------------------------
 
 
 def _to_model_request(req: RequestPlan) -> ModelRequest:
@@ -299,93 +390,160 @@ def _to_model_request(req: RequestPlan) -> ModelRequest:
 
 
 def _call_model(
-    rt: Runtime, claim: _Claim, version: int, req: RequestPlan, attempt: int, live: bool = True
+    rt: Runtime, claim: _Claim, req: RequestPlan, attempt_no: int, live: bool = True
 ) -> tuple[Reply, int]:
-    run_id = claim.run["id"]
-    model = make_model(claim.profile)
-
+    run = claim.run
+    model = make_model(claim.profile, run.tenant, rt.settings.allow_hosts)
     offsets = {"text": 0, "reasoning": 0}  # characters of this call's reply so far, per kind
+    round_no = claim.state.round + 1
 
     def on_delta(d: Delta) -> None:
-        # SPEC C-4: reasoning and answer deltas each stream behind their flag
+        # C-4: reasoning and answer deltas each stream behind their flag
         streamed = d.kind in ("text", "reasoning") and stream_enabled(claim.spec, d.kind)
         if live and streamed and d.text:
             # offset: where the piece starts in the reply (facades number deltas by it)
             rt.live.publish(
-                run_id,
+                run.id,
                 {
                     "type": f"{d.kind}.delta",
-                    "data": {
-                        "text": d.text,
-                        "round": claim.state.round + 1,
-                        "offset": offsets[d.kind],
-                    },
+                    "data": {"text": d.text, "round": round_no, "offset": offsets[d.kind]},
                 },
             )
         if d.kind in offsets:
             offsets[d.kind] += len(d.text or "")
 
-    key, limits = limit_key(claim.profile), limits_of(claim.profile)
-    tokens = sum(estimate_tokens(m.text) for m in req.messages) + (req.max_tokens or 0)
-    permit = rt.limiter.acquire(key, limits, tokens, claim.profile.timeout_total)
+    key, limits = limit_key(claim.profile, run.tenant), limits_of(claim.profile)
+    tokens = run.view_tokens + (req.max_tokens or 0)
+    permit = _acquire(rt, key, limits, tokens, claim.profile.timeout_total)
     if not permit.granted:  # fleet capacity: give the thread back, come back later
-        raise RetryRound(permit.wait, "capacity", counts=False)
+        raise _Retry(permit.wait, "capacity", counts=False)
     started = repo.now()
+    abort = Abort(run.deadline_at)  # the stream is closed at the deadline, or on a cancel
+    stopper.listen(rt.live)
     try:
-        with _lease_keeper(rt, run_id, version, claim.owner):
-            reply = model.complete(_to_model_request(req), on_delta)
+        with stopper.holding(run.id, abort):
+            reply = model.complete(_to_model_request(req), on_delta, abort=abort)
+    except Aborted as exc:
+        raise _Stopped(exc, _partial(claim, run.view_tokens, offsets, started)) from exc
     except TransientModelError as exc:
         if exc.status == 429 and exc.retry_after:
-            rt.limiter.pause(key, exc.retry_after)  # the whole fleet holds off this profile
-        _raise_retry(rt, claim, version, exc, attempt)
-        raise  # unreachable: _raise_retry always raises
+            with _limiter_quietly("pause"):
+                rt.limiter.pause(key, exc.retry_after)  # the whole fleet holds off this profile
+        raise _retry_or_fatal(rt, claim, exc, attempt_no) from exc
     except FatalModelError as exc:
-        raise _FatalRound(str(exc)) from exc
+        raise _Fatal(str(exc)) from exc
     finally:
-        rt.limiter.release(permit)
+        with _limiter_quietly("release"):
+            rt.limiter.release(permit)
     _count_model(claim.profile, reply, repo.now() - started)
     return reply, int((repo.now() - started) * 1000)
+
+
+LIMITER_RETRY_S = 5.0  # the fleet limiter unreachable with TREADLE_LIMITER_ON_FAILURE=closed
+
+
+def _acquire(rt: Runtime, key: str, limits: Limits, tokens: int, ttl: float) -> Permit:
+    """A permit of the profile's fleet-wide limits. Redis unreachable: the model is called
+    without them (``TREADLE_LIMITER_ON_FAILURE=open``, a warning logged), or the round is
+    given back for a later try (``closed``)."""
+    try:
+        return rt.limiter.acquire(key, limits, tokens, ttl)
+    except Exception as exc:
+        if rt.settings.limiter_on_failure == "closed":
+            raise _Retry(LIMITER_RETRY_S, f"limiter unavailable: {exc}", counts=False) from exc
+        log.warning("fleet limiter unavailable (%s); calling the model without it", exc)
+        return Permit(key, None)
+
+
+@contextmanager
+def _limiter_quietly(what: str) -> Iterator[None]:
+    """A limiter call whose failure must not fail the round (a slot expires by itself)."""
+    try:
+        yield
+    except Exception as exc:
+        log.warning("fleet limiter %s failed: %s", what, exc)
+
+
+def _partial(
+    claim: _Claim, input_tokens: int, offsets: dict[str, int], started: float
+) -> dict[str, Any]:
+    """The usage row of a call stopped midway: what it was sent, what it streamed, priced."""
+    out = (offsets["text"] + offsets["reasoning"] + 3) // 4
+    usage = Usage(input_tokens=input_tokens, output_tokens=out, estimated=True)
+    return {
+        "round": claim.state.round + 1,
+        "purpose": "round",
+        "profile": claim.profile.name,
+        "model": claim.profile.model or claim.profile.name,
+        "input_tokens": input_tokens,
+        "output_tokens": out,
+        "estimated": True,
+        "committed": True,
+        "cost": price_call(claim.profile.pricing, usage, claim.profile.own_key),
+        "latency_ms": int((repo.now() - started) * 1000),
+    }
+
+
+def _stopped(rt: Runtime, claim: _Claim, s: _Stopped) -> RoundResult:
+    """A deadline ends the run (``budget_deadline``) with the partial call billed; a cancel
+    already ended it: the partial call is added to its usage."""
+    if isinstance(s.cause, DeadlineExceeded):
+        finish = Finish(stop_reason="budget_deadline", text=claim.state.last_text)
+        return _end(rt, claim, finish, usage=s.usage)
+
+    def bill(tx: Tx) -> None:
+        run = repo.load_run(tx.conn, claim.run.id)
+        if run is None:
+            return
+        children.charge_ancestors(tx, run, s.usage["cost"])  # a child's parent pays too
+        run = repo.load_run(tx.conn, run.id) or run
+        change = Change(run, bump=False, usage=[s.usage])
+        change.values.update(
+            cost=run.cost + s.usage["cost"],
+            input_tokens=run.input_tokens + s.usage["input_tokens"],
+            output_tokens=run.output_tokens + s.usage["output_tokens"],
+        )
+        tx.apply(change)
+
+    attempt(rt, bill)
+    return RoundResult("lost", "cancelled")
 
 
 def _count_model(profile: ModelProfile, reply: Reply, seconds: float) -> None:
     metrics.ROUND_SECONDS.labels(phase="model").observe(seconds)
     if reply.usage is not None:
-        name = limit_key(profile)
+        name = _metric_label(profile)
         metrics.MODEL_TOKENS.labels(profile=name, direction="input").inc(reply.usage.input_tokens)
         metrics.MODEL_TOKENS.labels(profile=name, direction="output").inc(reply.usage.output_tokens)
         metrics.MODEL_COST.labels(profile=name).inc(_price(profile, reply))
 
 
-def limit_key(profile: ModelProfile) -> str:
-    """Limits are per named profile; inline profiles share them per endpoint and model."""
-    if profile.name != "inline":
-        return profile.name
-    return f"{profile.base_url}|{profile.model}"
+def _metric_label(profile: ModelProfile) -> str:
+    """An operator's profile by name; a tenant's all as "inline" (no tenant's endpoint, nor
+    how many there are, in the metrics)."""
+    return profile.name if profile.operator else "inline"
 
 
-class _FatalRound(Exception):
-    pass
-
-
-def _raise_retry(
-    rt: Runtime, claim: _Claim, version: int, exc: TransientModelError, attempt: int
-) -> None:
+def _retry_or_fatal(
+    rt: Runtime, claim: _Claim, exc: TransientModelError, attempt_no: int
+) -> Exception:
     from shared.llm.backoff import backoff_delay
 
-    limit = (
-        claim.profile.max_retries
-        if claim.profile.max_retries is not None
-        else rt.settings.model_max_retries
-    )
-    delay = backoff_delay(attempt, retry_after=exc.retry_after)
-    deadline = claim.run["deadline_at"]
-    if attempt >= limit or (deadline is not None and repo.now() + delay >= deadline):
-        raise _FatalRound(f"model call failed after {attempt + 1} attempts: {exc}") from exc
-    raise RetryRound(delay, str(exc)) from exc
+    limit = claim.profile.max_retries
+    if limit is None:
+        limit = rt.settings.model_max_retries
+    delay = backoff_delay(attempt_no, retry_after=exc.retry_after)
+    deadline = claim.run.deadline_at
+    message = f"model call failed after {attempt_no + 1} attempts: {exc}"
+    if deadline is not None and repo.now() + delay >= deadline:
+        return _Fatal(message)
+    if attempt_no >= limit:
+        return _Outage(message, attempt_no)
+    return _Retry(delay, str(exc))
 
 
 def _price(profile: ModelProfile, reply: Reply) -> float:
-    """SPEC M-9: each call priced on its own (a continued reply holds several calls)."""
+    """M-9: each call priced on its own (a continued reply holds several calls)."""
     calls = reply.extra.get("call_usages") if reply.extra else None
     if calls:
         return sum(
@@ -415,202 +573,275 @@ def _usage_values(claim: _Claim, reply: Reply, cost: float, latency: int) -> dic
     }
 
 
-def _commit_step(
+# --- commit ------------------------------------------------------------------------------------
+
+
+def _commit(
     rt: Runtime,
     claim: _Claim,
-    version: int,
-    outbox_id: int | None,
     reply: Reply,
     result: StepResult,
     catalog: Catalog,
     latency: int,
-    checkpoint: _Checkpoint | None = None,
+    checkpoint: _Checkpoint | None,
 ) -> RoundResult:
-    run_id, ts = claim.run["id"], repo.now()
+    run = claim.run
     round_ = result.state.round
-    changes = repo.Changes()
+    change = Change(run, owner=claim.owner)
     if checkpoint is not None:
-        changes.message(checkpoint.message, round_)
-        changes.usage.append(checkpoint.usage)
-        changes.values["view_start"] = claim.run["msg_seq"] + 1
-        changes.values["cost"] = result.state.cost + checkpoint.usage["cost"]
-    changes.message(result.message, round_)
-    changes.values = {
-        **_totals(result.state),
-        **changes.values,
-        "plan": result.plan,
-        "round": round_,
-    }
-    if result.plan != claim.run["plan"]:
-        changes.event("plan.updated", plan=result.plan)
-    tool_rows: list[dict[str, Any]] = []
+        change.message(checkpoint.message, round_)
+        change.usage.append(checkpoint.usage)
+    change.message(result.message, round_)
+    for m in result.followups:  # an output repair prompt
+        change.message(m, round_)
+    cost = result.state.cost + (checkpoint.usage["cost"] if checkpoint else 0.0)
+    change.values.update(
+        loop=result.state.to_dict(),
+        cost=cost,
+        input_tokens=result.state.input_tokens,
+        output_tokens=result.state.output_tokens,
+        plan=result.plan,
+        round=round_,
+    )
+    if checkpoint is not None:  # the model view starts at the checkpoint
+        change.values["view_start"] = run.msg_seq + 1
+        change.values["view_tokens"] = sum(repo.message_tokens(change.messages))
+    change.usage.append(
+        {
+            "round": round_,
+            "purpose": "round",
+            "profile": claim.profile.name,
+            **_usage_values(claim, reply, result.state.cost - claim.state.cost, latency),
+        }
+    )
+    if result.plan != run.plan:
+        change.event("plan.updated", plan=result.plan)
     decision = result.decision
+    ran: list[tuple[Call, ToolResult]] = []
     if isinstance(decision, RunTools):
-        tool_rows = _tool_rows(claim, decision, catalog, round_, ts)
-        _dispatch_or_settle(claim, changes, decision, tool_rows, round_, ts)
-    elif isinstance(decision, (Finish, Fail)):
-        settle(changes, decision, run_id=run_id, round_=round_, ts=ts)
-    with rt.engine.begin() as conn:
-        applied = threads.apply_final(
-            conn,
-            run_id,
-            version,
-            changes,
-            thread_id=claim.run["thread_id"],
-            redrive_after=rt.settings.redrive_seconds,
-            ts=ts,
-        )
-        if applied is None:
-            return RoundResult("lost")
-        if tool_rows:
-            conn.execute(sa.insert(tool_calls), tool_rows)
-        _finish_usage(conn, claim, reply, result.state.cost - claim.state.cost, latency)
-        repo.delete_outbox(conn, outbox_id)
-    rt.publish(applied.outbox_ids)
-    if applied.events:
-        rt.wake(run_id, applied.row["event_seq"])
-    return RoundResult("committed", type(decision).__name__)
+        results = _run_quick(rt, claim, decision, catalog)
+        if results is not None and all(_plain(r) for r in results.values()):
+            decision = _with_results(
+                rt, claim, change, decision, results, round_
+            )  # nothing left to run
+        _fan_out(claim, change, decision, catalog, round_)
+        if results is not None and change.queue_tools:  # a result the join must read
+            ran = _ran(change, results)
+    elif isinstance(decision, Finish | Fail | Continue):  # Continue: an output repair round
+        settle(change, decision, ts=repo.now())
+    return _apply(rt, claim, change, type(decision).__name__, ran)
 
 
-def _finish_usage(conn: Any, claim: _Claim, reply: Reply, cost: float, latency: int) -> None:
-    if claim.usage_id is not None:
-        conn.execute(
-            sa.update(usage)
-            .where(usage.c.id == claim.usage_id)
-            .values(**_usage_values(claim, reply, cost, latency))
-        )
-
-
-def _totals(state: LoopState) -> dict[str, Any]:
-    loop = state.to_dict()
-    return {
-        "loop": loop,
-        "cost": state.cost,
-        "input_tokens": state.input_tokens,
-        "output_tokens": state.output_tokens,
-    }
-
-
-def _tool_rows(
-    claim: _Claim, decision: RunTools, catalog: Catalog, round_: int, ts: float
-) -> list[dict[str, Any]]:
-    budget = tool_result_budget(claim.profile.context_window, claim.spec.tool_result_max_tokens)
-    rows = []
-    for c in decision.calls:
-        rows.append(
+def _run_quick(
+    rt: Runtime, claim: _Claim, decision: RunTools, catalog: Catalog
+) -> dict[str, ToolResult] | None:
+    """A batch whose calls are all quick (read-only, in-process, no I/O) runs here, before
+    the round's commit, and its results go into that commit: a tool round is one task and
+    one commit instead of a round task, a tool task and their commits. Any other batch:
+    None (each call's task runs it)."""
+    pending = [c for c in decision.calls if c.status == "pending"]
+    if not pending or len(pending) > claim.spec.effective_parallel_tools:
+        return None
+    tools = [catalog.tool(c.name) for c in pending]
+    if not all(quick(t) for t in tools):
+        return None
+    if any(children.sub_agent_of(claim.spec, c.name) is not None for c in pending):
+        return None
+    results = {}
+    for c, tool in zip(pending, tools, strict=True):
+        call = Call.of(
             {
-                "run_id": claim.run["id"],
+                "run_id": claim.run.id,
+                "call_id": c.call_id,
+                "round": 0,
+                "idx": c.index,
+                "name": c.name,
+                "arguments": c.arguments,
+                "read_only": True,
+                "status": CallStatus.QUEUED.value,
+            }
+        )
+        with metrics.TOOL_SECONDS.labels(tool=c.name).time():
+            results[c.call_id] = execute_tool(rt, claim.run, claim.inputs, tool, call)
+    return results
+
+
+def _plain(result: ToolResult) -> bool:
+    """A result that is only text: no cost, data or stop for the join to account for."""
+    return not result.cost and not result.data and not result.stop
+
+
+def _with_results(
+    rt: Runtime,
+    claim: _Claim,
+    change: Change,
+    decision: RunTools,
+    results: dict[str, ToolResult],
+    round_: int,
+) -> RunTools:
+    """The batch with the quick calls' results known (``done``): the round's own change
+    writes their rows, tool messages and events, and settles what the round decided."""
+    calls = []
+    for c in decision.calls:
+        got = results.get(c.call_id)
+        if got is None:
+            calls.append(c)
+            continue
+        calls.append(replace(c, status="done", result=got.text))
+        call = Call.of(
+            {
+                "run_id": claim.run.id,
                 "call_id": c.call_id,
                 "round": round_,
                 "idx": c.index,
                 "name": c.name,
                 "arguments": c.arguments,
-                "read_only": c.read_only,
-                "status": c.status,
-                "result": c.result,
-                "result_for_model": reduce_tool_result(c.result, budget)
-                if c.result is not None
-                else None,
-                "finished_at": ts if c.status == "done" else None,
-                "flushed": False,
+                "read_only": True,
+                "status": "done",
             }
         )
-    return rows
+        done = finished(rt, claim.spec, claim.run.id, call, got, started=True)
+        change.events += finish_events(c.call_id, c.name, done)
+    return RunTools(calls=tuple(calls), then=decision.then)
 
 
-def _dispatch_or_settle(
+def _ran(change: Change, results: dict[str, ToolResult]) -> list[tuple[Call, ToolResult]]:
+    """The queued calls of the fan-out with the results this task got for them: they commit
+    through ``finish_call`` in the round's transaction (a result with a cost, data or a
+    stop), and no tool task is sent."""
+    queued = set(change.queue_tools)
+    ran = [(Call.of(r), results[r["call_id"]]) for r in change.calls if r["call_id"] in queued]
+    change.queue_tools.clear()
+    return ran
+
+
+def _apply(
+    rt: Runtime,
     claim: _Claim,
-    changes: repo.Changes,
-    decision: RunTools,
-    rows: list[dict[str, Any]],
-    round_: int,
-    ts: float,
+    change: Change,
+    detail: str,
+    ran: list[tuple[Call, ToolResult]] | None = None,
+) -> RoundResult:
+    """The round's change in one transaction; with ``ran``, the results of the calls this
+    task ran (``_run_quick``) and their join in the same one."""
+    after_round: list[Run] = []
+    applied = [change]
+
+    def op(tx: Tx) -> Run:
+        # each try applies a fresh copy (a try rolled back on a held row may have added the
+        # run's posted messages to the one it applied)
+        applied[:] = [copy.deepcopy(change)]
+        after_round.clear()
+        if ran:  # the join may end or pause the run: its thread and lineage are locked first
+            tx.prepare(claim.run, ending=True, tells_parent=True)
+        new = tx.apply(applied[0])
+        after_round.append(new)
+        for call, result in ran or ():
+            done = finished(rt, claim.spec, claim.run.id, call, result, started=True)
+            new = finish_call(
+                tx,
+                new,
+                call,
+                done,
+                from_status=[CallStatus.QUEUED],
+                ask_timeout_s=claim.spec.ask_timeout_s,
+            )
+        return new
+
+    try:
+        new = when_free(lambda: attempt(rt, op), f"round of {claim.run.id}")
+    except (IntegrityError, DataError) as exc:  # a reply the database refuses: never retry it
+        if isinstance(exc, IntegrityError) and "tool_calls" in str(exc.orig) and change.calls:
+            raise _IdTaken from exc
+        log.warning("round of %s refused by the database: %s", claim.run.id, exc)
+        reason = f"the reply could not be stored: {exc.orig}"
+        _fail(rt, claim.run, claim.owner, reason, "engine_error")
+        return RoundResult("committed", "Fail")
+    if new is None:
+        return RoundResult("lost")
+    msgs = [m for m, _ in applied[0].messages]
+    first = after_round[0].msg_seq - len(msgs) + 1
+    cache.remember(claim.run.id, after_round[0].view_start, first, msgs)
+    return RoundResult("committed", detail)
+
+
+def _fan_out(
+    claim: _Claim, change: Change, decision: RunTools, catalog: Catalog, round_: int
 ) -> None:
-    """Queue the first window of external calls, or settle at once when there are none."""
-    run_id = claim.run["id"]
-    pending = [r for r in rows if r["status"] == "pending"]
+    """The reply's calls become rows; the first window of external calls is dispatched, or
+    everything settles at once when there is nothing to run."""
+    ts = repo.now()
+    budget = tool_result_budget(claim.profile.context_window, claim.spec.tool_result_max_tokens)
+    rows = [_call_row(claim.run.id, c, round_, budget, ts) for c in decision.calls]
+    pending = [r for r in rows if r["status"] == CallStatus.PENDING.value]
     if pending:
-        window = claim.spec.effective_parallel_tools
-        for r in pending[:window]:
-            r["status"] = "queued"
-            changes.outbox.append(("tool", {"call_id": r["call_id"]}))
-        changes.values.update(
+        for r in pending[: claim.spec.effective_parallel_tools]:
+            r.update(status=CallStatus.QUEUED.value, queued_at=ts)
+            change.queue_tools.append(r["call_id"])
+        change.calls = rows
+        change.values.update(
             status="running",
             open_calls=len(pending),
-            after_join=encode_after(decision.then),
-            lease_until=None,
+            after_join={**encode_after(decision.then), "calls": len(rows)},
             lease_owner=None,
         )
         return
-    msgs, flushed = flush_calls(rows)
+    msgs, flushed = flush([Call.of(r) for r in rows])
     for r in rows:
-        if r["call_id"] in flushed:
-            r["flushed"] = True
+        r["flushed"] = r["call_id"] in flushed
+    change.calls = rows
     for m in msgs:
-        changes.message(m, round_)
-    settle(
-        changes,
-        decision.then,
-        run_id=run_id,
-        round_=round_,
-        ts=ts,
-        ask_timeout_s=claim.spec.ask_timeout_s,
-    )
+        change.message(m, round_)
+    settle(change, decision.then, ts=ts, ask_timeout_s=claim.spec.ask_timeout_s)
 
 
-def _commit_final(
+def _call_row(run_id: str, c: Any, round_: int, budget: int, ts: float) -> dict[str, Any]:
+    done = c.status == "done"
+    return {
+        "run_id": run_id,
+        "call_id": c.call_id,
+        "round": round_,
+        "idx": c.index,
+        "name": c.name,
+        "arguments": c.arguments,
+        "read_only": c.read_only,
+        "status": c.status,
+        "attempts": 0,
+        "result": c.result,
+        "result_for_model": reduce_tool_result(c.result, budget) if c.result is not None else None,
+        "cost": 0.0,
+        "flushed": False,
+        "queued_at": None,
+        "finished_at": ts if done else None,
+    }
+
+
+def _end(
     rt: Runtime,
     claim: _Claim,
-    version: int,
-    outbox_id: int | None,
     finish: Finish,
-    extra_messages: list[Message] | None = None,
+    extra: list[Message] | None = None,
+    usage: dict[str, Any] | None = None,
 ) -> RoundResult:
-    """End the run without a model call (budget exhausted, routed)."""
-    ts = repo.now()
-    changes = repo.Changes()
-    for m in extra_messages or []:
-        changes.message(m, claim.state.round)
-    settle(changes, finish, run_id=claim.run["id"], round_=claim.state.round, ts=ts)
-    with rt.engine.begin() as conn:
-        applied = threads.apply_final(
-            conn,
-            claim.run["id"],
-            version,
-            changes,
-            thread_id=claim.run["thread_id"],
-            redrive_after=rt.settings.redrive_seconds,
-            ts=ts,
+    """End the run without a (whole) model call: a budget exhausted, routed, a deadline that
+    stopped the call (``usage``: that partial call)."""
+    change = Change(claim.run, owner=claim.owner)
+    for m in extra or []:
+        change.message(m, claim.state.round)
+    if usage is not None:
+        change.usage.append(usage)
+        change.values.update(
+            cost=claim.run.cost + usage["cost"],
+            input_tokens=claim.run.input_tokens + usage["input_tokens"],
+            output_tokens=claim.run.output_tokens + usage["output_tokens"],
         )
-        if applied is None:
-            return RoundResult("lost")
-        if claim.usage_id is not None:  # no model call was made
-            conn.execute(sa.delete(usage).where(usage.c.id == claim.usage_id))
-        repo.delete_outbox(conn, outbox_id)
-    rt.publish(applied.outbox_ids)
-    rt.wake(claim.run["id"], applied.row["event_seq"])
-    return RoundResult("committed", "Finish")
+    settle(change, finish, ts=repo.now())
+    new = attempt(rt, lambda tx: tx.apply(change))
+    return RoundResult("committed" if new is not None else "lost", "Finish", claim.spec.kind)
 
 
-def fail_round(rt: Runtime, run_id: str, version: int, outbox_id: int | None, message: str) -> None:
-    """A fatal model error: the run fails with the provider's message."""
-    ts = repo.now()
-    changes = repo.Changes()
-    settle(changes, Fail(reason=message, code="model_error"), run_id=run_id, round_=0, ts=ts)
-    with rt.engine.begin() as conn:
-        run = repo.get_run(conn, run_id)
-        thread_id = run["thread_id"] if run is not None else None
-        applied = threads.apply_final(
-            conn,
-            run_id,
-            version,
-            changes,
-            thread_id=thread_id,
-            redrive_after=rt.settings.redrive_seconds,
-            ts=ts,
-        )
-        if applied is None:
-            return
-        repo.delete_outbox(conn, outbox_id)
-    rt.publish(applied.outbox_ids)  # webhooks for run.failed
-    rt.wake(run_id, applied.row["event_seq"])
+def _fail(rt: Runtime, run: Run, owner: str, message: str, code: str) -> None:
+    """The run fails with ``message``: a fatal model error, or a reply the database refused."""
+    change = Change(run, owner=owner)
+    settle(change, Fail(reason=message, code=code), ts=repo.now())
+    attempt(rt, lambda tx: tx.apply(change))

@@ -3,29 +3,60 @@
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from sqlalchemy.engine import Engine
 
 from shared.agent.spec import ModelProfile
 from shared.config import Settings
+from shared.engine.leases import Heartbeat, heartbeat_for
 from shared.llm.ratelimit import LocalLimiter, RateLimiter
 
-__all__ = ["WAKE", "InProcessBus", "LiveBus", "OutboxItem", "Publisher", "Runtime", "worker_id"]
+__all__ = ["WAKE", "Dispatch", "InProcessBus", "LiveBus", "Publisher", "Runtime"]
 
 log = logging.getLogger("treadle.live")
 WAKE = "wake"  # a live message: durable events up to ``seq`` were committed (SSE tails fetch)
-OutboxItem = tuple[int, str, dict[str, Any]]  # (outbox id, kind, payload)
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    """A doorbell for the broker: "look at this run (call, delivery) at this version". The
+    database says whether there is anything to do; a stale or duplicate dispatch is dropped."""
+
+    kind: Literal["round", "tool", "webhook"]
+    run_id: str
+    version: int = 0
+    call_id: str | None = None
+    delivery_id: str | None = None
+    outbox_id: int | None = None  # webhooks: their outbox row
+    countdown: float | None = None  # not before this many seconds
+    attempt: int = 0  # rounds: transient model failures so far
+    priority: int | None = None  # the broker message priority, 0-9 (None: the default)
+
+    @classmethod
+    def round(
+        cls,
+        run_id: str,
+        version: int,
+        countdown: float | None = None,
+        attempt: int = 0,
+        priority: int | None = None,
+    ) -> Dispatch:
+        return cls(
+            "round", run_id, version, countdown=countdown, attempt=attempt, priority=priority
+        )
+
+    @classmethod
+    def tool(cls, run_id: str, call_id: str, version: int, priority: int | None = None) -> Dispatch:
+        return cls("tool", run_id, version, call_id=call_id, priority=priority)
 
 
 class Publisher(Protocol):
-    def __call__(self, items: list[OutboxItem]) -> None: ...
+    def __call__(self, items: list[Dispatch]) -> None: ...
 
 
 class LiveBus(Protocol):
@@ -70,10 +101,6 @@ class InProcessBus:
         return cancel
 
 
-def worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident() % 100000}"
-
-
 @dataclass
 class Runtime:
     engine: Engine
@@ -82,6 +109,12 @@ class Runtime:
     live: LiveBus = field(default_factory=InProcessBus)
     profiles: dict[str, ModelProfile] = field(default_factory=dict)
     limiter: RateLimiter = field(default_factory=LocalLimiter)
+    queue_depth: Callable[[], dict[str, int] | None] | None = None  # broker messages waiting
+
+    @property
+    def heartbeat(self) -> Heartbeat:
+        """This process's worker identity and lease keeper on this database."""
+        return heartbeat_for(self.engine, self.settings.lease_seconds)
 
     def wake(self, run_id: str, seq: int | None = None) -> None:
         """After a commit that wrote durable events (up to ``seq``; None = unknown): wake the

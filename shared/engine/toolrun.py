@@ -1,280 +1,259 @@
-"""One external tool call (DESIGN §3 fan-out): claim the row, execute with a timeout, commit
-the result and the join in one transaction. Whoever brings ``open_calls`` to 0 appends the
-tool messages in call order and decides what comes next."""
+"""One external tool call: execute it and commit its result and the join in one transition
+(``shared.engine.transition.finish_call``).
+
+A tool that is read-only and quick (in-process, no I/O) runs without a claim: duplicates of
+its dispatch may run it twice, harmlessly, and only one commit wins (the call's status guards
+it). Any other tool is claimed first (its row goes ``running``, owned by this worker, whose
+heartbeat keeps the lease; the attempt number fences a late commit), so its effect is started
+by one worker at a time, and a write sends ``Idempotency-Key: <run_id>:<call_id>`` so a retried
+effect after a crash is applied once by a well-behaved API. A sub-agent call starts a child run
+instead (``shared.engine.children``).
+"""
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection, RowMapping
-
+from shared.agent.approval import edited_result
 from shared.agent.arguments import ArgumentsError, parse_arguments
 from shared.agent.attachments import attachment_refs
-from shared.agent.compression import reduce_tool_result, tool_result_budget
-from shared.agent.decisions import Continue, Fail, Finish
+from shared.agent.compression import reduce_tool_result
 from shared.agent.spec import AgentSpec
-from shared.engine import afters, cache, children, metrics, threads
-from shared.engine.afters import decode_after
+from shared.engine import cache, children, metrics, stopper
 from shared.engine.attachments import run_files
-from shared.engine.catalog import build_catalog
+from shared.engine.busy import when_free
 from shared.engine.knowledge import Knowledge
-from shared.engine.leases import renewer_for
 from shared.engine.runtime import Runtime
-from shared.errors import ToolError
-from shared.llm.profiles import resolve_profile
+from shared.engine.transition import Finished, LostRace, Tx, attempt, finish_call
+from shared.errors import Aborted, ToolError
+from shared.llm.abort import Abort
 from shared.store import repo
-from shared.store.tables import outbox, runs, tool_calls
-from shared.tools import InvalidToolArguments, ToolContext, ToolResult
+from shared.store.rows import Call, CallStatus, Run
+from shared.tools import InvalidToolArguments, Tool, ToolContext, ToolResult
+from shared.tracing import tool_span
 
-__all__ = ["execute_tool", "join_changes", "run_tool"]
+__all__ = ["execute_tool", "finished", "quick", "run_tool"]
 
 log = logging.getLogger("treadle.tool")
+STOP_GRACE_S = 2.0  # a stopped tool's thread gets this long to wind down
 
 
-def run_tool(rt: Runtime, run_id: str, call_id: str, version: int, outbox_id: int | None) -> str:
-    claimed = _claim(rt, run_id, call_id, version, outbox_id)
+def run_tool(rt: Runtime, run_id: str, call_id: str, version: int) -> str:
+    """stale | committed | lost."""
+    with rt.heartbeat.working(f"{run_id}:{call_id}"):
+        outcome = _run_tool(rt, run_id, call_id, version)
+    if outcome == "stale":
+        metrics.STALE.labels(reason="tool").inc()
+    return outcome
+
+
+def _run_tool(rt: Runtime, run_id: str, call_id: str, version: int) -> str:
+    with rt.engine.connect() as conn:
+        found = repo.call_and_run(conn, run_id, call_id)
+        if found is None:
+            return "stale"
+        run, call = found
+        given = cache.given(conn, run_id, run.spec_rev)
+    if run.version != version or call.status not in (CallStatus.QUEUED, CallStatus.RUNNING):
+        return "stale"
+    spec = given.spec
+    catalog = cache.catalog(rt, run_id, spec, attachment_refs(given.inputs))
+    tool = catalog.tool(call.name)
+    sub = children.sub_agent_of(spec, call.name)
+    if sub is None and call.status == CallStatus.QUEUED and quick(tool):
+        with metrics.TOOL_SECONDS.labels(tool=call.name).time():
+            result = execute_tool(rt, run, given.inputs, tool, call)
+        return _commit(rt, spec, run, call, result, started=True)
+    claimed = _claim(rt, run, call)
     if claimed is None:
         return "stale"
-    run, call = claimed
-    spec = cache.spec_of(run)
-    sub = children.sub_agent_of(spec, call["name"])
-    if sub is not None and not _too_deep(rt, run):
-        return children.start_child(rt, spec, sub, run, call, outbox_id)
     if sub is not None:
-        result = ToolResult(
-            text=f"Tool error: sub-agents nest at most {children.MAX_DEPTH} levels deep"
-        )
-        return _commit(rt, spec, run, call, version, outbox_id, result)
-    with (
-        _lease_keeper(rt, run_id, call_id, call["attempts"]),
-        metrics.TOOL_SECONDS.labels(tool=call["name"]).time(),
-    ):
-        result = execute_tool(rt, spec, run, call)
-    return _commit(rt, spec, run, call, version, outbox_id, result)
+        if _too_deep(rt, run):
+            text = f"Tool error: sub-agents nest at most {children.MAX_DEPTH} levels deep"
+            return _commit(rt, spec, run, claimed, ToolResult(text=text))
+        return children.start(rt, spec, sub, run, claimed)
+    if not _still_held(rt, claimed, tool):
+        return "stale"
+    with metrics.TOOL_SECONDS.labels(tool=call.name).time():
+        result = execute_tool(rt, run, given.inputs, tool, claimed)
+    return _commit(rt, spec, run, claimed, result)
 
 
-def _too_deep(rt: Runtime, run: RowMapping) -> bool:
-    if run["parent_run_id"] is None:
+def _still_held(rt: Runtime, call: Call, tool: Tool | None) -> bool:
+    """Fencing before an effect: a write starts only while this worker still holds the
+    call's lease at its attempt (a worker paused or cut off after its claim may have lost
+    it to another; its late commit would be refused, but its effect would not be undone)."""
+    if tool is not None and tool.read_only:
+        return True
+    hb = rt.heartbeat
+    if not hb.fresh():  # paused or cut off: beat first, then look
+        engine = rt.engine
+        if not hb.beat(engine):
+            return False
+    with rt.engine.connect() as conn:
+        held = repo.holds_call(conn, call.run_id, call.call_id, hb.owner(), call.attempts)
+    if not held:
+        log.info("call %s of %s was taken over; not started here", call.call_id, call.run_id)
+    return held
+
+
+def quick(tool: Tool | None) -> bool:
+    """A read-only tool that runs in-process in well under a second, without I/O: it needs no
+    claim (a duplicate run is harmless), and a round whose calls are all quick runs them
+    itself (``shared.engine.round``)."""
+    return tool is not None and tool.read_only and bool(getattr(tool, "quick", False))
+
+
+def _too_deep(rt: Runtime, run: Run) -> bool:
+    if run.parent_run_id is None:
         return False
     with rt.engine.connect() as conn:
-        return children.too_deep(conn, run["id"])
+        return children.too_deep(conn, run.id)
 
 
-class _Stale(Exception):
-    """The run moved past the message's version: roll the tool claim back."""
+def _claim(rt: Runtime, run: Run, call: Call) -> Call | None:
+    """Claim the call and write ``tool.started`` in one transaction."""
+    hb = rt.heartbeat
+    owner = hb.owner()
+
+    def op(tx: Tx) -> Call | None:
+        claimed = repo.claim_call(tx.conn, run.id, call.call_id, owner, tx.ts, hb.live_after(tx.ts))
+        if claimed is None:
+            return None
+        if call.status == CallStatus.RUNNING:  # its worker died holding it
+            metrics.TAKEOVERS.labels(what="tool").inc()
+        data = {
+            "call_id": call.call_id,
+            "name": call.name,
+            "round": call.round,
+            "attempt": claimed.attempts,
+        }
+        new = repo.update_run(tx.conn, run.id, run.version, {}, bump=False, new_events=1, ts=tx.ts)
+        if new is None:
+            raise LostRace(run.id)
+        tx.record_event(new, "tool.started", data)
+        return claimed
+
+    return attempt(rt, op)
 
 
-def _claim(
-    rt: Runtime, run_id: str, call_id: str, version: int, outbox_id: int | None
-) -> tuple[RowMapping, RowMapping] | None:
-    """Claim the call and write ``tool.started`` in one transaction; (run, call) or None."""
-    ts = repo.now()
-    try:
-        with rt.engine.begin() as conn:
-            call = repo.claim_tool(conn, run_id, call_id, rt.settings.lease_seconds, ts)
-            if call is None:
-                _drop_if_finished(conn, run_id, call_id, outbox_id)
-                return None
-            run = repo.bump_event_seq(conn, run_id, version)
-            if run is None:
-                raise _Stale
-            data = {
-                "call_id": call_id,
-                "name": call["name"],
-                "round": call["round"],
-                "attempt": call["attempts"],
-            }
-            hooks = repo.insert_event(
-                conn, run, "tool.started", data, ts, rt.settings.redrive_seconds
-            )
-    except _Stale:
-        return None
-    rt.publish(hooks)
-    rt.wake(run_id, run["event_seq"])
-    return run, call
-
-
-def _drop_if_finished(conn: Connection, run_id: str, call_id: str, outbox_id: int | None) -> None:
-    if outbox_id is None:
-        return
-    status = conn.execute(
-        sa.select(tool_calls.c.status).where(
-            tool_calls.c.run_id == run_id, tool_calls.c.call_id == call_id
-        )
-    ).scalar()
-    if status in (None, "done", children.CHILD):
-        conn.execute(sa.delete(outbox).where(outbox.c.id == outbox_id))
-
-
-def _lease_keeper(rt: Runtime, run_id: str, call_id: str, attempt: int) -> Any:
-    """Keep the tool call's lease while it runs (the process's one renewer)."""
-    return renewer_for(rt.engine, rt.settings.lease_seconds).hold(
-        ("tool", run_id, call_id, attempt)
-    )
-
-
-def execute_tool(rt: Runtime, spec: AgentSpec, run: RowMapping, call: RowMapping) -> ToolResult:
-    """Run the tool; any failure becomes its result text (SPEC L-5)."""
-    refs = attachment_refs(run["inputs"])
-    catalog = build_catalog(spec, rt.profiles, attachments=refs)
-    tool = catalog.tools.get(call["name"])
+def execute_tool(
+    rt: Runtime, run: Run, inputs: dict[str, Any] | None, tool: Tool | None, call: Call
+) -> ToolResult:
+    """Run the tool; any failure becomes its result text (L-5)."""
     if tool is None:
-        return ToolResult(text=f"Tool not found: {call['name']}")
+        return ToolResult(text=f"Tool not found: {call.name}")
+    refs = attachment_refs(inputs)
+    abort = Abort(run.deadline_at)  # cancelled at the timeout, or when the run is cancelled
     ctx = ToolContext(
-        run_id=run["id"],
-        call_id=call["call_id"],
-        tenant=run["tenant"],
-        deadline=run["deadline_at"],
+        run_id=run.id,
+        call_id=call.call_id,
+        tenant=run.tenant,
+        deadline=run.deadline_at,
+        abort=abort,
         allow_hosts=tuple(h.strip() for h in rt.settings.allow_hosts.split(",") if h.strip()),
         attachments=refs,
-        files=run_files(rt, run) if refs else None,
-        knowledge=Knowledge(rt, run["tenant"]),
+        files=run_files(rt, run.tenant, inputs) if refs else None,
+        knowledge=Knowledge(rt, run.tenant),
     )
     try:  # strict JSON first: json5 is pure Python (~100 ms for 500 characters)
-        args = parse_arguments(call["arguments"] or "{}")
+        args = parse_arguments(call.arguments or "{}")
     except ArgumentsError as exc:
-        return ToolResult(text=f"Invalid arguments for {call['name']}: {exc}")
-    return _with_timeout(lambda: tool.execute(args, ctx), rt.settings.tool_timeout)
+        return ToolResult(text=f"Invalid arguments for {call.name}: {exc}")
+    with tool_span(call.name, call.call_id):
+        if quick(tool):
+            return _run(lambda: tool.execute(args, ctx))
+        stopper.listen(rt.live)
+        with stopper.holding(run.id, abort):
+            return _with_timeout(lambda: tool.execute(args, ctx), rt.settings.tool_timeout, abort)
 
 
-def _with_timeout(fn: Any, timeout: float) -> ToolResult:
-    """Run ``fn`` in a thread, abandon it after ``timeout``; failures become results (L-5)."""
-    box: dict[str, Any] = {}
+def _run(fn: Any) -> ToolResult:
+    try:
+        result: ToolResult = fn()
+    except Exception as exc:  # tool failure is data (L-5)
+        return ToolResult(text=_error_text(exc))
+    return result
+
+
+def _with_timeout(fn: Any, timeout: float, abort: Abort) -> ToolResult:
+    """Run ``fn`` in a thread (in this context: its spans join the tool's); after ``timeout``
+    fire ``abort`` (the tool stops: sockets shut, child processes killed) and give it a moment
+    to wind down; failures become results."""
+    box: dict[str, ToolResult] = {}
 
     def target() -> None:
-        try:
-            box["result"] = fn()
-        except Exception as exc:  # tool failure is data (L-5)
-            box["error"] = exc
+        box["result"] = _run(fn)
 
-    t = threading.Thread(target=target, daemon=True, name="tool-exec")
+    context = contextvars.copy_context()
+    t = threading.Thread(target=context.run, args=(target,), daemon=True, name="tool-exec")
     t.start()
     t.join(timeout)
     if t.is_alive():
+        abort.cancel(f"timed out after {timeout:g}s")
+        t.join(STOP_GRACE_S)
+    if t.is_alive() or "result" not in box:
         return ToolResult(text=f"Tool error: timed out after {timeout:g}s")
-    if "error" in box:
-        return ToolResult(text=_error_text(box["error"]))
-    result: ToolResult = box["result"]
-    return result
+    return box["result"]
 
 
 def _error_text(exc: Exception) -> str:
     if isinstance(exc, InvalidToolArguments):
         return str(exc)  # the validation message as is (L-5)
-    if not isinstance(exc, ToolError):
+    if not isinstance(exc, ToolError | Aborted):
         log.warning("tool raised %s", type(exc).__name__, exc_info=exc)
     return f"Tool error: {exc}" if str(exc) else f"Tool error: {type(exc).__name__}"
+
+
+def finished(
+    rt: Runtime, spec: AgentSpec, run_id: str, call: Call, result: ToolResult, *, started: bool
+) -> Finished:
+    """What ``finish_call`` records of a tool's result: the text, what the model reads of it,
+    and (``started``: the call ran unclaimed) its ``tool.started`` event."""
+    for_model = reduce_tool_result(result.text, cache.result_budget(rt, run_id, spec))
+    if ((call.data or {}).get("decision") or {}).get("action") == "edit":
+        for_model = edited_result(call.arguments, for_model)  # what ran, then what came back
+    return Finished(
+        text=result.text,
+        for_model=for_model,
+        cost=result.cost,
+        data=result.data,
+        stop=result.stop,
+        started={"call_id": call.call_id, "name": call.name, "round": call.round, "attempt": 1}
+        if started
+        else None,
+    )
 
 
 def _commit(
     rt: Runtime,
     spec: AgentSpec,
-    run: RowMapping,
-    call: RowMapping,
-    version: int,
-    outbox_id: int | None,
+    run: Run,
+    call: Call,
     result: ToolResult,
+    *,
+    started: bool = False,
 ) -> str:
-    ts = repo.now()
-    profile = resolve_profile(spec.model, rt.profiles)
-    budget = tool_result_budget(profile.context_window, spec.tool_result_max_tokens)
-    try:
-        items = _commit_txn(rt, spec, run, call, version, outbox_id, result, budget, ts)
-    except _Lost:
-        return "lost"
-    rt.publish(items)
-    rt.wake(run["id"])
-    return "committed"
+    """The result and the join, in one transition. ``started``: the call ran unclaimed (its
+    ``tool.started`` event goes with the result)."""
+    done = finished(rt, spec, run.id, call, result, started=started)
+    claimed = call.status == CallStatus.RUNNING
 
-
-class _Lost(Exception):
-    """The commit lost a race: roll the whole transaction back."""
-
-
-def _commit_txn(
-    rt: Runtime,
-    spec: AgentSpec,
-    run: RowMapping,
-    call: RowMapping,
-    version: int,
-    outbox_id: int | None,
-    result: ToolResult,
-    budget: int,
-    ts: float,
-) -> list[Any]:
-    with rt.engine.begin() as conn:
-        if run["thread_id"] and _join_ends_run(run):
-            threads.lock(conn, run["thread_id"], ts)  # lock order: the thread first
-        if run["parent_run_id"] and _join_tells_parent(run):  # lock order: ancestors first
-            children.lock_lineage(conn, run["id"], ts=ts, ending=_join_ends_run(run))
-        done = conn.execute(
-            sa.update(tool_calls)
-            .where(
-                tool_calls.c.run_id == run["id"],
-                tool_calls.c.call_id == call["call_id"],
-                tool_calls.c.status == "running",
-                tool_calls.c.attempts == call["attempts"],
-            )
-            .values(
-                status="done",
-                result=result.text,
-                result_for_model=reduce_tool_result(result.text, budget),
-                cost=result.cost,
-                data=result.data,
-                finished_at=ts,
-                lease_until=None,
-            )
-        ).rowcount
-        if done != 1:
-            raise _Lost
-        changes = repo.Changes(bump_version=False)
-        changes.values.update(open_calls=runs.c.open_calls - 1, cost=runs.c.cost + result.cost)
-        changes.event(
-            "tool.finished",
-            call_id=call["call_id"],
-            name=call["name"],
-            preview=result.text[:300],
-            cost=result.cost,
+    def op(tx: Tx) -> Run:
+        # the join may end or pause the run: its thread and lineage are locked first
+        tx.prepare(run, ending=True, tells_parent=True)
+        return finish_call(
+            tx,
+            run,
+            call,
+            done,
+            from_status=[CallStatus.RUNNING] if claimed else [CallStatus.QUEUED],
+            attempts=call.attempts if claimed else None,
+            ask_timeout_s=spec.ask_timeout_s,
         )
-        nxt = afters.next_pending(conn, run["id"], call["round"])
-        if nxt is not None:
-            changes.outbox.append(("tool", {"call_id": nxt}))
-        applied = repo.apply(
-            conn, run["id"], version, changes, redrive_after=rt.settings.redrive_seconds, ts=ts
-        )
-        if applied is None:
-            raise _Lost
-        items = list(applied.outbox_ids)
-        if applied.row["open_calls"] == 0:
-            joined = threads.apply_final(
-                conn,
-                run["id"],
-                version,
-                join_changes(conn, applied.row, call["round"], spec, ts),
-                thread_id=run["thread_id"],
-                redrive_after=rt.settings.redrive_seconds,
-                ts=ts,
-            )
-            items += joined.outbox_ids if joined else []
-        repo.delete_outbox(conn, outbox_id)
-    return items
 
-
-def _join_ends_run(run: RowMapping) -> bool:
-    """Whether the batch's join ends the run (a stop tool, a failure): it locks the thread."""
-    return isinstance(decode_after(run["after_join"]), (Finish, Fail))
-
-
-def _join_tells_parent(run: RowMapping) -> bool:
-    """Whether the batch's join ends or pauses the run (a child's parent must then follow)."""
-    return not isinstance(decode_after(run["after_join"]), Continue)
-
-
-def join_changes(
-    conn: Connection, run: RowMapping, round_: int, spec: AgentSpec, ts: float
-) -> repo.Changes:
-    """All calls of the batch are finished: append their messages and settle."""
-    return afters.join_changes(conn, run, round_, ts, spec.ask_timeout_s)
+    done_ = when_free(lambda: attempt(rt, op), f"tool {call.call_id} of {run.id}")
+    return "committed" if done_ is not None else "lost"

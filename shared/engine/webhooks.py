@@ -1,9 +1,10 @@
-"""Outbound webhooks (issue #9): sign one delivery (Standard Webhooks), POST it, log the try,
+"""Outbound webhooks: sign one delivery (Standard Webhooks), POST it, log the try,
 schedule the next.
 
 One ``deliver`` call is one HTTP try, claimed first so two copies of the message never send at
 once. Every try of a delivery carries the same ``webhook-id`` (receivers deduplicate on it) and
-a fresh ``webhook-timestamp`` and ``webhook-signature``. A failed try leaves the outbox row in
+a fresh ``webhook-timestamp`` and ``webhook-signature`` — and, for a waiting run, a fresh
+resume token minted for that try (the stored body holds none). A failed try leaves the outbox row in
 place, due at the next try: 5 s, 15 s, 45 s, ... (x3, at most 4 h apart, with jitter), for 24 h;
 the reaper re-sends it when due, so no Celery countdown comes near the visibility timeout.
 
@@ -15,6 +16,9 @@ webhook host (``TREADLE_WEBHOOK_URL``) is allowed. Deliveries run on their own q
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 import logging
 import os
@@ -34,11 +38,22 @@ from shared.store.deliveries import Attempt, Row
 from shared.store.tables import outbox
 from shared.tools.netguard import safe_request
 
-__all__ = ["MAX_GAP", "deliver", "next_attempt_at", "send", "sign_headers"]
+__all__ = [
+    "MAX_GAP",
+    "TENANT_SECRET",
+    "deliver",
+    "next_attempt_at",
+    "send",
+    "sign_headers",
+    "tenant_secret",
+]
 
 log = logging.getLogger("treadle.webhook")
 MAX_GAP = 4 * 3600.0  # longest wait between two tries
 USER_AGENT = "treadle-webhooks/1"
+# a delivery's secret_env "tenant:NAME": sign with the tenant's secret derived from env NAME
+# (a submitted spec cannot name it: its secret_env must be a plain variable name)
+TENANT_SECRET = "tenant:"
 
 
 def deliver(rt: Runtime, delivery_id: str, outbox_id: int | None) -> str:
@@ -49,14 +64,21 @@ def deliver(rt: Runtime, delivery_id: str, outbox_id: int | None) -> str:
         if d is None:
             _drop_if_settled(conn, delivery_id, outbox_id)
             return "stale"
-    attempt = send(d, rt.settings)
+        body = deliveries.with_fresh_tokens(conn, d, repo.now())
+    attempt = send(d, rt.settings, body)
     ts = repo.now()
     nxt = next_attempt_at(d, attempt, rt.settings, ts)
     with rt.engine.begin() as conn:
         status = deliveries.finish_attempt(conn, d, attempt, nxt, outbox_id, ts)
     if status != "delivered":
-        log.info("webhook %s to %s: try %d %s (%s)", d["id"], d["url"], d["attempts"], status,
-                 attempt.error or attempt.status_code)
+        log.info(
+            "webhook %s to %s: try %d %s (%s)",
+            d["id"],
+            d["url"],
+            d["attempts"],
+            status,
+            attempt.error or attempt.status_code,
+        )
     return status
 
 
@@ -82,22 +104,37 @@ def next_attempt_at(d: Row, attempt: Attempt, settings: Settings, ts: float) -> 
 
 def sign_headers(delivery_id: str, ts: float, body: str, secret: str | None) -> dict[str, str]:
     """Standard Webhooks headers; unsigned (no ``webhook-signature``) without a secret."""
-    headers = {"webhook-id": delivery_id, "webhook-timestamp": str(int(ts)),
-               "content-type": "application/json", "user-agent": USER_AGENT}
+    headers = {
+        "webhook-id": delivery_id,
+        "webhook-timestamp": str(int(ts)),
+        "content-type": "application/json",
+        "user-agent": USER_AGENT,
+    }
     if secret:
         when = datetime.fromtimestamp(int(ts), tz=UTC)
         headers["webhook-signature"] = Webhook(secret).sign(delivery_id, when, body)
     return headers
 
 
+def tenant_secret(operator_secret: str, tenant: str) -> str:
+    """A tenant's own webhook secret, derived from the operator's (``whsec_...``): a facade
+    webhook of a tenant is signed with it, so the tenant can check its webhooks without ever
+    holding the operator's secret (``treadle keys webhook-secret`` prints it)."""
+    key = base64.b64decode(operator_secret.removeprefix("whsec_"))  # Standard Webhooks form
+    derived = hmac.new(key, f"treadle-tenant:{tenant}".encode(), hashlib.sha256).digest()
+    return "whsec_" + base64.b64encode(derived).decode()
+
+
 def _secret(d: Row) -> str | None:
-    name = d["secret_env"]
+    name = str(d["secret_env"] or "")
     if not name:
         return None
+    derive = name.startswith(TENANT_SECRET)
+    name = name.removeprefix(TENANT_SECRET)
     value = os.environ.get(name)
     if not value:
         raise ToolError(f"webhook secret env {name} is not set on this worker")
-    return value
+    return tenant_secret(value, str(d["tenant"])) if derive else value
 
 
 def _allow_hosts(settings: Settings) -> list[str]:
@@ -107,17 +144,24 @@ def _allow_hosts(settings: Settings) -> list[str]:
     return hosts
 
 
-def send(d: Row, settings: Settings) -> Attempt:
-    """POST the delivery's body, signed now. Never raises: a failure is the attempt's error."""
+def send(d: Row, settings: Settings, body: str | None = None) -> Attempt:
+    """POST the delivery's body (or ``body``: this try's, with its resume token), signed now.
+    Never raises: a failure is the attempt's error."""
     started, t0 = repo.now(), time.monotonic()
-    payload = json.loads(d["body"])
+    payload = json.loads(d["body"] if body is None else body)
     # the exact bytes safe_request sends for json=payload: what the signature must cover
     body = json.dumps(payload, ensure_ascii=False)
     try:
         headers = sign_headers(d["id"], started, body, _secret(d))
-        resp = safe_request("POST", d["url"], headers=headers, json=payload,
-                            timeout=settings.webhook_timeout, max_bytes=4096,
-                            allow_hosts=_allow_hosts(settings))
+        resp = safe_request(
+            "POST",
+            d["url"],
+            headers=headers,
+            json=payload,
+            timeout=settings.webhook_timeout,
+            max_bytes=4096,
+            allow_hosts=_allow_hosts(settings),
+        )
     except (ToolError, ValueError) as exc:
         return Attempt(started, _ms(t0), error=str(exc) or type(exc).__name__)
     return Attempt(started, _ms(t0), status_code=resp.status_code, response=resp.text[:500])

@@ -1,15 +1,20 @@
 """The model seam: a ``ChatModel`` turns a ``ModelRequest`` into one assembled ``Reply``.
 
 Deltas are reported to ``on_delta`` while the reply streams, so callers can publish them live.
+``abort`` (``shared.llm.abort``) stops the call from outside: at the run's deadline, or when
+the caller cancels it; the call then raises ``shared.errors.Aborted``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from shared.agent.messages import Message, Reply
+
+if TYPE_CHECKING:
+    from shared.llm.abort import Abort
 
 __all__ = ["ChatModel", "Delta", "DeltaSink", "ModelRequest", "ToolDef"]
 
@@ -59,4 +64,9 @@ DeltaSink = Callable[[Delta], None]
 class ChatModel(Protocol):
     """Anything that can answer a chat request."""
 
-    def complete(self, request: ModelRequest, on_delta: DeltaSink | None = None) -> Reply: ...
+    def complete(
+        self,
+        request: ModelRequest,
+        on_delta: DeltaSink | None = None,
+        abort: Abort | None = None,
+    ) -> Reply: ...

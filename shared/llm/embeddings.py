@@ -25,26 +25,36 @@ def embed(profile: ModelProfile, texts: Sequence[str]) -> list[list[float]]:
     """One vector per text, in order (batches of ``BATCH``)."""
     out: list[list[float]] = []
     for start in range(0, len(texts), BATCH):
-        out += _embed_batch(profile, list(texts[start:start + BATCH]))
+        out += _embed_batch(profile, list(texts[start : start + BATCH]))
     return out
 
 
 def _embed_batch(profile: ModelProfile, texts: list[str]) -> list[list[float]]:
     url = profile.base_url.rstrip("/") + "/embeddings"
-    timeout = httpx.Timeout(connect=profile.timeout_connect, read=profile.timeout_read,
-                            write=profile.timeout_read, pool=profile.timeout_read)
+    timeout = httpx.Timeout(
+        connect=profile.timeout_connect,
+        read=profile.timeout_read,
+        write=profile.timeout_read,
+        pool=profile.timeout_read,
+    )
     try:
         response = http_client(profile.base_url).post(
-            url, json={"model": profile.model, "input": texts}, headers=_headers(profile),
-            timeout=timeout)
+            url,
+            json={"model": profile.model, "input": texts},
+            headers=_headers(profile),
+            timeout=timeout,
+        )
     except httpx.HTTPError as exc:
         raise TransientModelError(f"embeddings: {type(exc).__name__}: {exc}") from exc
     if response.status_code == 429 or response.status_code >= 500:
-        raise TransientModelError(f"embeddings: HTTP {response.status_code}",
-                                  status=response.status_code)
+        raise TransientModelError(
+            f"embeddings: HTTP {response.status_code}", status=response.status_code
+        )
     if response.status_code != 200:
-        raise FatalModelError(f"embeddings: HTTP {response.status_code}: {response.text[:300]}",
-                              status=response.status_code)
+        raise FatalModelError(
+            f"embeddings: HTTP {response.status_code}: {response.text[:300]}",
+            status=response.status_code,
+        )
     return _vectors(response, len(texts))
 
 
@@ -64,6 +74,8 @@ def _headers(profile: ModelProfile) -> dict[str, str]:
         return {}
     key = os.environ.get(profile.api_key_env)
     if not key:
-        raise FatalModelError(f"embeddings profile {profile.name!r}: environment variable "
-                              f"{profile.api_key_env} is not set")
+        raise FatalModelError(
+            f"embeddings profile {profile.name!r}: environment variable "
+            f"{profile.api_key_env} is not set"
+        )
     return {"Authorization": f"Bearer {key}"}

@@ -13,7 +13,14 @@ latency per chunk or before the first byte, a stall mid-stream, 400 when tools a
 any status with a JSON body and headers, a cut connection (no ``[DONE]``, the client sees a
 broken chunked body), ``error`` chunks, ``event: error``, non-streaming JSON, or a verbatim
 recorded SSE body. ``requests`` records every body and its headers; ``max_concurrency`` is
-the most requests seen in flight at once.
+the most requests seen in flight at once; ``disconnects`` the times (epoch seconds) clients
+closed a connection before its reply had been sent in full (a cancelled stream).
+
+Strict by default, as OpenAI is: a request whose transcript leaves an assistant tool call
+without its tool message, or has a tool message without a call, gets HTTP 400 with OpenAI's
+message (``shared.llm.wire_check``) and takes no programmed reply; ``violations`` lists them.
+``strict=False`` turns the check off (to test how a client reacts to a lenient server). Leaving
+the ``with`` block with violations not cleared by ``reset()`` raises ``AssertionError``.
 
 CLI: ``python -m shared.llm.fake_server --port 8765`` serves the echo responder.
 """
@@ -41,7 +48,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from shared.llm.scripted import estimate_tokens
+from shared.agent.tokens import estimate_tokens
+from shared.llm.wire_check import error_body, transcript_problem
 
 __all__ = [
     "FakeLLMServer",
@@ -148,14 +156,23 @@ class _QuietFaults(logging.Filter):
 class FakeState:
     """Programmed replies, recorded requests and concurrency counters (thread-safe)."""
 
-    def __init__(self, responder: Responder | None = None, *, reject_tools: bool = False) -> None:
+    def __init__(
+        self,
+        responder: Responder | None = None,
+        *,
+        reject_tools: bool = False,
+        strict: bool = True,
+    ) -> None:
         self._lock = threading.Lock()
         self._queue: deque[ReplySpec] = deque()
         self._requests: list[RecordedRequest] = []
+        self._violations: list[str] = []
         self.responder: Responder | None = responder
         self.reject_tools = reject_tools
+        self.strict = self._strict_default = strict
         self.in_flight = 0
         self.max_concurrency = 0
+        self._disconnects: list[float] = []
 
     def enqueue(self, spec: SpecLike) -> None:
         with self._lock:
@@ -169,8 +186,11 @@ class FakeState:
         with self._lock:
             self._queue.clear()
             self._requests.clear()
+            self._violations.clear()
+            self._disconnects.clear()
             self.responder = None
             self.reject_tools = False
+            self.strict = self._strict_default
             self.max_concurrency = self.in_flight
 
     @property
@@ -182,6 +202,33 @@ class FakeState:
     def pending(self) -> int:
         with self._lock:
             return len(self._queue)
+
+    @property
+    def disconnects(self) -> list[float]:
+        """When clients closed a connection mid-reply (epoch seconds), in order."""
+        with self._lock:
+            return list(self._disconnects)
+
+    def disconnected(self) -> None:
+        with self._lock:
+            self._disconnects.append(time.time())
+
+    @property
+    def violations(self) -> list[str]:
+        """The transcript problems of the requests refused in strict mode."""
+        with self._lock:
+            return list(self._violations)
+
+    def check(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The 400 body for a transcript a strict provider refuses, else None."""
+        if not self.strict:
+            return None
+        problem = transcript_problem(body["messages"])
+        if problem is None:
+            return None
+        with self._lock:
+            self._violations.append(problem[1])
+        return error_body(*problem)
 
     def record(self, request: RecordedRequest) -> None:
         with self._lock:
@@ -398,14 +445,18 @@ class _ClientGone(Exception):
 class _Connection:
     """Watches for the client's disconnect so injected sleeps end with the connection."""
 
-    def __init__(self, receive: Receive) -> None:
+    def __init__(self, receive: Receive, on_gone: Callable[[], None]) -> None:
         self._gone = asyncio.Event()
+        self._on_gone = on_gone
+        self.done = False  # the reply was sent in full: a later disconnect is no news
         self._task = asyncio.create_task(self._watch(receive))
 
     async def _watch(self, receive: Receive) -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
         self._gone.set()
+        if not self.done:
+            self._on_gone()
 
     async def sleep(self, seconds: float) -> None:
         if seconds <= 0:
@@ -480,10 +531,15 @@ class _ChatEndpoint:
             await _send_body(send, 400, {"error": {"message": "`messages` is required"}})
             return
         self.state.record(RecordedRequest(request.url.path, body, dict(request.headers)))
+        refused = self.state.check(body)
+        if refused is not None:
+            await _send_body(send, 400, refused)
+            return
         self.state.enter()
-        conn = _Connection(receive)
+        conn = _Connection(receive, self.state.disconnected)
         try:
             await _serve(self.state, self.state.next_spec(body), body, send, conn)
+            conn.done = True
         except _ClientGone:
             return
         finally:
@@ -524,8 +580,9 @@ class FakeLLMServer:
         host: str = "127.0.0.1",
         port: int = 0,
         reject_tools: bool = False,
+        strict: bool = True,
     ) -> None:
-        self.state = FakeState(responder, reject_tools=reject_tools)
+        self.state = FakeState(responder, reject_tools=reject_tools, strict=strict)
         self.app = create_app(self.state)
         self.host = host
         self._port = port
@@ -576,6 +633,10 @@ class FakeLLMServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+        if exc_type is None and self.violations:
+            # a request a strict provider refuses can still end well (the client's fallback to
+            # prompt mode, SPEC M-6, hides it): fail the test that sent it
+            raise AssertionError(f"requests a strict provider refuses: {self.violations}")
 
     # -- programming and inspection
 
@@ -603,6 +664,14 @@ class FakeLLMServer:
     def reject_tools(self, value: bool) -> None:
         self.state.reject_tools = value
 
+    @property
+    def strict(self) -> bool:
+        return self.state.strict
+
+    @strict.setter
+    def strict(self, value: bool) -> None:
+        self.state.strict = value
+
     def enqueue(self, spec: SpecLike) -> None:
         self.state.enqueue(spec)
 
@@ -625,6 +694,15 @@ class FakeLLMServer:
         return self.state.max_concurrency
 
     @property
+    def disconnects(self) -> list[float]:
+        """When clients closed a connection mid-reply (epoch seconds), in order."""
+        return self.state.disconnects
+
+    @property
+    def violations(self) -> list[str]:
+        return self.state.violations
+
+    @property
     def pending(self) -> int:
         return self.state.pending
 
@@ -640,6 +718,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--chunk-latency", type=float, default=0.0, help="seconds per chunk")
     parser.add_argument("--first-byte-latency", type=float, default=0.0, help="seconds")
     parser.add_argument("--log-level", default="warning")
+    parser.add_argument(
+        "--lenient", action="store_true", help="accept dangling tool calls (no strict check)"
+    )
     args = parser.parse_args(argv)
 
     def responder(body: dict[str, Any]) -> ReplySpec:
@@ -651,7 +732,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
 
     logging.getLogger("uvicorn.error").addFilter(_QUIET)
-    app = create_app(FakeState(responder))
+    app = create_app(FakeState(responder, strict=not args.lenient))
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
 
 

@@ -5,6 +5,10 @@ One ``complete()`` is one model turn for the loop. It may make more than one HTT
 length continuations (M-10). It never retries transient errors itself: it raises
 ``TransientModelError`` (with ``status`` and ``retry_after``) and the round task backs off
 (``shared.llm.backoff``).
+
+Given an ``Abort`` (``shared.llm.abort``), every HTTP call of the turn ends when it fires: its
+deadline shortens the timeouts, and the socket is shut down at the deadline or on
+``cancel()`` (a silent stream included). The turn then raises the handle's ``Aborted``.
 """
 
 from __future__ import annotations
@@ -25,11 +29,19 @@ from httpx_sse import EventSource, ServerSentEvent, connect_sse
 
 from shared.agent.messages import Message, Reply, Usage
 from shared.agent.spec import ModelProfile
-from shared.errors import FatalModelError, ModelError, ToolsRejected, TransientModelError
+from shared.agent.tokens import estimate_tokens
+from shared.errors import (
+    Aborted,
+    FatalModelError,
+    ModelError,
+    ToolsRejected,
+    TransientModelError,
+)
+from shared.llm import abort as aborts
+from shared.llm.abort import Abort
 from shared.llm.backoff import parse_retry_after
 from shared.llm.base import Delta, DeltaSink, ModelRequest, ToolDef
 from shared.llm.prompt_mode import PromptDeltaGate, parse_prompt_reply, to_prompt_messages
-from shared.llm.scripted import estimate_tokens
 from shared.llm.stream import (
     StreamAccumulator,
     error_for_status,
@@ -53,6 +65,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 WireMode = Literal["native", "function", "prompt"]
+DEFAULT_RETRY_AFTER_CAP_S = 60.0
 CONTINUE_PROMPT = "Continue exactly where your last message stopped. Do not repeat anything."
 
 # --------------------------------------------------------------------------- remembered modes
@@ -86,25 +99,6 @@ def reset_tool_modes() -> None:
 # --------------------------------------------------------------------------- request bodies
 
 
-def _is_blank(content: Any) -> bool:
-    if content is None:
-        return True
-    if isinstance(content, str):
-        return not content.strip()
-    return all(
-        p.get("type") == "text" and not str(p.get("text", "")).strip()
-        for p in content
-        if isinstance(p, dict)
-    )
-
-
-def _keep(msg: Message) -> bool:
-    """SPEC M-5: user/assistant turns with blank content and no tool calls are dropped."""
-    return (
-        msg.role not in ("user", "assistant") or bool(msg.tool_calls) or not _is_blank(msg.content)
-    )
-
-
 def _function_turns(messages: Sequence[Message]) -> Iterator[dict[str, Any]]:
     """Legacy ``function_call`` history: one call per assistant turn, results as ``function``."""
     names = {c.id: c.name for m in messages for c in m.tool_calls}
@@ -125,7 +119,7 @@ def _function_turns(messages: Sequence[Message]) -> Iterator[dict[str, Any]]:
 
 def wire_messages(messages: Sequence[Message], mode: WireMode = "native") -> list[dict[str, Any]]:
     """Messages as wire dicts (lowercase keys, SPEC M-5) for a tool mode."""
-    kept = [m for m in messages if _keep(m)]
+    kept = [m for m in messages if not m.droppable]
     if mode == "function":
         return list(_function_turns(kept))
     return [m.to_wire() for m in kept]
@@ -286,13 +280,18 @@ def _retry_after(response: httpx.Response, message: str) -> float | None:
     return seconds if seconds is not None else retry_after_in_text(message)
 
 
-def _http_error(response: httpx.Response, had_tools: bool) -> ModelError:
-    """SPEC M-8 (+ M-6): the typed error for a non-2xx response, with the provider message."""
+def _http_error(
+    response: httpx.Response, had_tools: bool, retry_after_cap: float = DEFAULT_RETRY_AFTER_CAP_S
+) -> ModelError:
+    """SPEC M-8 (+ M-6): the typed error for a non-2xx response, with the provider message.
+    A ``Retry-After`` is capped: the provider (perhaps a tenant's own server) does not decide
+    how long a profile pauses."""
     status = response.status_code
     message = f"HTTP {status}: {provider_message(_body_of(response)) or response.reason_phrase}"
     if status == 400 and had_tools:
         return ToolsRejected(message, status)
-    return error_for_status(status, message, _retry_after(response, message))
+    wait = _retry_after(response, message)
+    return error_for_status(status, message, None if wait is None else min(wait, retry_after_cap))
 
 
 def _transport_error(exc: Exception) -> TransientModelError:
@@ -326,12 +325,14 @@ class OpenAICompatModel:
         *,
         api_key: str | None = None,
         client: httpx.Client | None = None,
+        retry_after_cap: float = DEFAULT_RETRY_AFTER_CAP_S,
     ) -> None:
         self.profile = profile
         self.name = profile.name
         self._api_key = api_key
+        self._retry_after_cap = retry_after_cap
         self._owns_client = client is None
-        self._client = client or httpx.Client()
+        self._client = client or httpx.Client(transport=aborts.abortable_transport())
 
     def close(self) -> None:
         if self._owns_client:
@@ -339,8 +340,15 @@ class OpenAICompatModel:
 
     # -- public
 
-    def complete(self, request: ModelRequest, on_delta: DeltaSink | None = None) -> Reply:
-        sink: DeltaSink = on_delta or _noop
+    def complete(
+        self, request: ModelRequest, on_delta: DeltaSink | None = None, abort: Abort | None = None
+    ) -> Reply:
+        if abort is None:
+            return self._complete(request, on_delta or _noop)
+        with abort.bound():
+            return self._complete(request, on_delta or _noop)
+
+    def _complete(self, request: ModelRequest, sink: DeltaSink) -> Reply:
         mode = self._mode()
         if mode == "prompt":
             return self._prompt_turn(request, sink)
@@ -425,13 +433,21 @@ class OpenAICompatModel:
     # -- one HTTP call
 
     def _call(self, body: dict[str, Any], sink: DeltaSink) -> Reply:
-        deadline = time.monotonic() + self.profile.timeout_total
+        abort = aborts.current()
+        total = abort.limit(self.profile.timeout_total) if abort else self.profile.timeout_total
+        deadline = time.monotonic() + (total or 0.0)
         try:
+            if abort is not None:
+                abort.check()
             if body.get("stream"):
                 reply = self._stream(body, sink, deadline)
             else:
                 reply = self._post(body, sink, deadline)
-        except (httpx.RequestError, _TotalTimeout) as exc:
+        except (httpx.RequestError, httpx.StreamError, _TotalTimeout, ModelError) as exc:
+            if abort is not None and abort.fired and not isinstance(exc, Aborted):
+                raise abort.error() from exc  # the handle shut the socket, not the provider
+            if isinstance(exc, ModelError):
+                raise
             raise _transport_error(exc) from exc
         if reply.usage is None:
             reply = replace(reply, usage=_estimate_usage(body, reply))
@@ -460,7 +476,7 @@ class OpenAICompatModel:
     def _check(self, response: httpx.Response, body: dict[str, Any]) -> None:
         if response.status_code >= 300:
             response.read()
-            raise _http_error(response, _has_tools(body))
+            raise _http_error(response, _has_tools(body), self._retry_after_cap)
 
     @staticmethod
     def _from_completion(response: httpx.Response, sink: DeltaSink) -> Reply:
@@ -499,7 +515,10 @@ def _consume(source: EventSource, sink: DeltaSink, deadline: float) -> Reply:
     """SPEC M-2: read SSE events until ``[DONE]`` or the end of the body."""
     acc = StreamAccumulator()
     done = False
+    abort = aborts.current()
     for event in source.iter_sse():
+        if abort is not None:
+            abort.check()
         if time.monotonic() > deadline:
             raise _TotalTimeout
         if event.data.strip() == "[DONE]":

@@ -1,8 +1,14 @@
 """Model profiles: load them from a file, resolve a spec's ``model``, build the ``ChatModel``.
 
 A profile file is TOML (``[profiles.NAME]`` tables) or YAML/JSON (``profiles: {NAME: {...}}``);
-each entry becomes ``ModelProfile(name=NAME, ...)``. ``demo`` is built in. HTTP clients are
-shared per base URL and per process (a forked worker never reuses its parent's sockets).
+each entry becomes ``ModelProfile(name=NAME, ...)``, marked as the operator's. ``demo`` is
+built in. HTTP clients are shared per base URL and per process (a forked worker never reuses
+its parent's sockets); their connections obey the caller's ``Abort`` (``shared.llm.abort``).
+A profile that came inline in a tenant's spec gets a client whose connections go through the
+SSRF guard and are pinned to the address it checked (``shared.tools.netguard``), so DNS
+rebinding after the check at submit cannot turn it to a private address; an operator's
+profile, and any profile of the keyless operator's own runs (tenant ``default``, auth off),
+is trusted. Proxies from the environment are not used.
 """
 
 from __future__ import annotations
@@ -20,10 +26,13 @@ import yaml
 from pydantic import ValidationError
 
 from shared.agent.spec import ModelProfile
-from shared.errors import ConfigError
+from shared.config import DEFAULT_TENANT, get_settings
+from shared.errors import ConfigError, FatalModelError
+from shared.llm.abort import abortable_transport
 from shared.llm.base import ChatModel
 from shared.llm.openai_compat import OpenAICompatModel
 from shared.llm.scripted import DemoModel, ScriptedModel
+from shared.tracing import traced_model
 
 __all__ = [
     "DEMO_PROFILE",
@@ -35,9 +44,9 @@ __all__ = [
     "resolve_profile",
 ]
 
-DEMO_PROFILE = ModelProfile(name="demo", provider="demo")
+DEMO_PROFILE = ModelProfile(name="demo", provider="demo").as_operator()
 
-_clients: dict[tuple[int, str], httpx.Client] = {}
+_clients: dict[tuple[int, str, tuple[str, ...] | None], httpx.Client] = {}
 _clients_lock = threading.Lock()
 _LIMITS = httpx.Limits(max_connections=256, max_keepalive_connections=64, keepalive_expiry=30.0)
 
@@ -67,7 +76,8 @@ def parse_profiles(document: Any, source: str = "profiles") -> dict[str, ModelPr
         if not isinstance(fields, Mapping):
             raise ConfigError(f"{source}: profile {name!r} must be a table")
         try:
-            profiles[str(name)] = ModelProfile.model_validate({**fields, "name": str(name)})
+            profile = ModelProfile.model_validate({**fields, "name": str(name)})
+            profiles[str(name)] = profile.as_operator()
         except ValidationError as exc:
             raise ConfigError(f"{source}: profile {name!r} is invalid: {exc}") from exc
     return profiles
@@ -93,14 +103,31 @@ def resolve_profile(
     raise ConfigError(f"unknown model profile {model!r}; known profiles: {known}")
 
 
-def http_client(base_url: str) -> httpx.Client:
-    """The shared, thread-safe ``httpx.Client`` for a base URL in this process."""
-    key = (os.getpid(), base_url.rstrip("/"))
+def http_client(base_url: str, guard: tuple[str, ...] | None = None) -> httpx.Client:
+    """The shared, thread-safe ``httpx.Client`` for a base URL in this process. ``guard``: the
+    SSRF allow-list for a tenant's endpoint (connections checked and pinned); None: trusted."""
+    key = (os.getpid(), base_url.rstrip("/"), guard)
     with _clients_lock:
         client = _clients.get(key)
         if client is None or client.is_closed:
-            client = _clients[key] = httpx.Client(limits=_LIMITS)
+            client = _clients[key] = _new_client(guard)
         return client
+
+
+def _new_client(guard: tuple[str, ...] | None) -> httpx.Client:
+    from shared.tools.netguard import GuardedBackend
+
+    backend = None if guard is None else GuardedBackend(guard, refuse=FatalModelError)
+    return httpx.Client(transport=abortable_transport(backend, limits=_LIMITS))
+
+
+def _guard(profile: ModelProfile, tenant: str, allow_hosts: str | None) -> tuple[str, ...] | None:
+    """The SSRF allow-list for a tenant's own endpoint; None for a trusted one."""
+    if profile.operator or tenant == DEFAULT_TENANT:
+        return None
+    if allow_hosts is None:
+        allow_hosts = get_settings().allow_hosts
+    return tuple(h.strip() for h in allow_hosts.split(",") if h.strip())
 
 
 def close_http_clients() -> None:
@@ -112,8 +139,17 @@ def close_http_clients() -> None:
         client.close()
 
 
-def make_model(profile: ModelProfile) -> ChatModel:
-    """The ``ChatModel`` for a profile: demo, scripted, or an OpenAI-compatible endpoint."""
+def make_model(
+    profile: ModelProfile, tenant: str = DEFAULT_TENANT, allow_hosts: str | None = None
+) -> ChatModel:
+    """The ``ChatModel`` for a profile: demo, scripted, or an OpenAI-compatible endpoint
+    (each call a span when tracing is on). ``tenant``: whose run calls it (a tenant's inline
+    endpoint is guarded and pinned); ``allow_hosts``: the SSRF allow-list setting (default:
+    ``TREADLE_ALLOW_HOSTS``)."""
+    return traced_model(_model(profile, tenant, allow_hosts), profile)
+
+
+def _model(profile: ModelProfile, tenant: str, allow_hosts: str | None) -> ChatModel:
     if profile.provider == "demo":
         return DemoModel()
     if profile.provider == "scripted":
@@ -122,4 +158,10 @@ def make_model(profile: ModelProfile) -> ChatModel:
         return ScriptedModel(profile.replies, name=profile.name)
     if not profile.base_url:
         raise ConfigError(f"model profile {profile.name!r} has no base_url")
-    return OpenAICompatModel(profile, client=http_client(profile.base_url))
+    guard = _guard(profile, tenant, allow_hosts)
+    client = http_client(profile.base_url, guard)
+    return OpenAICompatModel(profile, client=client, retry_after_cap=_retry_after_cap())
+
+
+def _retry_after_cap() -> float:
+    return get_settings().retry_after_max_s

@@ -4,6 +4,11 @@ acquire), or inside one process in embedded mode.
 
 ``acquire`` never blocks: it returns a permit, or how long to wait. A round that must wait
 gives its thread back and is retried later (the run holds no thread while it waits).
+
+Keys (``limit_key``): an operator's profile is limited by its name, for every tenant that
+names it; a profile that came inline in a spec by tenant, name, endpoint and model, so one
+tenant's endpoint (and the 429s it answers) never touches another tenant's runs. A pause is
+at most ``max_pause`` seconds, whatever ``Retry-After`` said (``TREADLE_RETRY_AFTER_MAX_S``).
 """
 
 from __future__ import annotations
@@ -15,7 +20,18 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["Limits", "LocalLimiter", "Permit", "RateLimiter", "RedisLimiter", "limits_of"]
+__all__ = [
+    "DEFAULT_MAX_PAUSE_S",
+    "Limits",
+    "LocalLimiter",
+    "Permit",
+    "RateLimiter",
+    "RedisLimiter",
+    "limit_key",
+    "limits_of",
+]
+
+DEFAULT_MAX_PAUSE_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +46,13 @@ class Limits:
             v is not None
             for v in (self.max_concurrent, self.requests_per_minute, self.tokens_per_minute)
         )
+
+
+def limit_key(profile: Any, tenant: str) -> str:
+    """The fleet-limit key of a model call (see the module doc)."""
+    if getattr(profile, "operator", False):
+        return str(profile.name)
+    return f"inline:{tenant}:{profile.name}:{profile.base_url}|{profile.model}"
 
 
 def limits_of(profile: Any) -> Limits:
@@ -57,6 +80,10 @@ class RateLimiter(Protocol):
     def release(self, permit: Permit) -> None: ...
 
     def pause(self, key: str, seconds: float) -> None: ...
+
+    def paused(self, key: str) -> float:
+        """Seconds left of the fleet-wide pause of ``key`` (0: not paused)."""
+        ...
 
 
 # KEYS: sem, req, tok, pause   ARGV: now_ms, holder, ttl_ms, max_conc, rpm, tpm, tokens
@@ -110,12 +137,15 @@ class RedisLimiter:
     """Limits shared by all workers. Concurrency slots expire after ``ttl`` (a killed worker
     frees its slot by itself)."""
 
-    def __init__(self, url: str, prefix: str = "treadle:limit:") -> None:
+    def __init__(
+        self, url: str, prefix: str = "treadle:limit:", max_pause: float = DEFAULT_MAX_PAUSE_S
+    ) -> None:
         import redis
 
         self._redis = redis.Redis.from_url(url, socket_timeout=5)
         self._script = self._redis.register_script(_ACQUIRE)
         self.prefix = prefix
+        self.max_pause = max_pause
 
     def _keys(self, key: str) -> list[str]:
         p = f"{self.prefix}{key}"
@@ -148,8 +178,13 @@ class RedisLimiter:
             self._redis.zrem(self._keys(permit.key)[0], permit.holder)
 
     def pause(self, key: str, seconds: float) -> None:
+        seconds = min(seconds, self.max_pause)
         if seconds > 0:
             self._redis.set(self._keys(key)[3], "1", px=int(seconds * 1000))
+
+    def paused(self, key: str) -> float:
+        left = int(self._redis.pttl(self._keys(key)[3]))  # -2: no key, -1: no expiry
+        return left / 1000 if left > 0 else 0.0
 
 
 @dataclass
@@ -163,9 +198,10 @@ class _Local:
 class LocalLimiter:
     """The same limits inside one process (embedded mode)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_pause: float = DEFAULT_MAX_PAUSE_S) -> None:
         self._state: dict[str, _Local] = {}
         self._lock = threading.Lock()
+        self.max_pause = max_pause
 
     def acquire(self, key: str, limits: Limits, tokens: int, ttl: float) -> Permit:
         if not limits.any:
@@ -209,6 +245,12 @@ class LocalLimiter:
                     st.holders.pop(permit.holder, None)
 
     def pause(self, key: str, seconds: float) -> None:
+        seconds = min(seconds, self.max_pause)
         with self._lock:
             st = self._state.setdefault(key, _Local())
             st.paused_until = max(st.paused_until, time.time() + seconds)
+
+    def paused(self, key: str) -> float:
+        with self._lock:
+            st = self._state.get(key)
+            return max(0.0, st.paused_until - time.time()) if st is not None else 0.0

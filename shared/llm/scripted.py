@@ -2,7 +2,8 @@
 
 Both are stateless: the reply is chosen from the request alone (the number of assistant
 messages after the last user turn), so any worker process, or a retry after a crash, picks
-the same reply for the same round.
+the same reply for the same round. Both are strict like OpenAI: a request with an assistant
+tool call left without its tool message fails with a fatal 400 (``shared.llm.wire_check``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,13 @@ from typing import Any
 from shared.agent.compression import CHECKPOINT_KIND, CHECKPOINT_SYSTEM_PROMPT
 from shared.agent.messages import Message, Reply, ToolCall, Usage
 from shared.agent.tokens import estimate_tokens
+from shared.errors import FatalModelError
+from shared.llm.abort import Abort
 from shared.llm.base import Delta, DeltaSink, ModelRequest
+from shared.llm.demo import demo_reply
+from shared.llm.wire_check import transcript_problem
 
-__all__ = ["DemoModel", "ScriptedModel", "estimate_tokens", "round_index"]
+__all__ = ["DemoModel", "ScriptedModel", "check_transcript", "round_index"]
 
 
 def _request_tokens(request: ModelRequest) -> int:
@@ -60,6 +65,14 @@ def _checkpoint_reply(request: ModelRequest) -> Reply:
         f"<context_checkpoint>Work so far (scripted). scripted-rounds={rounds}</context_checkpoint>"
     )
     return Reply(text=text, finish_reason="stop")
+
+
+def check_transcript(request: ModelRequest) -> None:
+    """Refuse, as a strict provider does, a transcript with a dangling tool call or an orphan
+    tool message (only what would be sent is checked: SPEC M-5 drops blank turns)."""
+    problem = transcript_problem([m.to_wire() for m in request.messages if not m.droppable])
+    if problem is not None:
+        raise FatalModelError(problem[1], status=400)
 
 
 def _log_call(name: str) -> None:
@@ -129,73 +142,35 @@ class ScriptedModel:
         self.replies = list(replies)
         self.name = name
 
-    def complete(self, request: ModelRequest, on_delta: DeltaSink | None = None) -> Reply:
+    def complete(
+        self, request: ModelRequest, on_delta: DeltaSink | None = None, abort: Abort | None = None
+    ) -> Reply:
         _log_call(self.name)
+        check_transcript(request)
         if _is_checkpoint_request(request):
             return _with_usage(_checkpoint_reply(request), request, self.name)
         idx = min(round_index(request.messages), len(self.replies) - 1)
         spec = self.replies[idx]
         if spec.get("sleep"):
-            time.sleep(float(spec["sleep"]))
+            (abort or Abort()).wait(float(spec["sleep"]))  # a stalled provider, interruptible
         reply = _reply_from_dict(spec, idx)
         _stream(reply, on_delta)
         return _with_usage(reply, request, self.name)
 
 
-_TIME_WORDS = ("time", "clock", "date", "几点", "时间")
-
-
 class DemoModel:
-    """The built-in offline ``demo`` model: a tiny, deterministic 'assistant'.
-
-    With tools it calls ``current_time`` when the question mentions time and ``calculator``
-    when the question holds an arithmetic expression; then it answers from the tool results.
-    Without tools it answers in one reply.
-    """
+    """The built-in offline ``demo`` model: deterministic replies that show every feature
+    (plans, asks, tools, writes for approval, the helper kinds; see ``shared.llm.demo``)."""
 
     name = "demo"
 
-    def complete(self, request: ModelRequest, on_delta: DeltaSink | None = None) -> Reply:
+    def complete(
+        self, request: ModelRequest, on_delta: DeltaSink | None = None, abort: Abort | None = None
+    ) -> Reply:
         _log_call(self.name)
-        reply = self._decide(request)
+        if abort is not None:
+            abort.check()
+        check_transcript(request)
+        reply = demo_reply(request)
         _stream(reply, on_delta)
         return _with_usage(reply, request, self.name)
-
-    def _decide(self, request: ModelRequest) -> Reply:
-        msgs = request.messages
-        question = next((m.text for m in reversed(msgs) if m.role == "user"), "")
-        tool_names = {t.name for t in request.tools}
-        results = [m for m in msgs if m.role == "tool" and not m.kind]  # not a thread's history
-        if request.tool_choice != "none" and not results:
-            calls = self._plan_calls(question, tool_names)
-            if calls:
-                return Reply(
-                    reasoning="The question needs a tool; calling it first.",
-                    tool_calls=tuple(calls),
-                    finish_reason="tool_calls",
-                )
-        if results:
-            facts = "; ".join(f"{m.name or 'tool'}: {m.text}" for m in results[-3:])
-            return Reply(
-                reasoning="I have the tool results; composing the answer.",
-                text=f"Here is what I found. {facts}",
-                finish_reason="stop",
-            )
-        return Reply(
-            reasoning="A direct question; answering it.",
-            text=f"Hello! You asked: {question.strip()[:200]}. This is treadle's offline demo "
-            "model answering.",
-            finish_reason="stop",
-        )
-
-    @staticmethod
-    def _plan_calls(question: str, tool_names: set[str]) -> list[ToolCall]:
-        calls: list[ToolCall] = []
-        low = question.lower()
-        if "current_time" in tool_names and any(w in low for w in _TIME_WORDS):
-            calls.append(ToolCall(id="call_demo_time", name="current_time", arguments="{}"))
-        expr = re.search(r"[\d.]+(?:\s*[-+*/^]\s*\(?[\d.]+\)?)+", question)
-        if "calculator" in tool_names and expr:
-            args = json.dumps({"expression": expr.group(0).strip()})
-            calls.append(ToolCall(id="call_demo_calc", name="calculator", arguments=args))
-        return calls

@@ -1,4 +1,4 @@
-"""Repository functions of the knowledge base (issue #10): datasets, documents, chunks and
+"""Repository functions of the knowledge base: datasets, documents, chunks and
 the full-text search, per dialect (migration 0006 made the index):
 
 * SQLite: FTS5 ``dataset_chunks_fts`` (porter stemming, unicode61) ranked by ``bm25``;
@@ -57,8 +57,12 @@ def find_datasets(conn: Connection, tenant: str, refs: Sequence[str]) -> list[Ro
 
 
 def list_datasets(conn: Connection, tenant: str, limit: int = 200) -> list[RowMapping]:
-    q = (sa.select(datasets).where(datasets.c.tenant == tenant)
-         .order_by(datasets.c.created_at.desc(), datasets.c.id.desc()).limit(limit))
+    q = (
+        sa.select(datasets)
+        .where(datasets.c.tenant == tenant)
+        .order_by(datasets.c.created_at.desc(), datasets.c.id.desc())
+        .limit(limit)
+    )
     return list(conn.execute(q).mappings())
 
 
@@ -67,28 +71,41 @@ def insert_document(
 ) -> RowMapping:
     """The document and its chunks (``{idx, text, search_text, source, embedding}``); the
     index follows by itself (SQLite triggers, PostgreSQL generated column)."""
-    doc = conn.execute(
-        sa.insert(dataset_documents).values(**row, chunks=len(chunks), created_at=ts)
-        .returning(*dataset_documents.c)
-    ).mappings().one()
+    doc = (
+        conn.execute(
+            sa.insert(dataset_documents)
+            .values(**row, chunks=len(chunks), created_at=ts)
+            .returning(*dataset_documents.c)
+        )
+        .mappings()
+        .one()
+    )
     if chunks:
-        conn.execute(sa.insert(dataset_chunks), [
-            {"dataset_id": row["dataset_id"], "document_id": row["id"], "created_at": ts, **c}
-            for c in chunks
-        ])
-    conn.execute(sa.update(datasets).where(datasets.c.id == row["dataset_id"])
-                 .values(updated_at=ts))
+        conn.execute(
+            sa.insert(dataset_chunks),
+            [
+                {"dataset_id": row["dataset_id"], "document_id": row["id"], "created_at": ts, **c}
+                for c in chunks
+            ],
+        )
+    conn.execute(
+        sa.update(datasets).where(datasets.c.id == row["dataset_id"]).values(updated_at=ts)
+    )
     return doc
 
 
 def set_embedding_model(conn: Connection, dataset_id: str, model: str) -> None:
-    conn.execute(sa.update(datasets).where(datasets.c.id == dataset_id)
-                 .values(embedding_model=model))
+    conn.execute(
+        sa.update(datasets).where(datasets.c.id == dataset_id).values(embedding_model=model)
+    )
 
 
 def list_documents(conn: Connection, dataset_id: str) -> list[RowMapping]:
-    q = (sa.select(dataset_documents).where(dataset_documents.c.dataset_id == dataset_id)
-         .order_by(dataset_documents.c.created_at, dataset_documents.c.id))
+    q = (
+        sa.select(dataset_documents)
+        .where(dataset_documents.c.dataset_id == dataset_id)
+        .order_by(dataset_documents.c.created_at, dataset_documents.c.id)
+    )
     return list(conn.execute(q).mappings())
 
 
@@ -129,8 +146,9 @@ def _pg_search(
         f"WHERE c.dataset_id IN :ids AND c.tsv @@ q.query {exclude}"
         "ORDER BY score DESC, c.id LIMIT :n"
     ).bindparams(sa.bindparam("ids", expanding=True))
-    rows = conn.execute(stmt, {"cfg": TS_CONFIG, "q": terms, "x": excluded,
-                               "ids": list(dataset_ids), "n": limit})
+    rows = conn.execute(
+        stmt, {"cfg": TS_CONFIG, "q": terms, "x": excluded, "ids": list(dataset_ids), "n": limit}
+    )
     return [(int(i), float(score)) for i, score in rows]
 
 
@@ -139,9 +157,15 @@ def chunks_by_id(conn: Connection, ids: Sequence[int]) -> dict[int, RowMapping]:
     if not ids:
         return {}
     q = (
-        sa.select(dataset_chunks.c.id, dataset_chunks.c.dataset_id, dataset_chunks.c.document_id,
-                  dataset_chunks.c.idx, dataset_chunks.c.text, dataset_chunks.c.source,
-                  dataset_documents.c.name.label("document"))
+        sa.select(
+            dataset_chunks.c.id,
+            dataset_chunks.c.dataset_id,
+            dataset_chunks.c.document_id,
+            dataset_chunks.c.idx,
+            dataset_chunks.c.text,
+            dataset_chunks.c.source,
+            dataset_documents.c.name.label("document"),
+        )
         .join(dataset_documents, dataset_documents.c.id == dataset_chunks.c.document_id)
         .where(dataset_chunks.c.id.in_(list(ids)))
     )
@@ -152,8 +176,13 @@ def embedded_chunks(
     conn: Connection, dataset_ids: Sequence[str], limit: int
 ) -> list[tuple[int, list[float]]]:
     """(chunk id, embedding) of the datasets' embedded chunks, at most ``limit``."""
-    q = (sa.select(dataset_chunks.c.id, dataset_chunks.c.embedding)
-         .where(dataset_chunks.c.dataset_id.in_(list(dataset_ids)),
-                dataset_chunks.c.embedding.is_not(None))
-         .order_by(dataset_chunks.c.id).limit(limit))
+    q = (
+        sa.select(dataset_chunks.c.id, dataset_chunks.c.embedding)
+        .where(
+            dataset_chunks.c.dataset_id.in_(list(dataset_ids)),
+            dataset_chunks.c.embedding.is_not(None),
+        )
+        .order_by(dataset_chunks.c.id)
+        .limit(limit)
+    )
     return [(int(i), list(e)) for i, e in conn.execute(q) if e]

@@ -3,14 +3,28 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-__all__ = ["get_engine", "is_sqlite", "make_engine", "migrate", "reset_engines"]
+__all__ = [
+    "PgLimits",
+    "get_engine",
+    "is_sqlite",
+    "limits_of",
+    "lock_busy",
+    "make_engine",
+    "migrate",
+    "ping_on_checkout",
+    "reset_engines",
+]
+
+if TYPE_CHECKING:
+    from shared.config import Settings
 
 _engines: dict[str, Engine] = {}
 _lock = threading.Lock()
@@ -48,22 +62,100 @@ def _sqlite_engine(url: str, pool_size: int) -> Engine:
     return engine
 
 
-def make_engine(url: str, pool_size: int = 20, max_overflow: int = 5) -> Engine:
+@dataclass(frozen=True, slots=True)
+class PgLimits:
+    """Bounded waits of every PostgreSQL session (0 = the server's default, no limit).
+
+    A session that waits on a row lock longer than ``lock_timeout`` gets an error instead of
+    parking its thread; ``statement_timeout`` bounds any one statement; the server ends a
+    session idle inside a transaction after ``idle_in_transaction`` (a worker paused or cut
+    off mid-transaction gives its locks back). TCP keepalives (and ``tcp_user_timeout`` for
+    unacknowledged sends) find a dead peer in ``idle + interval x count`` seconds instead of
+    the kernel's two hours. Seconds throughout."""
+
+    lock_timeout: float = 5.0
+    statement_timeout: float = 30.0
+    idle_in_transaction: float = 10.0
+    keepalives_idle: int = 10
+    keepalives_interval: int = 5
+    keepalives_count: int = 3
+
+    def connect_args(self) -> dict[str, Any]:
+        """libpq connection parameters (psycopg 3 passes them through)."""
+        opts = {
+            "lock_timeout": self.lock_timeout,
+            "statement_timeout": self.statement_timeout,
+            "idle_in_transaction_session_timeout": self.idle_in_transaction,
+        }
+        args: dict[str, Any] = {
+            "options": " ".join(f"-c {k}={int(v * 1000)}" for k, v in opts.items()),
+        }
+        if self.keepalives_idle > 0:
+            args.update(
+                keepalives=1,
+                keepalives_idle=self.keepalives_idle,
+                keepalives_interval=max(1, self.keepalives_interval),
+                keepalives_count=max(1, self.keepalives_count),
+                tcp_user_timeout=1000
+                * (self.keepalives_idle + max(1, self.keepalives_interval) * self.keepalives_count),
+            )
+        return args
+
+
+def make_engine(
+    url: str,
+    pool_size: int = 20,
+    max_overflow: int = 5,
+    *,
+    limits: PgLimits | None = None,
+    pre_ping: bool = False,
+) -> Engine:
     """Size the pool to the threads that use it: N worker processes × (pool + overflow) must
-    stay under the server's max_connections (100 by default on PostgreSQL)."""
+    stay under the server's max_connections (100 by default on PostgreSQL). ``limits``: the
+    bounded waits of a PostgreSQL session (default ``PgLimits()``); SQLite has its own."""
     if url.startswith("sqlite"):
         return _sqlite_engine(url, pool_size)
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
-    # no pre-ping (a round trip per checkout, 4 per round): a connection broken by a database
-    # restart fails one task, which retries; SQLAlchemy then drops the whole stale pool
+    connect_args = (limits or PgLimits()).connect_args() if url.startswith("postgresql") else {}
+    # workers: no pre-ping (a round trip per checkout, 4 per round): a connection broken by a
+    # database restart fails one task, which retries; SQLAlchemy then drops the whole stale
+    # pool. The API pings (``ping_on_checkout``): a request never fails on a dead connection.
     return sa.create_engine(
         url,
         pool_size=pool_size,
         max_overflow=max_overflow,
-        pool_pre_ping=False,
+        pool_pre_ping=pre_ping,
         pool_recycle=1800,
         pool_timeout=30,
+        connect_args=connect_args,
+    )
+
+
+BUSY_SQLSTATES = frozenset({"55P03", "57014"})  # lock_not_available, query_canceled
+
+
+def lock_busy(exc: BaseException) -> bool:
+    """The database gave up waiting (``lock_timeout`` or ``statement_timeout``): another
+    session holds what this one needed. Not an outage: the work is due again later."""
+    return getattr(getattr(exc, "orig", None), "sqlstate", None) in BUSY_SQLSTATES
+
+
+def ping_on_checkout(engine: Engine) -> None:
+    """Test each pooled connection before handing it out (the API: after a database restart
+    or a killed session, the next request gets a fresh connection instead of an error)."""
+    engine.pool._pre_ping = True
+
+
+def limits_of(settings: Settings) -> PgLimits:
+    """The bounded waits the settings ask for (``TREADLE_DB_*``)."""
+    return PgLimits(
+        lock_timeout=settings.db_lock_timeout,
+        statement_timeout=settings.db_statement_timeout,
+        idle_in_transaction=settings.db_idle_in_transaction_timeout,
+        keepalives_idle=settings.db_keepalives_idle,
+        keepalives_interval=settings.db_keepalives_interval,
+        keepalives_count=settings.db_keepalives_count,
     )
 
 
@@ -77,7 +169,7 @@ def get_engine(url: str | None = None) -> Engine:
         engine = _engines.get(url)
         if engine is None:
             size = settings.db_pool_size or settings.worker_concurrency + 4
-            engine = _engines[url] = make_engine(url, pool_size=size)
+            engine = _engines[url] = make_engine(url, pool_size=size, limits=limits_of(settings))
         return engine
 
 

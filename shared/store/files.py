@@ -1,4 +1,4 @@
-"""Attachments (issue #15, SPEC M-11): a small storage interface, put and get by id.
+"""Attachments (SPEC M-11): a small storage interface, put and get by id.
 
 The ``files`` row always holds the metadata; the bytes live in the row (``DatabaseFiles``,
 embedded mode) or in a local directory (``DirectoryFiles``, production: ``TREADLE_FILES_DIR``).
@@ -100,18 +100,36 @@ class FileMeta:
 
     def ref(self) -> dict[str, Any]:
         """What a run keeps of its attachment (``runs.inputs["attachments"]``)."""
-        return {"id": self.id, "name": self.name, "content_type": self.content_type,
-                "size": self.size, "sha256": self.sha256}
+        return {
+            "id": self.id,
+            "name": self.name,
+            "content_type": self.content_type,
+            "size": self.size,
+            "sha256": self.sha256,
+        }
 
     @classmethod
     def from_row(cls, row: RowMapping | Mapping[str, Any]) -> FileMeta:
-        return cls(id=row["id"], tenant=row["tenant"], name=row["name"], size=int(row["size"]),
-                   sha256=row["sha256"], content_type=row["content_type"],
-                   created_at=float(row["created_at"]))
+        return cls(
+            id=row["id"],
+            tenant=row["tenant"],
+            name=row["name"],
+            size=int(row["size"]),
+            sha256=row["sha256"],
+            content_type=row["content_type"],
+            created_at=float(row["created_at"]),
+        )
 
 
-_META_COLUMNS = (files.c.id, files.c.tenant, files.c.name, files.c.size, files.c.sha256,
-                 files.c.content_type, files.c.created_at)
+_META_COLUMNS = (
+    files.c.id,
+    files.c.tenant,
+    files.c.name,
+    files.c.size,
+    files.c.sha256,
+    files.c.content_type,
+    files.c.created_at,
+)
 
 
 class FileStore:
@@ -120,18 +138,31 @@ class FileStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def put(self, tenant: str, name: str | None, data: bytes,
-            content_type: str | None = None) -> FileMeta:
+    def put(
+        self, tenant: str, name: str | None, data: bytes, content_type: str | None = None
+    ) -> FileMeta:
         """Store ``data``; the content type is sniffed unless given."""
         safe = clean_name(name)
-        meta = FileMeta(id=new_file_id(), tenant=tenant, name=safe, size=len(data),
-                        sha256=hashlib.sha256(data).hexdigest(),
-                        content_type=content_type or sniff_content_type(data, safe),
-                        created_at=time.time())
+        meta = FileMeta(
+            id=new_file_id(),
+            tenant=tenant,
+            name=safe,
+            size=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
+            content_type=content_type or sniff_content_type(data, safe),
+            created_at=time.time(),
+        )
         where = self._write(meta, data)
-        row = {"id": meta.id, "tenant": tenant, "name": meta.name, "size": meta.size,
-               "sha256": meta.sha256, "content_type": meta.content_type,
-               "created_at": meta.created_at, **where}
+        row = {
+            "id": meta.id,
+            "tenant": tenant,
+            "name": meta.name,
+            "size": meta.size,
+            "sha256": meta.sha256,
+            "content_type": meta.content_type,
+            "created_at": meta.created_at,
+            **where,
+        }
         with self.engine.begin() as conn:
             conn.execute(sa.insert(files).values(**row))
         return meta
@@ -145,18 +176,41 @@ class FileStore:
         if not wanted:
             return {}
         with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(*_META_COLUMNS)
-                                .where(files.c.id.in_(wanted), files.c.tenant == tenant)).mappings()
+            rows = conn.execute(
+                sa.select(*_META_COLUMNS).where(files.c.id.in_(wanted), files.c.tenant == tenant)
+            ).mappings()
             return {r["id"]: FileMeta.from_row(r) for r in rows}
 
     def get(self, file_id: str, tenant: str) -> tuple[FileMeta, bytes] | None:
         """The file's metadata and bytes; None when there is no such file for ``tenant``."""
         with self.engine.connect() as conn:
-            row = conn.execute(sa.select(files).where(files.c.id == file_id,
-                                                      files.c.tenant == tenant)).mappings().first()
+            row = (
+                conn.execute(
+                    sa.select(files).where(files.c.id == file_id, files.c.tenant == tenant)
+                )
+                .mappings()
+                .first()
+            )
         if row is None:
             return None
         return FileMeta.from_row(row), self._read(row)
+
+    def delete(self, file_id: str, tenant: str) -> bool:
+        """Delete the file (its row, then its bytes); False when ``tenant`` has no such file."""
+        with self.engine.begin() as conn:
+            row = conn.execute(
+                sa.delete(files)
+                .where(files.c.id == file_id, files.c.tenant == tenant)
+                .returning(files.c.location)
+            ).first()
+        if row is None:
+            return False
+        if row[0]:
+            self._remove(str(row[0]))
+        return True
+
+    def _remove(self, location: str) -> None:
+        """Bytes stored outside the row (a files directory)."""
 
     def _write(self, meta: FileMeta, data: bytes) -> dict[str, Any]:
         raise NotImplementedError
@@ -164,8 +218,10 @@ class FileStore:
     def _read(self, row: RowMapping) -> bytes:
         if row["data"] is not None:
             return bytes(row["data"])
-        raise FileNotFoundError(f"file {row['id']} is stored in a files directory "
-                                f"({row['location']}), and none is configured")
+        raise FileNotFoundError(
+            f"file {row['id']} is stored in a files directory "
+            f"({row['location']}), and none is configured"
+        )
 
 
 class DatabaseFiles(FileStore):
@@ -197,6 +253,11 @@ class DirectoryFiles(FileStore):
             Path(tmp).unlink(missing_ok=True)
             raise
         return {"location": rel.as_posix()}
+
+    def _remove(self, location: str) -> None:
+        path = Path(self.root, location).resolve()
+        if path.is_relative_to(self.root.resolve()):
+            path.unlink(missing_ok=True)
 
     def _read(self, row: RowMapping) -> bytes:
         if row["data"] is not None:

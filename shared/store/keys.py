@@ -1,4 +1,4 @@
-"""Tenants and API keys (issue #11).
+"""Tenants and API keys.
 
 A key is ``trd_`` + 43 URL-safe characters (256 random bits). It is shown once, when it is
 created; only its SHA-256 is stored (a fast hash is enough for a high-entropy secret: there is
@@ -20,6 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
 
+from shared.config import DEFAULT_TENANT
 from shared.errors import NotFound, SpecError
 from shared.store.repo import now
 from shared.store.tables import api_keys, tenants
@@ -61,9 +62,15 @@ class ApiKey:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any] | RowMapping) -> ApiKey:
-        return cls(id=row["id"], tenant=row["tenant"], prefix=row["prefix"], name=row["name"],
-                   scopes=tuple(row["scopes"] or ()), created_at=row["created_at"],
-                   revoked_at=row["revoked_at"])
+        return cls(
+            id=row["id"],
+            tenant=row["tenant"],
+            prefix=row["prefix"],
+            name=row["name"],
+            scopes=tuple(row["scopes"] or ()),
+            created_at=row["created_at"],
+            revoked_at=row["revoked_at"],
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,13 +107,24 @@ def ensure_tenant(conn: Connection, name: str) -> None:
 def create_key(
     conn: Connection, tenant: str, scopes: Sequence[str] = DEFAULT_SCOPES, name: str | None = None
 ) -> NewKey:
-    """A new key for ``tenant`` (created if needed), in the caller's transaction."""
+    """A new key for ``tenant`` (created if needed), in the caller's transaction. The keyless
+    operator's tenant (``default``, auth off) is reserved: its runs get the operator's
+    webhook and trust, so no key may act as it."""
+    if tenant == DEFAULT_TENANT:
+        raise SpecError(f"the tenant name {DEFAULT_TENANT!r} is reserved for the keyless operator")
     chosen = _checked_scopes(scopes)
     ensure_tenant(conn, tenant)
     secret = KEY_PREFIX + secrets.token_urlsafe(32)
-    row = {"id": f"key_{uuid.uuid4().hex[:20]}", "tenant": tenant, "key_hash": hash_key(secret),
-           "prefix": secret[:_SHOWN], "name": name, "scopes": list(chosen), "created_at": now(),
-           "revoked_at": None}
+    row = {
+        "id": f"key_{uuid.uuid4().hex[:20]}",
+        "tenant": tenant,
+        "key_hash": hash_key(secret),
+        "prefix": secret[:_SHOWN],
+        "name": name,
+        "scopes": list(chosen),
+        "created_at": now(),
+        "revoked_at": None,
+    }
     conn.execute(sa.insert(api_keys).values(**row))
     return NewKey(ApiKey.from_row(row), secret)
 
@@ -115,10 +133,15 @@ def find_key(conn: Connection, secret: str) -> ApiKey | None:
     """The live (not revoked) key whose secret this is, or None."""
     if not secret.startswith(KEY_PREFIX) or len(secret) > 200:
         return None
-    row = conn.execute(
-        sa.select(api_keys).where(api_keys.c.key_hash == hash_key(secret),
-                                  api_keys.c.revoked_at.is_(None))
-    ).mappings().first()
+    row = (
+        conn.execute(
+            sa.select(api_keys).where(
+                api_keys.c.key_hash == hash_key(secret), api_keys.c.revoked_at.is_(None)
+            )
+        )
+        .mappings()
+        .first()
+    )
     return ApiKey.from_row(row) if row is not None else None
 
 
@@ -137,4 +160,5 @@ def revoke_key(conn: Connection, key_id: str) -> ApiKey:
     if row["revoked_at"] is None:
         conn.execute(sa.update(api_keys).where(api_keys.c.id == key_id).values(revoked_at=now()))
     return ApiKey.from_row(
-        conn.execute(sa.select(api_keys).where(api_keys.c.id == key_id)).mappings().one())
+        conn.execute(sa.select(api_keys).where(api_keys.c.id == key_id)).mappings().one()
+    )

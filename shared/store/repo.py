@@ -1,44 +1,67 @@
-"""Repository functions. Every state change of a run goes through ``apply``: one guarded
-UPDATE of the ``runs`` row (``WHERE version = V``) that also allocates message and event
-sequence numbers, then the inserts that go with it — all inside the caller's transaction.
+"""The SQL of runs, their messages, events, usage and tool calls. Every function works inside
+the caller's transaction and returns typed rows (``shared.store.rows``).
+
+A run's state changes only through ``update_run``: one guarded UPDATE of the hot row
+(``WHERE version = V``, and the lease owner when the caller holds the round) that also
+allocates the message and event sequence numbers, followed by append-only inserts. Who calls it,
+in which lock order, and what follows, is ``shared.engine.transition``'s business.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, RowMapping
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
 
 from shared.agent.messages import Message
-from shared.store.deliveries import record_webhooks
-from shared.store.tables import events, messages, outbox, runs, tool_calls, usage
+from shared.agent.tokens import estimate_message_tokens
+from shared.store import lineage
+from shared.store.lineage import message_from_row
+from shared.store.rows import RUNNABLE, Call, CallStatus, Run, RunRecord, Status
+from shared.store.tables import events, messages, run_specs, runs, tool_calls, usage, workers
 
 __all__ = [
-    "Changes",
-    "apply",
-    "bump_event_seq",
+    "call_and_run",
+    "call_ids_among",
+    "claim_call",
     "claim_round",
-    "claim_tool",
-    "delete_outbox",
-    "due_outbox",
+    "close_calls",
     "find_idempotent",
+    "get_call",
     "get_run",
-    "insert_event",
+    "holds_call",
+    "insert_calls",
+    "insert_events",
+    "insert_messages",
     "insert_run",
+    "insert_usage",
     "list_events",
+    "list_events_of",
     "list_messages",
     "list_runs",
     "list_tool_calls",
+    "load_run",
+    "lock_run",
+    "lock_steer",
     "message_from_row",
+    "message_tokens",
+    "next_pending",
+    "own_messages",
     "now",
-    "postpone_outbox",
+    "queue_calls",
     "release_round",
-    "renew_round",
-    "renew_tool",
+    "run_meta",
+    "run_spec",
+    "run_trace",
+    "set_agent",
+    "set_base",
+    "set_inputs",
+    "spec_rev",
+    "update_run",
 ]
 
 
@@ -46,82 +69,104 @@ def now() -> float:
     return time.time()
 
 
-@dataclass
-class Changes:
-    """What one transaction does to one run (besides tool-call rows)."""
-
-    values: dict[str, Any] = field(default_factory=dict)
-    messages: list[tuple[Message, int]] = field(default_factory=list)  # (message, round)
-    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    outbox: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (kind, payload)
-    usage: list[dict[str, Any]] = field(default_factory=list)
-    bump_version: bool = True
-
-    def event(self, type_: str, **data: Any) -> None:
-        self.events.append((type_, data))
-
-    def message(self, msg: Message, round_: int) -> None:
-        self.messages.append((msg, round_))
+def _live(owner: Any, live_after: float) -> Any:
+    """SQL: the lease ``owner`` column names a worker whose heartbeat is fresh."""
+    fresh = sa.select(workers.c.id).where(workers.c.seen_at >= live_after)
+    return sa.and_(owner.is_not(None), owner.in_(fresh.scalar_subquery()))
 
 
-@dataclass(frozen=True)
-class Applied:
-    version: int
-    outbox_ids: list[tuple[int, str, dict[str, Any]]]  # (id, kind, payload)
-    row: RowMapping
-    events: int = 0  # durable events written (SSE tails are woken after the commit)
+# --- runs ------------------------------------------------------------------------------------
 
 
 def insert_run(
     conn: Connection,
     row: dict[str, Any],
+    spec: dict[str, Any],
     msgs: Sequence[Message],
     ts: float,
     *,
     if_absent: bool = False,
 ) -> bool:
-    """Insert a run and its first messages. ``if_absent``: ``INSERT ... ON CONFLICT (id) DO
-    NOTHING`` (a run id derived from its cause, e.g. a child run's); False = it existed."""
-    values = {**row, "msg_seq": len(msgs), "created_at": ts, "updated_at": ts}
+    """Insert a run, what it was given and its first messages. ``if_absent``: ``INSERT ... ON
+    CONFLICT (id) DO NOTHING`` (a run id derived from its cause, e.g. a child run's);
+    False = it existed. A run with a base (``row["base_seq"]``, ``shared.store.lineage``)
+    numbers its messages after the base's; ``row["view_tokens"]`` then counts the base's
+    part of the model view."""
+    tokens = sum(estimate_message_tokens(m) for m in msgs)
+    first = int(row.get("base_seq") or 0) + 1
+    values = {
+        **row,
+        "msg_seq": first - 1 + len(msgs),
+        "view_tokens": int(row.get("view_tokens") or 0) + tokens,
+        "created_at": ts,
+        "updated_at": ts,
+    }
     if if_absent:
-        if not conn.execute(_insert_if_absent(conn, values)).first():
+        if conn.execute(_insert_if_absent(conn, values)).first() is None:
             return False
     else:
         conn.execute(sa.insert(runs).values(**values))
-    _insert_messages(conn, row["id"], 1, [(m, 0) for m in msgs], ts)
+    conn.execute(sa.insert(run_specs).values(run_id=row["id"], **spec))
+    start = int(row.get("round") or 0)  # a fork starts at its source's round
+    insert_messages(conn, row["id"], first, [(m, start) for m in msgs], ts)
     return True
 
 
 def _insert_if_absent(conn: Connection, values: dict[str, Any]) -> Any:
-    if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-        return (
-            pg_insert(runs)
-            .values(**values)
-            .on_conflict_do_nothing(index_elements=[runs.c.id])
-            .returning(runs.c.id)
-        )
-    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
+    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
     return (
-        sqlite_insert(runs)
+        insert(runs)
         .values(**values)
         .on_conflict_do_nothing(index_elements=[runs.c.id])
         .returning(runs.c.id)
     )
 
 
-def find_idempotent(conn: Connection, tenant: str, key: str) -> RowMapping | None:
-    q = sa.select(runs).where(runs.c.tenant == tenant, runs.c.idempotency_key == key)
-    return conn.execute(q).mappings().first()
-
-
-def get_run(conn: Connection, run_id: str, tenant: str | None = None) -> RowMapping | None:
+def load_run(conn: Connection, run_id: str, tenant: str | None = None) -> Run | None:
+    """A run's hot row (what the engine works with)."""
     q = sa.select(runs).where(runs.c.id == run_id)
     if tenant is not None:
         q = q.where(runs.c.tenant == tenant)
-    return conn.execute(q).mappings().first()
+    row = conn.execute(q).mappings().first()
+    return Run.of(row) if row is not None else None
+
+
+def lock_run(conn: Connection, run_id: str) -> Run | None:
+    """The run's hot row, locked for the rest of the transaction."""
+    row = conn.execute(sa.select(runs).where(runs.c.id == run_id).with_for_update()).mappings()
+    first = row.first()
+    return Run.of(first) if first is not None else None
+
+
+_RECORD = sa.select(
+    runs,
+    run_specs.c.agent,
+    run_specs.c.inputs,
+    run_specs.c.meta,
+    run_specs.c.warnings,
+    run_specs.c.agent_ref,
+).join(run_specs, run_specs.c.run_id == runs.c.id)
+
+
+def _record(row: Mapping[Any, Any]) -> RunRecord:
+    return RunRecord(
+        Run.of(row), row["agent"], row["inputs"], row["meta"], row["warnings"], row["agent_ref"]
+    )
+
+
+def get_run(conn: Connection, run_id: str, tenant: str | None = None) -> RunRecord | None:
+    """The run as the API shows it: its hot row and what it was given."""
+    q = _RECORD.where(runs.c.id == run_id)
+    if tenant is not None:
+        q = q.where(runs.c.tenant == tenant)
+    row = conn.execute(q).mappings().first()
+    return _record(row) if row is not None else None
+
+
+def find_idempotent(conn: Connection, tenant: str, key: str) -> RunRecord | None:
+    q = _RECORD.where(runs.c.tenant == tenant, runs.c.idempotency_key == key)
+    row = conn.execute(q).mappings().first()
+    return _record(row) if row is not None else None
 
 
 def list_runs(
@@ -132,8 +177,8 @@ def list_runs(
     thread_id: str | None = None,
     limit: int = 50,
     before: tuple[float, str] | None = None,
-) -> list[RowMapping]:
-    q = sa.select(runs).where(runs.c.tenant == tenant)
+) -> list[RunRecord]:
+    q = _RECORD.where(runs.c.tenant == tenant)
     if status:
         q = q.where(runs.c.status == status)
     if thread_id:
@@ -144,10 +189,217 @@ def list_runs(
             sa.or_(runs.c.created_at < ts, sa.and_(runs.c.created_at == ts, runs.c.id < rid))
         )
     q = q.order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(limit)
-    return list(conn.execute(q).mappings())
+    return [_record(r) for r in conn.execute(q).mappings()]
 
 
-def list_messages(conn: Connection, run_id: str, from_seq: int = 0) -> list[RowMapping]:
+def run_spec(conn: Connection, run_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The run's agent spec and inputs (cache them under ``spec_rev``)."""
+    q = sa.select(run_specs.c.agent, run_specs.c.inputs).where(run_specs.c.run_id == run_id)
+    agent, inputs = conn.execute(q).one()
+    return agent, inputs
+
+
+def spec_rev(conn: Connection, run_id: str) -> int:
+    """The revision of the run's spec (0 until a resume overrides it)."""
+    rev = conn.execute(sa.select(runs.c.spec_rev).where(runs.c.id == run_id)).scalar()
+    return int(rev or 0)
+
+
+def run_trace(conn: Connection, run_id: str) -> dict[str, str] | None:
+    """The trace context the run belongs to (W3C headers), when it was traced."""
+    q = sa.select(run_specs.c.trace).where(run_specs.c.run_id == run_id)
+    found = conn.execute(q).scalar()
+    return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else None
+
+
+def run_meta(conn: Connection, run_id: str) -> dict[str, Any] | None:
+    """The client's metadata of a run (webhook bodies carry it)."""
+    q = sa.select(run_specs.c.meta).where(run_specs.c.run_id == run_id)
+    meta = conn.execute(q).scalar()
+    return dict(meta) if isinstance(meta, dict) else None
+
+
+def set_base(conn: Connection, run_id: str, base: Mapping[str, Any]) -> None:
+    """A held run's base, set when it starts (it has no messages of its own yet): its own
+    messages are numbered after the base's (``shared.store.lineage``)."""
+    if not base:
+        return
+    values = {**base, "msg_seq": base["base_seq"]}
+    conn.execute(sa.update(runs).where(runs.c.id == run_id).values(**values))
+
+
+def set_agent(conn: Connection, run_id: str, agent: dict[str, Any]) -> None:
+    """The run's agent spec, overridden (a resume); the caller bumps ``runs.spec_rev``."""
+    conn.execute(sa.update(run_specs).where(run_specs.c.run_id == run_id).values(agent=agent))
+
+
+def lock_steer(conn: Connection, run_id: str) -> list[dict[str, Any]]:
+    """The messages posted to the run that wait for its next round, with the run's row locked
+    (whoever adds one locks it too: neither misses the other's)."""
+    q = sa.select(runs.c.steer).where(runs.c.id == run_id).with_for_update()
+    steer = conn.execute(q).scalar()
+    return list(steer or [])
+
+
+def set_inputs(conn: Connection, run_id: str, inputs: dict[str, Any] | None) -> None:
+    """A held run's inputs, completed when it is released (before its first round)."""
+    conn.execute(sa.update(run_specs).where(run_specs.c.run_id == run_id).values(inputs=inputs))
+
+
+def claim_round(
+    conn: Connection, run_id: str, version: int, owner: str, ts: float, live_after: float
+) -> tuple[Run, bool, float] | None:
+    """Take the round: the run is at ``version``, runnable, no tools open, not held, due, and
+    no live worker holds it. The same UPDATE takes an event seq (``round.started``). A run
+    another transaction has locked is skipped, not waited for (``SKIP LOCKED``): whoever
+    holds it publishes what comes next. Returns the run, whether the round was taken from
+    a worker that died holding it (its model call was abandoned), and since when the round
+    was due (its queue wait starts there)."""
+    r = runs.c
+    due = (
+        r.id == run_id,
+        r.version == version,
+        r.status.in_([s.value for s in RUNNABLE]),
+        r.open_calls == 0,
+        r.held == sa.false(),
+        sa.or_(r.wake_at.is_(None), r.wake_at <= ts),
+        sa.not_(_live(r.lease_owner, live_after)),
+    )
+    values = {
+        "status": Status.RUNNING.value,
+        "lease_owner": owner,
+        "wake_at": None,
+        "redrives": 0,
+        "updated_at": ts,
+        "event_seq": r.event_seq + 1,
+    }
+    if conn.dialect.name != "postgresql":  # SQLite: one writer at a time, RETURNING plain
+        was = conn.execute(sa.select(r.lease_owner, r.updated_at, r.wake_at).where(*due)).first()
+        if was is None:
+            return None
+        row = conn.execute(sa.update(runs).where(r.id == run_id).values(**values).returning(runs))
+        return Run.of(row.mappings().one()), was[0] is not None, max(was[1], was[2] or 0.0)
+    before = (
+        sa.select(
+            r.id.label("id"),
+            r.lease_owner.label("was_owner"),
+            r.updated_at.label("was_updated"),
+            r.wake_at.label("was_wake"),
+        )
+        .where(*due)
+        .with_for_update(skip_locked=True)
+        .subquery("before")
+    )
+    stmt = (
+        sa.update(runs)
+        .where(r.id == before.c.id)
+        .values(**values)
+        .returning(runs, before.c.was_owner, before.c.was_updated, before.c.was_wake)
+    )
+    found = conn.execute(stmt).mappings().first()
+    if found is None:
+        return None
+    since = max(float(found["was_updated"]), float(found["was_wake"] or 0.0))
+    return Run.of(found), found["was_owner"] is not None, since
+
+
+def release_round(
+    conn: Connection, run_id: str, version: int, owner: str, wake_at: float | None
+) -> bool:
+    """Give a claimed round back (a transient error): due again at ``wake_at``."""
+    stmt = (
+        sa.update(runs)
+        .where(runs.c.id == run_id, runs.c.version == version, runs.c.lease_owner == owner)
+        .values(lease_owner=None, wake_at=wake_at)
+    )
+    return conn.execute(stmt).rowcount == 1
+
+
+def update_run(
+    conn: Connection,
+    run_id: str,
+    version: int,
+    values: Mapping[str, Any],
+    *,
+    owner: str | None = None,
+    guard: Mapping[str, Any] | None = None,
+    bump: bool = True,
+    new_messages: int = 0,
+    new_events: int = 0,
+    ts: float,
+) -> Run | None:
+    """The guarded UPDATE of a transition: applies if the run is still at ``version`` (and
+    ``owner`` still holds its round, and each ``guard`` column still has its value); None =
+    lost the race. Allocates ``new_messages``
+    message seqs and ``new_events`` event seqs (the returned row's last ones)."""
+    r = runs.c
+    vals: dict[str, Any] = {**values, "updated_at": ts}
+    if new_messages:
+        vals["msg_seq"] = r.msg_seq + new_messages
+    if new_events:
+        vals["event_seq"] = r.event_seq + new_events
+    if bump:
+        vals["version"] = r.version + 1
+    stmt = sa.update(runs).where(r.id == run_id, r.version == version)
+    if owner is not None:
+        stmt = stmt.where(r.lease_owner == owner)
+    for name, value in (guard or {}).items():
+        stmt = stmt.where(r[name] == value)
+    row = conn.execute(stmt.values(**vals).returning(runs)).mappings().first()
+    return Run.of(row) if row is not None else None
+
+
+# --- messages, events, usage ------------------------------------------------------------------
+
+
+def message_tokens(msgs: Sequence[tuple[Message, int]]) -> list[int]:
+    """The estimated token count of each message (stored once, with the message)."""
+    return [estimate_message_tokens(m) for m, _ in msgs]
+
+
+def insert_messages(
+    conn: Connection,
+    run_id: str,
+    first_seq: int,
+    msgs: Sequence[tuple[Message, int]],
+    ts: float,
+    tokens: Sequence[int] | None = None,
+) -> None:
+    if not msgs:
+        return
+    counts = tokens if tokens is not None else message_tokens(msgs)
+    rows = []
+    for i, ((m, round_), n) in enumerate(zip(msgs, counts, strict=True)):
+        rows.append(
+            {
+                "run_id": run_id,
+                "seq": first_seq + i,
+                "round": round_,
+                "role": m.role,
+                "content": m.content,
+                "reasoning": m.reasoning or None,
+                "tool_calls": [c.to_dict() for c in m.tool_calls] or None,
+                "tool_call_id": m.tool_call_id,
+                "name": m.name,
+                "hidden": m.hidden,
+                "kind": m.kind,
+                "tokens": n,
+                "created_at": ts,
+            }
+        )
+    conn.execute(sa.insert(messages), rows)
+
+
+def list_messages(
+    conn: Connection, run_id: str, from_seq: int = 0, *, raw: bool = False
+) -> list[Mapping[Any, Any]]:
+    """The run's transcript from ``from_seq``: its base's messages, read by reference, then
+    its own (``shared.store.lineage``; ``raw``: a thread's history as it was written)."""
+    return lineage.read(conn, run_id, from_seq, raw=raw)
+
+
+def own_messages(conn: Connection, run_id: str, from_seq: int = 0) -> list[Mapping[Any, Any]]:
+    """The messages the run itself wrote (not its base's)."""
     q = (
         sa.select(messages)
         .where(messages.c.run_id == run_id, messages.c.seq >= from_seq)
@@ -156,24 +408,29 @@ def list_messages(conn: Connection, run_id: str, from_seq: int = 0) -> list[RowM
     return list(conn.execute(q).mappings())
 
 
-def message_from_row(row: RowMapping) -> Message:
-    return Message.from_dict(
-        {
-            "role": row["role"],
-            "content": row["content"],
-            "reasoning": row["reasoning"],
-            "tool_calls": row["tool_calls"] or (),
-            "tool_call_id": row["tool_call_id"],
-            "name": row["name"],
-            "hidden": row["hidden"],
-            "kind": row["kind"],
-        }
-    )
+def insert_events(
+    conn: Connection,
+    run_id: str,
+    first_seq: int,
+    evs: Sequence[tuple[str, dict[str, Any]]],
+    ts: float,
+) -> list[tuple[int, str, dict[str, Any]]]:
+    """The event rows, numbered from ``first_seq``; returns them as (seq, type, data)."""
+    numbered = [(first_seq + i, t, d) for i, (t, d) in enumerate(evs)]
+    if numbered:
+        conn.execute(
+            sa.insert(events),
+            [
+                {"run_id": run_id, "seq": seq, "type": t, "data": d, "created_at": ts}
+                for seq, t, d in numbered
+            ],
+        )
+    return numbered
 
 
 def list_events(
     conn: Connection, run_id: str, after: int = 0, limit: int = 1000
-) -> list[RowMapping]:
+) -> list[Mapping[Any, Any]]:
     q = (
         sa.select(events)
         .where(events.c.run_id == run_id, events.c.seq > after)
@@ -183,245 +440,163 @@ def list_events(
     return list(conn.execute(q).mappings())
 
 
-def list_tool_calls(conn: Connection, run_id: str, round_: int | None = None) -> list[RowMapping]:
-    q = sa.select(tool_calls).where(tool_calls.c.run_id == run_id)
-    if round_ is not None:
-        q = q.where(tool_calls.c.round == round_)
-    return list(conn.execute(q.order_by(tool_calls.c.round, tool_calls.c.idx)).mappings())
-
-
-def _insert_messages(
-    conn: Connection, run_id: str, first_seq: int, msgs: Sequence[tuple[Message, int]], ts: float
-) -> None:
-    if not msgs:
-        return
-    rows = []
-    for i, (m, round_) in enumerate(msgs):
-        d = m.to_dict()
-        rows.append(
-            {
-                "run_id": run_id,
-                "seq": first_seq + i,
-                "round": round_,
-                "role": d["role"],
-                "content": d["content"],
-                "reasoning": d["reasoning"] or None,
-                "tool_calls": d["tool_calls"] or None,
-                "tool_call_id": d["tool_call_id"],
-                "name": d["name"],
-                "hidden": d["hidden"],
-                "kind": d["kind"],
-                "created_at": ts,
-            }
-        )
-    conn.execute(sa.insert(messages), rows)
-
-
-def _insert_events(
-    conn: Connection,
-    run: RowMapping,
-    first_seq: int,
-    evs: Sequence[tuple[str, dict[str, Any]]],
-    ts: float,
-    redrive_after: float,
-) -> list[tuple[int, str, dict[str, Any]]]:
-    """The event rows, and the webhook deliveries they fire (outbox items to publish)."""
-    if not evs:
-        return []
-    numbered = [(first_seq + i, t, d) for i, (t, d) in enumerate(evs)]
-    conn.execute(
-        sa.insert(events),
-        [
-            {"run_id": run["id"], "seq": seq, "type": t, "data": d, "created_at": ts}
-            for seq, t, d in numbered
-        ],
+def list_events_of(conn: Connection, run_id: str, types: Sequence[str]) -> list[Mapping[Any, Any]]:
+    """The run's events of these types, in order."""
+    q = (
+        sa.select(events)
+        .where(events.c.run_id == run_id, events.c.type.in_(list(types)))
+        .order_by(events.c.seq)
     )
-    return record_webhooks(conn, run, numbered, ts, redrive_after) if run["webhook"] else []
-
-
-def insert_event(
-    conn: Connection,
-    run: RowMapping,
-    type_: str,
-    data: dict[str, Any],
-    ts: float,
-    redrive_after: float,
-) -> list[tuple[int, str, dict[str, Any]]]:
-    """One event at ``run["event_seq"]``, a seq the caller's UPDATE of ``runs`` already took
-    (``claim_round``, ``bump_event_seq``). Returns webhook outbox items to publish."""
-    return _insert_events(conn, run, run["event_seq"], [(type_, data)], ts, redrive_after)
-
-
-def bump_event_seq(conn: Connection, run_id: str, version: int) -> RowMapping | None:
-    """Take the next event seq of a run still at ``version`` (row lock until commit, so seqs
-    commit in order); None = the run moved on."""
-    stmt = (
-        sa.update(runs)
-        .where(runs.c.id == run_id, runs.c.version == version)
-        .values(event_seq=runs.c.event_seq + 1)
-        .returning(*runs.c)
-    )
-    return conn.execute(stmt).mappings().first()
-
-
-def apply(
-    conn: Connection,
-    run_id: str,
-    version: int,
-    changes: Changes,
-    *,
-    redrive_after: float,
-    ts: float | None = None,
-) -> Applied | None:
-    """Apply ``changes`` if the run is still at ``version``; None = lost the race."""
-    ts = now() if ts is None else ts
-    values = dict(changes.values)
-    values["updated_at"] = ts
-    if changes.messages:
-        values["msg_seq"] = runs.c.msg_seq + len(changes.messages)
-    if changes.events:
-        values["event_seq"] = runs.c.event_seq + len(changes.events)
-    if changes.bump_version:
-        values["version"] = runs.c.version + 1
-    stmt = (
-        sa.update(runs)
-        .where(runs.c.id == run_id, runs.c.version == version)
-        .values(**values)
-        .returning(*runs.c)
-    )
-    row = conn.execute(stmt).mappings().first()
-    if row is None:
-        return None
-    _insert_messages(conn, run_id, row["msg_seq"] - len(changes.messages) + 1, changes.messages, ts)
-    hooks = _insert_events(
-        conn, row, row["event_seq"] - len(changes.events) + 1, changes.events, ts, redrive_after
-    )
-    if changes.usage:
-        conn.execute(
-            sa.insert(usage), [{"run_id": run_id, "created_at": ts, **u} for u in changes.usage]
-        )
-    ids = _insert_outbox(conn, run_id, row["version"], changes.outbox, ts + redrive_after, ts)
-    return Applied(
-        version=row["version"], outbox_ids=ids + hooks, row=row, events=len(changes.events)
-    )
-
-
-def _insert_outbox(
-    conn: Connection,
-    run_id: str,
-    version: int,
-    items: Iterable[tuple[str, dict[str, Any]]],
-    available_at: float,
-    ts: float,
-) -> list[tuple[int, str, dict[str, Any]]]:
-    out = []
-    for kind, payload in items:
-        body = {"run_id": run_id, "version": version, **payload}
-        stmt = (
-            sa.insert(outbox)
-            .values(
-                run_id=run_id, kind=kind, payload=body, available_at=available_at, created_at=ts
-            )
-            .returning(outbox.c.id)
-        )
-        out.append((int(conn.execute(stmt).scalar_one()), kind, body))
-    return out
-
-
-def delete_outbox(conn: Connection, outbox_id: int | None) -> None:
-    if outbox_id is not None:
-        conn.execute(sa.delete(outbox).where(outbox.c.id == outbox_id))
-
-
-def due_outbox(conn: Connection, ts: float, limit: int = 500) -> list[RowMapping]:
-    q = sa.select(outbox).where(outbox.c.available_at <= ts).order_by(outbox.c.id).limit(limit)
     return list(conn.execute(q).mappings())
 
 
-def postpone_outbox(conn: Connection, ids: Sequence[int], until: float) -> None:
-    if ids:
-        conn.execute(sa.update(outbox).where(outbox.c.id.in_(ids)).values(available_at=until))
+def insert_usage(
+    conn: Connection, run_id: str, rows: Sequence[Mapping[str, Any]], ts: float
+) -> None:
+    if rows:
+        conn.execute(sa.insert(usage), [{"run_id": run_id, "created_at": ts, **u} for u in rows])
 
 
-def claim_round(
-    conn: Connection, run_id: str, version: int, owner: str, lease: float, ts: float
-) -> RowMapping | None:
-    """Take the round: the run is at ``version``, runnable, no tools open, no live lease.
-    The same UPDATE takes an event seq for ``round.started`` (see ``insert_event``)."""
-    stmt = (
-        sa.update(runs)
+# --- tool calls ---------------------------------------------------------------------------------
+
+
+def insert_calls(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    if rows:
+        conn.execute(sa.insert(tool_calls), list(rows))
+
+
+def list_tool_calls(conn: Connection, run_id: str, round_: int | None = None) -> list[Call]:
+    q = sa.select(tool_calls).where(tool_calls.c.run_id == run_id)
+    if round_ is not None:
+        q = q.where(tool_calls.c.round == round_)
+    rows = conn.execute(q.order_by(tool_calls.c.round, tool_calls.c.idx)).mappings()
+    return [Call.of(r) for r in rows]
+
+
+_CALL_COLUMNS = [c.label(f"call_{c.name}") for c in tool_calls.c]
+
+
+def call_and_run(conn: Connection, run_id: str, call_id: str) -> tuple[Run, Call] | None:
+    """A tool call and its run, in one read (what a tool task starts from)."""
+    q = (
+        sa.select(runs, *_CALL_COLUMNS)
+        .join(tool_calls, tool_calls.c.run_id == runs.c.id)
+        .where(runs.c.id == run_id, tool_calls.c.call_id == call_id)
+    )
+    row = conn.execute(q).mappings().first()
+    if row is None:
+        return None
+    call = {c.name: row[f"call_{c.name}"] for c in tool_calls.c}
+    return Run.of(row), Call.of(call)
+
+
+def call_ids_among(conn: Connection, run_id: str, ids: Sequence[str]) -> set[str]:
+    """Which of ``ids`` the run's calls already use."""
+    q = sa.select(tool_calls.c.call_id).where(
+        tool_calls.c.run_id == run_id, tool_calls.c.call_id.in_(list(ids))
+    )
+    return {str(i) for i in conn.execute(q).scalars()}
+
+
+def get_call(conn: Connection, run_id: str, call_id: str) -> Call | None:
+    q = sa.select(tool_calls).where(tool_calls.c.run_id == run_id, tool_calls.c.call_id == call_id)
+    row = conn.execute(q).mappings().first()
+    return Call.of(row) if row is not None else None
+
+
+def claim_call(
+    conn: Connection, run_id: str, call_id: str, owner: str, ts: float, live_after: float
+) -> Call | None:
+    """Take a queued call, or a running one whose worker is gone; counts the attempt. A row
+    another transaction holds is skipped (``SKIP LOCKED``), never waited for."""
+    c = tool_calls.c
+    target = (
+        sa.select(c.call_id)
         .where(
-            runs.c.id == run_id,
-            runs.c.version == version,
-            runs.c.status.in_(("queued", "running")),
-            runs.c.open_calls == 0,
-            runs.c.held == sa.false(),  # held behind its thread's active run: never starts
-            sa.or_(runs.c.lease_until.is_(None), runs.c.lease_until < ts),
-        )
-        .values(
-            status="running",
-            lease_owner=owner,
-            lease_until=ts + lease,
-            updated_at=ts,
-            event_seq=runs.c.event_seq + 1,
-        )
-        .returning(*runs.c)
-    )
-    return conn.execute(stmt).mappings().first()
-
-
-def renew_round(conn: Connection, run_id: str, version: int, owner: str, until: float) -> bool:
-    stmt = (
-        sa.update(runs)
-        .where(runs.c.id == run_id, runs.c.version == version, runs.c.lease_owner == owner)
-        .values(lease_until=until)
-    )
-    return conn.execute(stmt).rowcount == 1
-
-
-def release_round(conn: Connection, run_id: str, version: int, owner: str) -> None:
-    stmt = (
-        sa.update(runs)
-        .where(runs.c.id == run_id, runs.c.version == version, runs.c.lease_owner == owner)
-        .values(lease_until=None, lease_owner=None)
-    )
-    conn.execute(stmt)
-
-
-def claim_tool(
-    conn: Connection, run_id: str, call_id: str, lease: float, ts: float
-) -> RowMapping | None:
-    """Take a tool call that is queued, or running under an expired lease."""
-    stmt = (
-        sa.update(tool_calls)
-        .where(
-            tool_calls.c.run_id == run_id,
-            tool_calls.c.call_id == call_id,
+            c.run_id == run_id,
+            c.call_id == call_id,
             sa.or_(
-                tool_calls.c.status == "queued",
-                sa.and_(tool_calls.c.status == "running", tool_calls.c.lease_until < ts),
+                c.status == CallStatus.QUEUED.value,
+                sa.and_(
+                    c.status == CallStatus.RUNNING.value, sa.not_(_live(c.lease_owner, live_after))
+                ),
             ),
         )
-        .values(
-            status="running",
-            attempts=tool_calls.c.attempts + 1,
-            lease_until=ts + lease,
-            started_at=sa.func.coalesce(tool_calls.c.started_at, ts),
-        )
-        .returning(*tool_calls.c)
+        .with_for_update(skip_locked=True)
+        .scalar_subquery()
     )
-    return conn.execute(stmt).mappings().first()
-
-
-def renew_tool(conn: Connection, run_id: str, call_id: str, attempt: int, until: float) -> bool:
     stmt = (
         sa.update(tool_calls)
-        .where(
-            tool_calls.c.run_id == run_id,
-            tool_calls.c.call_id == call_id,
-            tool_calls.c.attempts == attempt,
-            tool_calls.c.status == "running",
+        .where(c.run_id == run_id, c.call_id == target)
+        .values(
+            status=CallStatus.RUNNING.value,
+            attempts=c.attempts + 1,
+            lease_owner=owner,
+            started_at=sa.func.coalesce(c.started_at, ts),
         )
-        .values(lease_until=until)
+        .returning(tool_calls)
     )
-    return conn.execute(stmt).rowcount == 1
+    row = conn.execute(stmt).mappings().first()
+    return Call.of(row) if row is not None else None
+
+
+def holds_call(conn: Connection, run_id: str, call_id: str, owner: str, attempt: int) -> bool:
+    """``owner`` still holds the call's lease at ``attempt`` (nobody took it over)."""
+    c = tool_calls.c
+    q = sa.select(c.call_id).where(
+        c.run_id == run_id,
+        c.call_id == call_id,
+        c.lease_owner == owner,
+        c.attempts == attempt,
+        c.status == CallStatus.RUNNING.value,
+    )
+    return conn.execute(q).first() is not None
+
+
+def close_calls(
+    conn: Connection,
+    run_id: str,
+    call_ids: Sequence[str],
+    values: Mapping[str, Any],
+    *,
+    from_status: Sequence[CallStatus] | None = None,
+    attempts: int | None = None,
+) -> int:
+    """Set ``values`` on calls (guarded by their status and, for a claimed call, its attempt:
+    a fencing token); returns how many rows changed."""
+    c = tool_calls.c
+    stmt = sa.update(tool_calls).where(c.run_id == run_id, c.call_id.in_(list(call_ids)))
+    if from_status is not None:
+        stmt = stmt.where(c.status.in_([s.value for s in from_status]))
+    if attempts is not None:
+        stmt = stmt.where(c.attempts == attempts)
+    return int(conn.execute(stmt.values(**values)).rowcount)
+
+
+def queue_calls(conn: Connection, run_id: str, call_ids: Sequence[str], ts: float) -> None:
+    """Mark calls dispatched now (the reaper re-sends a dispatch nobody took)."""
+    close_calls(conn, run_id, call_ids, {"status": CallStatus.QUEUED.value, "queued_at": ts})
+
+
+def next_pending(conn: Connection, run_id: str, round_: int, ts: float) -> str | None:
+    """Serial or windowed batches: mark the next undispatched call queued and return its id.
+    A call another transaction is dispatching right now is skipped (``SKIP LOCKED``), so two
+    finishers queue two different calls and never wait on each other's rows."""
+    c = tool_calls.c
+    nxt = conn.execute(
+        sa.select(c.call_id)
+        .where(c.run_id == run_id, c.round == round_, c.status == CallStatus.PENDING.value)
+        .order_by(c.idx)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+    ).scalar()
+    if nxt is None:
+        return None
+    done = close_calls(
+        conn,
+        run_id,
+        [nxt],
+        {"status": CallStatus.QUEUED.value, "queued_at": ts},
+        from_status=[CallStatus.PENDING],
+    )
+    return str(nxt) if done == 1 else None

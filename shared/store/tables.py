@@ -1,4 +1,5 @@
-"""The schema (DESIGN §5), SQLAlchemy Core. Times are epoch seconds (floats) on every dialect.
+"""The schema, SQLAlchemy Core (tables: docs/durability.md). Times are epoch seconds (floats)
+on every dialect.
 
 Append-only where it grows: a round inserts its new ``messages``, ``usage``, ``events`` and
 ``tool_calls`` rows and updates one ``runs`` row, so the bytes written per round do not grow
@@ -10,7 +11,10 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 __all__ = [
+    "agent_versions",
     "api_keys",
+    "cron_fires",
+    "crons",
     "dataset_chunks",
     "dataset_documents",
     "datasets",
@@ -22,26 +26,29 @@ __all__ = [
     "outbox",
     "runs",
     "resume_tokens",
+    "run_specs",
     "tenants",
     "threads",
     "tool_calls",
     "usage",
     "webhook_attempts",
     "webhook_deliveries",
+    "workers",
 ]
 
 metadata = sa.MetaData()
 
 runs = sa.Table(
+    # the hot row: what a transition reads and writes, small so that updates are cheap (and
+    # HOT-eligible on PostgreSQL); the large immutable parts of a run are in ``run_specs``
     "runs",
     metadata,
     sa.Column("id", sa.String(40), primary_key=True),
     sa.Column("tenant", sa.String(64), nullable=False, server_default="default"),
     sa.Column("parent_run_id", sa.String(40), nullable=True),
     sa.Column("parent_call_id", sa.String(128), nullable=True),
-    sa.Column("thread_id", sa.String(40), nullable=True),
+    sa.Column("thread_id", sa.String(64), nullable=True),
     sa.Column("kind", sa.String(20), nullable=False),
-    sa.Column("agent", sa.JSON, nullable=False),
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("stop_reason", sa.String(32), nullable=True),
     sa.Column("version", sa.Integer, nullable=False, server_default="0"),
@@ -56,20 +63,37 @@ runs = sa.Table(
     sa.Column("cost", sa.Float, nullable=False, server_default="0"),
     sa.Column("result", sa.JSON, nullable=True),
     sa.Column("error", sa.JSON, nullable=True),
+    # the worker process (``workers.id``) that holds the run's round; the lease is live while
+    # that worker's heartbeat is fresh
     sa.Column("lease_owner", sa.String(64), nullable=True),
-    sa.Column("lease_until", sa.Float, nullable=True),
     sa.Column("deadline_at", sa.Float, nullable=True),
-    sa.Column("wake_at", sa.Float, nullable=True),  # a waiting run's ask expiry (reaper)
+    # when the reaper looks at the run next: a waiting run's ask expiry, a round's retry time
+    sa.Column("wake_at", sa.Float, nullable=True),
+    sa.Column("redrives", sa.Integer, nullable=False, server_default="0"),
     sa.Column("idempotency_key", sa.String(200), nullable=True),
     sa.Column("msg_seq", sa.Integer, nullable=False, server_default="0"),
     sa.Column("event_seq", sa.Integer, nullable=False, server_default="0"),
     sa.Column("view_start", sa.Integer, nullable=False, server_default="0"),
-    sa.Column("inputs", sa.JSON, nullable=True),  # quotes, attachments: what the run was given
-    sa.Column("meta", sa.JSON, nullable=True),
+    sa.Column("view_tokens", sa.Integer, nullable=False, server_default="0"),
     sa.Column("webhook", sa.JSON, nullable=True),
-    # a queued run on a busy thread (multitask enqueue): not published until its thread's
-    # active run ends; stays true on a run cancelled before it started (migration 0002)
+    # a queued run on a busy thread (multitask enqueue): not dispatched until its thread's
+    # active run ends; stays true on a run cancelled before it started
     sa.Column("held", sa.Boolean, nullable=False, server_default=sa.false()),
+    # lineage (shared.store.lineage): the run's transcript starts with ``base_run_id``'s
+    # messages up to ``base_seq`` (read by reference, never copied), as they are (``fork``) or
+    # as a thread's history (``thread``); the run's own messages are numbered after it
+    sa.Column("base_run_id", sa.String(40), nullable=True),
+    sa.Column("base_seq", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("base_kind", sa.String(8), nullable=True),  # fork | thread
+    sa.Column("fork_round", sa.Integer, nullable=True),  # a fork: the base's round it took
+    # the spec's revision: a resume that overrides the spec bumps it (caches key on it)
+    sa.Column("spec_rev", sa.Integer, nullable=False, server_default="0"),
+    # user messages posted to the run, waiting for the transition that queues its next round
+    sa.Column("steer", sa.JSON, nullable=True),
+    # the broker message priority of its rounds and tools, 0-9 (9 first)
+    sa.Column("priority", sa.Integer, nullable=False, server_default="5"),
+    # retention: an ended run is purged this many seconds after its last change
+    sa.Column("ttl_s", sa.Float, nullable=True),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("updated_at", sa.Float, nullable=False),
     sa.UniqueConstraint("tenant", "idempotency_key", name="uq_runs_idempotency"),
@@ -78,6 +102,51 @@ sa.Index("ix_runs_status", runs.c.status)
 sa.Index("ix_runs_tenant_created", runs.c.tenant, runs.c.created_at)
 sa.Index("ix_runs_thread", runs.c.thread_id)
 sa.Index("ix_runs_wake", runs.c.wake_at)
+sa.Index("ix_runs_lease_owner", runs.c.lease_owner)
+sa.Index("ix_runs_base", runs.c.base_run_id)
+sa.Index("ix_runs_tenant_status", runs.c.tenant, runs.c.status)  # admission counts
+sa.Index("ix_runs_status_updated", runs.c.status, runs.c.updated_at)  # retention
+sa.Index("ix_runs_ttl", runs.c.ttl_s)  # retention: runs with their own ttl_s
+
+run_specs = sa.Table(
+    # what a run was given, written once: its agent spec, inputs (quotes, attachments) and the
+    # client's metadata
+    "run_specs",
+    metadata,
+    sa.Column("run_id", sa.String(40), primary_key=True),
+    sa.Column("agent", sa.JSON, nullable=False),
+    sa.Column("inputs", sa.JSON, nullable=True),
+    sa.Column("meta", sa.JSON, nullable=True),
+    sa.Column("warnings", sa.JSON, nullable=True),  # P-5: what the catalog dropped, and why
+    sa.Column("agent_ref", sa.String(140), nullable=True),  # "name" or "name@version" it ran
+    sa.Column("trace", sa.JSON, nullable=True),  # the run's trace context (W3C traceparent)
+)
+
+agent_versions = sa.Table(
+    # agents created over the API, per tenant: every version immutable, the latest is the
+    # highest (the file-registered agents are not here)
+    "agent_versions",
+    metadata,
+    sa.Column("tenant", sa.String(64), primary_key=True),
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("version", sa.Integer, primary_key=True),
+    sa.Column("spec", sa.JSON, nullable=False),
+    sa.Column("description", sa.Text, nullable=True),
+    sa.Column("meta", sa.JSON, nullable=True),  # the client's metadata
+    sa.Column("facade", sa.JSON, nullable=True),  # how a facade made it (LangGraph graph_id...)
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+workers = sa.Table(
+    # one row per worker process: its heartbeat makes the leases it holds live
+    "workers",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("host", sa.String(255), nullable=False),
+    sa.Column("pid", sa.Integer, nullable=False),
+    sa.Column("started_at", sa.Float, nullable=False),
+    sa.Column("seen_at", sa.Float, nullable=False),
+)
 
 messages = sa.Table(
     "messages",
@@ -93,6 +162,7 @@ messages = sa.Table(
     sa.Column("name", sa.String(128), nullable=True),
     sa.Column("hidden", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("kind", sa.String(32), nullable=True),
+    sa.Column("tokens", sa.Integer, nullable=False, server_default="0"),  # estimated, once
     sa.Column("created_at", sa.Float, nullable=False),
 )
 
@@ -114,11 +184,14 @@ tool_calls = sa.Table(
     sa.Column("error", sa.Text, nullable=True),
     sa.Column("cost", sa.Float, nullable=False, server_default="0"),
     sa.Column("data", sa.JSON, nullable=True),
-    sa.Column("lease_until", sa.Float, nullable=True),
+    sa.Column("lease_owner", sa.String(64), nullable=True),  # a ``workers.id`` (see runs)
     sa.Column("flushed", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("queued_at", sa.Float, nullable=True),  # dispatched (the reaper re-sends after)
+    sa.Column("redrives", sa.Integer, nullable=False, server_default="0"),
     sa.Column("started_at", sa.Float, nullable=True),
     sa.Column("finished_at", sa.Float, nullable=True),
 )
+sa.Index("ix_tool_calls_open", tool_calls.c.status, tool_calls.c.queued_at)
 
 usage = sa.Table(
     "usage",
@@ -154,13 +227,13 @@ outbox = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("run_id", sa.String(40), nullable=False, index=True),
-    sa.Column("kind", sa.String(16), nullable=False),  # round | tool | webhook
+    sa.Column("kind", sa.String(16), nullable=False),  # webhook (rounds and tools: see runs)
     sa.Column("payload", sa.JSON, nullable=False),
     sa.Column("available_at", sa.Float, nullable=False, index=True),
     sa.Column("created_at", sa.Float, nullable=False),
 )
 
-# --- webhooks (issue #9): one delivery per (run, event); one attempt row per HTTP try ------
+# --- webhooks: one delivery per (run, event); one attempt row per HTTP try -----------------
 webhook_deliveries = sa.Table(
     "webhook_deliveries",
     metadata,
@@ -214,7 +287,8 @@ resume_tokens = sa.Table(
 threads = sa.Table(
     "threads",
     metadata,
-    sa.Column("id", sa.String(40), primary_key=True),
+    # a server-made UUID, or a LangGraph client's name scoped to its tenant (``<name>~<digest>``)
+    sa.Column("id", sa.String(64), primary_key=True),
     sa.Column("tenant", sa.String(64), nullable=False, server_default="default"),
     sa.Column("meta", sa.JSON, nullable=True),  # the client's metadata
     # what a new run on a busy thread does: reject | enqueue | interrupt
@@ -224,7 +298,7 @@ threads = sa.Table(
 )
 sa.Index("ix_threads_tenant_created", threads.c.tenant, threads.c.created_at)
 
-# --- attachments (issue #15): uploaded files; bytes in ``data`` (database storage) or in a
+# --- attachments: uploaded files; bytes in ``data`` (database storage) or in a
 # directory (``TREADLE_FILES_DIR``) at ``location``, relative to it --------------------------
 files = sa.Table(
     "files",
@@ -241,7 +315,7 @@ files = sa.Table(
 )
 sa.Index("ix_files_tenant_created", files.c.tenant, files.c.created_at)
 
-# --- security (issue #11): tenants and their API keys (only the key's SHA-256 is stored) ----
+# --- security: tenants and their API keys (only the key's SHA-256 is stored) ----------------
 tenants = sa.Table(
     "tenants",
     metadata,
@@ -263,7 +337,7 @@ api_keys = sa.Table(
 )
 sa.Index("ix_api_keys_tenant", api_keys.c.tenant)
 
-# --- interop facades (issue #16): each LangGraph run / OpenAI response is a segment of a
+# --- interop facades: each LangGraph run / OpenAI response is a segment of a
 # treadle run: from its start or a resume (``from_seq``, the seq of the run.waiting it resumes,
 # 0 for the start) to the next pause or the end (``to_seq``, filled once seen) ---------------
 facade_segments = sa.Table(
@@ -272,7 +346,7 @@ facade_segments = sa.Table(
     sa.Column("id", sa.String(64), primary_key=True),  # deterministic: (protocol, run, from_seq)
     sa.Column("protocol", sa.String(16), nullable=False),  # langgraph | openai
     sa.Column("tenant", sa.String(64), nullable=False, server_default="default"),
-    sa.Column("thread_id", sa.String(40), nullable=True),
+    sa.Column("thread_id", sa.String(64), nullable=True),
     sa.Column("run_id", sa.String(40), nullable=False),
     sa.Column("from_seq", sa.Integer, nullable=False),
     sa.Column("to_seq", sa.Integer, nullable=True),
@@ -286,7 +360,7 @@ facade_segments = sa.Table(
 sa.Index("ix_facade_segments_thread", facade_segments.c.thread_id, facade_segments.c.created_at)
 sa.Index("ix_facade_segments_run", facade_segments.c.run_id)
 
-# --- knowledge base (issue #10): datasets of documents cut into chunks. The full-text index
+# --- knowledge base: datasets of documents cut into chunks. The full-text index
 # is per dialect, made by migration 0006: SQLite an FTS5 table ``dataset_chunks_fts`` over
 # ``search_text``; PostgreSQL a generated ``tsv`` tsvector column with a GIN index. Neither is
 # declared here (Core queries name them in SQL). ``embedding``: a JSON vector when an
@@ -318,8 +392,9 @@ dataset_documents = sa.Table(
     sa.Column("file_id", sa.String(40), nullable=True),  # when added from an uploaded file
     sa.Column("created_at", sa.Float, nullable=False),
 )
-sa.Index("ix_dataset_documents_dataset", dataset_documents.c.dataset_id,
-         dataset_documents.c.created_at)
+sa.Index(
+    "ix_dataset_documents_dataset", dataset_documents.c.dataset_id, dataset_documents.c.created_at
+)
 
 dataset_chunks = sa.Table(
     "dataset_chunks",
@@ -337,3 +412,36 @@ dataset_chunks = sa.Table(
 sa.Index("ix_dataset_chunks_dataset", dataset_chunks.c.dataset_id)
 sa.Index("ix_dataset_chunks_document", dataset_chunks.c.document_id, dataset_chunks.c.idx)
 sa.Index("ix_runs_parent", runs.c.parent_run_id)  # a run's children (sub-agents)
+
+# --- schedules: a tenant's crons; each fired slot is one ``cron_fires`` row, whose primary
+# key (cron_id, slot) makes a slot fire once fleet-wide (shared.engine.schedule) -------------
+crons = sa.Table(
+    "crons",
+    metadata,
+    sa.Column("id", sa.String(40), primary_key=True),
+    sa.Column("tenant", sa.String(64), nullable=False, server_default="default"),
+    sa.Column("agent", sa.JSON, nullable=False),  # {"ref": "name@3"} or {"spec": {...}}
+    sa.Column("input", sa.JSON, nullable=False),  # a run body's input
+    sa.Column("schedule", sa.String(120), nullable=False),  # a cron expression
+    sa.Column("timezone", sa.String(64), nullable=False, server_default="UTC"),
+    sa.Column("thread_id", sa.String(64), nullable=True),
+    sa.Column("meta", sa.JSON, nullable=True),  # the client's metadata (its runs get it)
+    sa.Column("options", sa.JSON, nullable=True),  # facade options (LangGraph's)
+    sa.Column("paused", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("next_fire", sa.Float, nullable=True),  # the next slot (None: paused)
+    sa.Column("last_slot", sa.Float, nullable=True),  # the last slot fired
+    sa.Column("last_run_id", sa.String(40), nullable=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+sa.Index("ix_crons_tenant_created", crons.c.tenant, crons.c.created_at)
+sa.Index("ix_crons_next_fire", crons.c.next_fire)
+
+cron_fires = sa.Table(
+    "cron_fires",
+    metadata,
+    sa.Column("cron_id", sa.String(40), primary_key=True),
+    sa.Column("slot", sa.Float, primary_key=True),
+    sa.Column("run_id", sa.String(40), nullable=True),
+    sa.Column("fired_at", sa.Float, nullable=False),
+)

@@ -8,6 +8,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
 
+from shared.store.rows import ACTIVE as ACTIVE_STATUSES
+from shared.store.rows import Run
 from shared.store.tables import messages, runs, threads
 
 __all__ = [
@@ -16,6 +18,7 @@ __all__ = [
     "get_thread",
     "insert_thread",
     "last_result",
+    "last_started",
     "lock_thread",
     "next_held",
     "stalled_threads",
@@ -24,7 +27,7 @@ __all__ = [
 ]
 
 _TICK = 1e-6
-ACTIVE = ("queued", "running", "waiting")
+ACTIVE = tuple(s.value for s in ACTIVE_STATUSES)
 """Non-final statuses. A held run is queued too, but it is not the thread's active run."""
 
 
@@ -58,7 +61,7 @@ def lock_thread(
     return conn.execute(stmt).mappings().first()
 
 
-def active_run(conn: Connection, thread_id: str) -> RowMapping | None:
+def active_run(conn: Connection, thread_id: str) -> Run | None:
     """The thread's running run: non-final and not held (there is at most one)."""
     q = (
         sa.select(runs)
@@ -66,10 +69,11 @@ def active_run(conn: Connection, thread_id: str) -> RowMapping | None:
         .order_by(runs.c.created_at, runs.c.id)
         .limit(1)
     )
-    return conn.execute(q).mappings().first()
+    row = conn.execute(q).mappings().first()
+    return Run.of(row) if row is not None else None
 
 
-def next_held(conn: Connection, thread_id: str) -> RowMapping | None:
+def next_held(conn: Connection, thread_id: str) -> Run | None:
     """The oldest run waiting for the thread (multitask enqueue), if any."""
     q = (
         sa.select(runs)
@@ -77,13 +81,31 @@ def next_held(conn: Connection, thread_id: str) -> RowMapping | None:
         .order_by(runs.c.created_at, runs.c.id)
         .limit(1)
     )
-    return conn.execute(q).mappings().first()
+    row = conn.execute(q).mappings().first()
+    return Run.of(row) if row is not None else None
 
 
-def thread_runs(conn: Connection, thread_id: str) -> list[RowMapping]:
+def last_started(conn: Connection, thread_id: str, *, other_than: str) -> Run | None:
+    """The thread's newest run that started (not held), other than ``other_than``: the run a
+    new one continues (its messages are the new run's history, by reference)."""
+    q = (
+        sa.select(runs)
+        .where(
+            runs.c.thread_id == thread_id,
+            runs.c.held == sa.false(),
+            runs.c.id != other_than,
+        )
+        .order_by(runs.c.created_at.desc(), runs.c.id.desc())
+        .limit(1)
+    )
+    row = conn.execute(q).mappings().first()
+    return Run.of(row) if row is not None else None
+
+
+def thread_runs(conn: Connection, thread_id: str) -> list[Run]:
     """The thread's runs, oldest first."""
     q = sa.select(runs).where(runs.c.thread_id == thread_id).order_by(runs.c.created_at, runs.c.id)
-    return list(conn.execute(q).mappings())
+    return [Run.of(r) for r in conn.execute(q).mappings()]
 
 
 def thread_messages(conn: Connection, thread_id: str, *, started_only: bool) -> list[RowMapping]:
@@ -92,8 +114,10 @@ def thread_messages(conn: Connection, thread_id: str, *, started_only: bool) -> 
     q = (
         sa.select(messages)
         .join(runs, runs.c.id == messages.c.run_id)
-        .where(runs.c.thread_id == thread_id,
-               sa.or_(messages.c.kind.is_(None), messages.c.kind != "history"))
+        .where(
+            runs.c.thread_id == thread_id,
+            sa.or_(messages.c.kind.is_(None), messages.c.kind != "history"),
+        )
         .order_by(runs.c.created_at, runs.c.id, messages.c.seq)
     )
     if started_only:
@@ -105,8 +129,12 @@ def last_result(conn: Connection, thread_id: str, kind: str) -> dict[str, Any] |
     """The result of the thread's latest completed run of ``kind`` (SPEC H-1 context)."""
     q = (
         sa.select(runs.c.result)
-        .where(runs.c.thread_id == thread_id, runs.c.kind == kind,
-               runs.c.status == "completed", runs.c.result.is_not(None))
+        .where(
+            runs.c.thread_id == thread_id,
+            runs.c.kind == kind,
+            runs.c.status == "completed",
+            runs.c.result.is_not(None),
+        )
         .order_by(runs.c.created_at.desc(), runs.c.id.desc())
         .limit(1)
     )
@@ -117,14 +145,19 @@ def last_result(conn: Connection, thread_id: str, kind: str) -> dict[str, Any] |
 def stalled_threads(conn: Connection, limit: int = 200) -> list[str]:
     """Threads with a held run and no active one (a safety net for the reaper)."""
     active = sa.alias(runs, "active")
-    busy = (
-        sa.exists()
-        .where(active.c.thread_id == runs.c.thread_id, active.c.status.in_(ACTIVE),
-               active.c.held == sa.false())
+    busy = sa.exists().where(
+        active.c.thread_id == runs.c.thread_id,
+        active.c.status.in_(ACTIVE),
+        active.c.held == sa.false(),
     )
     q = (
         sa.select(runs.c.thread_id)
-        .where(runs.c.held == sa.true(), runs.c.status == "queued", ~busy)
+        .where(
+            runs.c.held == sa.true(),
+            runs.c.status == "queued",
+            runs.c.thread_id.is_not(None),  # a held run without a thread waits for admission
+            ~busy,
+        )
         .distinct()
         .limit(limit)
     )

@@ -94,7 +94,9 @@ class AgentTool(_InlineFace):
             raise ToolError(str(exc)) from exc
         question = question_of(args)
         quotes = _dataset_quotes(agent, question, ctx)
-        reply = make_model(profile).complete(_request(agent, profile, question, quotes))
+        request = _request(agent, profile, question, quotes)
+        model = make_model(profile, ctx.tenant, ",".join(ctx.allow_hosts))
+        reply = model.complete(request, abort=ctx.abort)
         cost = price_call(profile.pricing, reply.usage, profile.own_key) if reply.usage else 0.0
         decision = step(agent, LoopState(), reply, {}, call_cost=cost, question=question).decision
         result = decision.result if isinstance(decision, Finish) else {}

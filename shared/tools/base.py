@@ -11,11 +11,22 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar, get_type_hints, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Generic,
+    Protocol,
+    TypeVar,
+    get_type_hints,
+    runtime_checkable,
+)
 
 from pydantic import BaseModel, ValidationError
 
 from shared.errors import ToolError
+
+if TYPE_CHECKING:
+    from shared.llm.abort import Abort
 
 __all__ = [
     "FileSource",
@@ -58,7 +69,9 @@ class ToolContext:
     """Who is calling and within which limits. ``env`` None means ``os.environ`` at call time.
     ``attachments``: the run's files (``{id, name, content_type, size, sha256}``), whose
     bytes ``files`` reads (None: the run has no readable attachments). ``knowledge`` searches
-    the tenant's datasets (None: not available here)."""
+    the tenant's datasets (None: not available here). ``abort`` stops a call that blocks
+    (``shared.llm.abort``): tools that wait on the network or a child process obey it, so a
+    timed-out or cancelled call really ends instead of running on in an abandoned thread."""
 
     run_id: str
     call_id: str
@@ -69,6 +82,7 @@ class ToolContext:
     env: Mapping[str, str] | None = None
     files: FileSource | None = None
     knowledge: KnowledgeSource | None = None  # the tenant's datasets (knowledge_search)
+    abort: Abort | None = None
 
     @property
     def idempotency_key(self) -> str:
@@ -134,6 +148,9 @@ class FunctionTool(Generic[M]):
     args_model: type[M]
     read_only: bool = False  # N-5: unknown kind counts as a write
     internal: bool = False
+    # in-process, no I/O, done in well under a second: run without a claim (see
+    # shared.engine.toolrun); only for read-only tools
+    quick: bool = False
     parameters: dict[str, Any] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -148,6 +165,7 @@ class FunctionTool(Generic[M]):
         description: str | None = None,
         read_only: bool = False,
         internal: bool = False,
+        quick: bool = False,
         args_model: type[M] | None = None,
     ) -> FunctionTool[M]:
         return cls(
@@ -157,6 +175,7 @@ class FunctionTool(Generic[M]):
             args_model=args_model or _args_model_of(fn),
             read_only=read_only,
             internal=internal,
+            quick=quick and read_only,
         )
 
     def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:

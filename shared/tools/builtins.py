@@ -174,7 +174,7 @@ class CalculatorArgs(BaseModel):
     )
 
 
-@tool(read_only=True)
+@tool(read_only=True, quick=True)
 def calculator(args: CalculatorArgs, ctx: ToolContext) -> ToolResult:
     """Evaluate an arithmetic expression exactly (integers) or to 15 significant digits."""
     value = evaluate(args.expression)
@@ -187,7 +187,7 @@ class CurrentTimeArgs(BaseModel):
     )
 
 
-@tool(read_only=True)
+@tool(read_only=True, quick=True)
 def current_time(args: CurrentTimeArgs, ctx: ToolContext) -> ToolResult:
     """The current date and time as ISO-8601, in UTC or the given IANA time zone."""
     now = datetime.now(_zone(args.timezone) if args.timezone else UTC)
@@ -227,6 +227,7 @@ def http_get(args: HttpGetArgs, ctx: ToolContext) -> ToolResult:
         timeout=ctx.time_left(HTTP_GET_TIMEOUT),
         max_bytes=HTTP_GET_MAX_BYTES,
         allow_hosts=ctx.allow_hosts,
+        abort=ctx.abort,
     )
     if response.status_code >= 400:
         raise ToolError(f"HTTP {response.status_code}: {error_excerpt(response)}")

@@ -1,14 +1,14 @@
-"""``read_files``: the loop's system tool for the run's attachments (SPEC M-11, seed 000:
-"file reading is a system tool of the loop").
+"""``read_files``: the loop's system tool for the run's attachments (SPEC M-11: file reading
+is a system tool of the loop).
 
-Text and markdown come back as they are, PDFs as extracted text (pypdf), in pages of about
+Text and markdown come back as they are, PDFs as extracted text (pypdf, in a child process
+with CPU, memory, page and character limits: ``shared.tools.documents``), in pages of about
 ``PAGE_CHARS`` characters with the page range in the result. The tool is not in the registry
 (``read_files`` is a reserved name): the catalog adds it to a run that has attachments.
 """
 
 from __future__ import annotations
 
-import io
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -17,7 +17,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from shared.errors import ToolError
+from shared.llm.abort import Abort
 from shared.tools.base import FunctionTool, ToolContext, ToolResult
+from shared.tools.documents import DocumentLimits, extract
 
 __all__ = [
     "PAGE_CHARS",
@@ -31,7 +33,6 @@ __all__ = [
 
 PAGE_CHARS = 8000
 _TEXT_CACHE_SIZE = 8
-_IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 
 
 class ReadFilesArgs(BaseModel):
@@ -81,34 +82,21 @@ class _TextCache:
 _CACHE = _TextCache(_TEXT_CACHE_SIZE)
 
 
-def extract_text(data: bytes, content_type: str, name: str = "file") -> str:
-    """A file's text: PDF via pypdf (``--- page N ---`` markers), text as UTF-8."""
-    if content_type == "application/pdf":
-        return _pdf_text(data, name)
-    if content_type.startswith("text/"):
-        return data.decode("utf-8", errors="replace").removeprefix("\ufeff")
-    if content_type in _IMAGE_TYPES:
-        raise ToolError(f"{name} is an image ({content_type}): it is shown with the user's "
-                        "message to a model that can see images; read_files reads documents")
-    raise ToolError(f"{name} is binary ({content_type or 'unknown type'}) and has no text to read")
+def extract_text(
+    data: bytes, content_type: str, name: str = "file", abort: Abort | None = None
+) -> str:
+    """A file's text within the operator's document limits (``shared.tools.documents``); a
+    note at the end when a limit cut it short."""
+    found = extract(data, content_type, name, _limits(), abort)
+    if not found.truncated:
+        return found.text
+    return f"{found.text}\n\n[... the rest of {name} is past the reading limits and not shown]"
 
 
-def _pdf_text(data: bytes, name: str) -> str:
-    try:
-        from pypdf import PdfReader
-        from pypdf.errors import PdfReadError
-    except ImportError:  # pragma: no cover - pypdf is a dependency
-        raise ToolError("reading PDFs needs the pypdf package") from None
-    try:
-        reader = PdfReader(io.BytesIO(data))
-        if reader.is_encrypted and not reader.decrypt(""):
-            raise ToolError(f"{name} is an encrypted PDF")
-        pages = [(page.extract_text() or "").strip() for page in reader.pages]
-    except (PdfReadError, ValueError, KeyError, TypeError) as exc:
-        raise ToolError(f"cannot read PDF {name}: {exc}") from None
-    if not any(pages):
-        raise ToolError(f"{name} has no extractable text (a scanned PDF?)")
-    return "\n\n".join(f"--- page {i} ---\n{text}" for i, text in enumerate(pages, 1))
+def _limits() -> DocumentLimits:
+    from shared.config import get_settings
+
+    return DocumentLimits.from_settings(get_settings())
 
 
 def _find(refs: Sequence[Mapping[str, Any]], wanted: str) -> Mapping[str, Any]:
@@ -132,8 +120,11 @@ def _size(n: int) -> str:
 
 
 def describe_files(refs: Sequence[Mapping[str, Any]]) -> str:
-    lines = [f"- {r.get('name') or r['id']} (id {r['id']}, {r.get('content_type') or '?'}, "
-             f"{_size(int(r.get('size') or 0))})" for r in refs]
+    lines = [
+        f"- {r.get('name') or r['id']} (id {r['id']}, {r.get('content_type') or '?'}, "
+        f"{_size(int(r.get('size') or 0))})"
+        for r in refs
+    ]
     return "Attached files:\n" + "\n".join(lines) if lines else "No files are attached."
 
 
@@ -148,7 +139,8 @@ def _text_of(ref: Mapping[str, Any], ctx: ToolContext) -> str:
         data = ctx.files.read(str(ref["id"]))
     except FileNotFoundError as exc:
         raise ToolError(str(exc)) from None
-    text = extract_text(data, str(ref.get("content_type") or ""), str(ref.get("name") or ""))
+    kind, name = str(ref.get("content_type") or ""), str(ref.get("name") or "")
+    text = extract_text(data, kind, name, ctx.abort)
     _CACHE.put(key, text)
     return text
 
@@ -162,15 +154,27 @@ def read_files(args: ReadFilesArgs, ctx: ToolContext) -> ToolResult:
     text = _text_of(ref, ctx)
     spans = page_spans(text)
     if args.page > len(spans):
-        raise ToolError(f"{ref.get('name')} has {len(spans)} page(s); page {args.page} is past "
-                        "the end")
+        raise ToolError(
+            f"{ref.get('name')} has {len(spans)} page(s); page {args.page} is past the end"
+        )
     start, end = spans[args.page - 1]
-    head = (f"[{ref.get('name')} ({ref.get('content_type')}): page {args.page} of {len(spans)}, "
-            f"characters {start + 1}-{end} of {len(text)}]")
-    more = (f"\n[... continued: call read_files with page={args.page + 1}]"
-            if args.page < len(spans) else "")
-    data = {"file_id": ref["id"], "page": args.page, "pages": len(spans),
-            "start": start, "end": end, "chars": len(text)}
+    head = (
+        f"[{ref.get('name')} ({ref.get('content_type')}): page {args.page} of {len(spans)}, "
+        f"characters {start + 1}-{end} of {len(text)}]"
+    )
+    more = (
+        f"\n[... continued: call read_files with page={args.page + 1}]"
+        if args.page < len(spans)
+        else ""
+    )
+    data = {
+        "file_id": ref["id"],
+        "page": args.page,
+        "pages": len(spans),
+        "start": start,
+        "end": end,
+        "chars": len(text),
+    }
     return ToolResult(text=f"{head}\n{text[start:end]}{more}", data=data)
 
 

@@ -1,10 +1,12 @@
-"""Inline HTTP tools declared in an agent spec (DESIGN §8).
+"""Inline HTTP tools declared in an agent spec (docs/api.md).
 
 ``{arg}`` placeholders in the URL are filled from the arguments (URL-quoted); the other
 arguments become the JSON body (POST, PUT, PATCH) or query parameters (GET, DELETE). Header
 values come only from environment variables named in ``headers_env``, read at call time.
 A tool is read-only only if declared so (N-5); every call of a write tool, and every call
-with a write method, sends ``Idempotency-Key: <run_id>:<call_id>``.
+with a write method, sends ``Idempotency-Key: <run_id>:<call_id>``. A successful response
+with the header ``Treadle-Stop: true`` ends the run after this call (SPEC L-6), as a plugin
+tool's ``ToolResult(stop=True)`` does.
 """
 
 from __future__ import annotations
@@ -21,13 +23,23 @@ from shared.errors import SpecError, ToolError
 from shared.tools.base import InvalidToolArguments, ToolContext, ToolResult
 from shared.tools.netguard import SafeResponse, safe_request
 
-__all__ = ["HTTP_TOOL_MAX_BYTES", "USER_AGENT", "HttpTool", "error_excerpt", "fill_url"]
+__all__ = [
+    "HTTP_TOOL_MAX_BYTES",
+    "STOP_HEADER",
+    "USER_AGENT",
+    "HttpTool",
+    "error_excerpt",
+    "fill_url",
+    "wants_stop",
+]
 
 HTTP_TOOL_MAX_BYTES = 1_000_000
 USER_AGENT = "treadle-tool/0.1"
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _EXCERPT_CHARS = 300
+STOP_HEADER = "Treadle-Stop"
+_TRUE = frozenset({"true", "1", "yes"})
 
 
 class HttpTool:
@@ -82,11 +94,14 @@ class HttpTool:
             max_bytes=self._max_bytes,
             allow_hosts=ctx.allow_hosts,
             client=self._client,
+            abort=ctx.abort,
         )
         if response.status_code >= 400:
             raise ToolError(f"HTTP {response.status_code}: {error_excerpt(response)}")
         text = response.text or f"HTTP {response.status_code} (empty response)"
-        return ToolResult(text=text, data={"status": response.status_code})
+        return ToolResult(
+            text=text, data={"status": response.status_code}, stop=wants_stop(response)
+        )
 
     def _require(self, args: dict[str, Any]) -> None:
         if not isinstance(args, dict):
@@ -119,6 +134,11 @@ def fill_url(template: str, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         raise InvalidToolArguments(f"missing URL argument(s): {', '.join(missing)}")
     url = _PLACEHOLDER.sub(lambda m: quote(_as_text(args[m.group(1)]), safe=""), template)
     return url, {k: v for k, v in args.items() if k not in used}
+
+
+def wants_stop(response: SafeResponse) -> bool:
+    """Whether the endpoint asked to end the run: ``Treadle-Stop: true`` (or ``1``, ``yes``)."""
+    return response.headers.get(STOP_HEADER, "").strip().lower() in _TRUE
 
 
 def error_excerpt(response: SafeResponse) -> str:

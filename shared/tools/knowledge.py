@@ -1,5 +1,5 @@
-"""Knowledge search tools (seed 000 §3.3.5: the dataset sub agent — "检索后可再用 LLM 自动筛相关
-分块", retrieval, then optionally an LLM picks the relevant chunks).
+"""Knowledge search tools (a dataset as a tool of the agent: retrieval, then optionally an
+LLM picks the relevant chunks).
 
 * ``knowledge_search`` (registry): ``{query, dataset?, k?}`` over the tenant's datasets (one
   by id or name, or all of them).
@@ -31,8 +31,9 @@ __all__ = ["QUERY_SCHEMA", "KnowledgeTool", "SearchArgs", "knowledge_search"]
 
 QUERY_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"query": {"type": "string",
-                             "description": "What to look for: keywords or a question."}},
+    "properties": {
+        "query": {"type": "string", "description": "What to look for: keywords or a question."}
+    },
     "required": ["query"],
 }
 
@@ -44,14 +45,16 @@ def _source(ctx: ToolContext) -> KnowledgeSource:
 
 
 def _result(hits: Sequence[Mapping[str, Any]], cost: float = 0.0, **data: Any) -> ToolResult:
-    return ToolResult(text=format_passages(hits), cost=cost,
-                      data={"passages": [dict(h) for h in hits], **data})
+    return ToolResult(
+        text=format_passages(hits), cost=cost, data={"passages": [dict(h) for h in hits], **data}
+    )
 
 
 class SearchArgs(BaseModel):
     query: str = Field(min_length=1, description="What to look for: keywords or a question.")
-    dataset: str | None = Field(default=None,
-                                description="A dataset id or name; omit to search all of them.")
+    dataset: str | None = Field(
+        default=None, description="A dataset id or name; omit to search all of them."
+    )
     k: int = Field(default=5, ge=1, le=20, description="How many passages.")
 
 
@@ -66,7 +69,9 @@ class KnowledgeTool:
     """An inline ``knowledge:`` tool over fixed datasets, with the optional LLM filter."""
 
     def __init__(
-        self, spec: InlineTool, agent_model: str | ModelProfile = "demo",
+        self,
+        spec: InlineTool,
+        agent_model: str | ModelProfile = "demo",
         profiles: Mapping[str, ModelProfile] | None = None,
     ) -> None:
         if spec.knowledge is None:
@@ -85,8 +90,10 @@ class KnowledgeTool:
         if self._spec.description:
             return self._spec.description
         names = ", ".join(self.knowledge.datasets)
-        return (f"Search the knowledge base ({names}) for passages about a question or "
-                "keywords; returns the most relevant passages with their sources.")
+        return (
+            f"Search the knowledge base ({names}) for passages about a question or "
+            "keywords; returns the most relevant passages with their sources."
+        )
 
     @property
     def parameters(self) -> dict[str, Any]:
@@ -109,20 +116,24 @@ class KnowledgeTool:
         hits = _source(ctx).search(query, self.knowledge.datasets, wanted)
         if not self.knowledge.filter or not hits:
             return _result(hits[:k])
-        return self._filtered(query, hits, k)
+        return self._filtered(query, hits, k, ctx)
 
-    def _filtered(self, query: str, hits: list[dict[str, Any]], k: int) -> ToolResult:
+    def _filtered(
+        self, query: str, hits: list[dict[str, Any]], k: int, ctx: ToolContext
+    ) -> ToolResult:
         """The LLM relevance filter: keep the passages the model picks (in its order); keep
         the retrieval order when its answer cannot be read or the call fails."""
         try:
             profile = resolve_profile(self._model, self._profiles)
-            reply = make_model(profile).complete(
-                ModelRequest(messages=tuple(filter_messages(query, hits)), max_tokens=200))
+            model = make_model(profile, ctx.tenant, ",".join(ctx.allow_hosts))
+            reply = model.complete(
+                ModelRequest(messages=tuple(filter_messages(query, hits)), max_tokens=200),
+                abort=ctx.abort,
+            )
         except (ConfigError, ModelError) as exc:
             return _result(hits[:k], filter_error=str(exc))
         cost = price_call(profile.pricing, reply.usage, profile.own_key) if reply.usage else 0.0
         picked = parse_selection(reply.text, len(hits))
         if picked is None:
             return _result(hits[:k], cost, filtered=False)
-        return _result([hits[i] for i in picked][:k], cost, filtered=True,
-                       candidates=len(hits))
+        return _result([hits[i] for i in picked][:k], cost, filtered=True, candidates=len(hits))

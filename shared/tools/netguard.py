@@ -12,38 +12,47 @@ are not kept alive (they are pooled by IP, and one verified for one name must no
 another).
 
 Limits: the body is streamed and cut at ``max_bytes``; ``timeout`` caps the whole exchange
-(connect, redirects, body), a watchdog shuts the socket when it runs out. DNS resolution itself
-uses the system resolver and its own timeouts. Proxies from the environment are not used.
+(connect, redirects, body), a watchdog shuts the socket when it runs out, and so does the
+caller's ``Abort`` (``shared.llm.abort``) when it fires. DNS resolution itself uses the system
+resolver and its own timeouts. Proxies from the environment are not used.
+
+``GuardedBackend`` applies the same rule to a long-lived, pooled client (a tenant's model
+endpoint): each new connection resolves and checks the host and connects to the checked
+address, while TLS still verifies the real host name.
 """
 
 from __future__ import annotations
 
 import codecs
 import contextlib
-import functools
 import ipaddress
 import json as jsonlib
 import re
 import socket
-import ssl
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import httpcore
 import httpx
 
 from shared.errors import ToolError
+from shared.llm.abort import Abort, abortable_transport
+from shared.llm.abort import current as current_abort
 
 __all__ = [
+    "GuardedBackend",
     "MAX_REDIRECTS",
     "METADATA_ADDRESSES",
     "SafeResponse",
     "check_url",
     "deny_reason",
+    "pinned_address",
     "safe_request",
+    "tls_server_name",
 ]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -87,6 +96,18 @@ class SafeResponse:
 def check_url(url: str, allow_hosts: Sequence[str] = ()) -> None:
     """Raise ToolError unless ``url`` is http(s) and its host is public or allow-listed."""
     _checked_address(_parse(url), allow_hosts)
+
+
+def pinned_address(url: str, allow_hosts: Sequence[str] = ()) -> str:
+    """The checked address to connect to for ``url`` (ToolError as ``check_url``): a client
+    that connects there, with the real host name in ``Host`` and ``tls_server_name`` as the
+    TLS name, cannot be redirected by a DNS answer that changes after the check."""
+    return _checked_address(_parse(url), allow_hosts)
+
+
+def tls_server_name(url: str) -> str | None:
+    """The name TLS must verify for ``url`` when connecting to its pinned address (SNI)."""
+    return _tls_name(_parse(url)).get("sni_hostname")
 
 
 def deny_reason(ip: IPAddress) -> str | None:
@@ -138,10 +159,9 @@ def _port(url: httpx.URL) -> int:
     return url.port or (443 if url.scheme == "https" else 80)
 
 
-def _allowed(url: httpx.URL, allow_hosts: Sequence[str]) -> bool:
-    host = _host(url)
+def _allowed(host: str, port: int, allow_hosts: Sequence[str]) -> bool:
     netloc_host = f"[{host}]" if ":" in host else host
-    candidates = {host, f"{netloc_host}:{_port(url)}"}
+    candidates = {host, f"{netloc_host}:{port}"}
     for entry in (e.strip().lower() for e in allow_hosts):
         if entry in candidates or (entry.startswith("*.") and host.endswith(entry[1:])):
             return True
@@ -150,9 +170,12 @@ def _allowed(url: httpx.URL, allow_hosts: Sequence[str]) -> bool:
 
 def _checked_address(url: httpx.URL, allow_hosts: Sequence[str]) -> str:
     """The address to connect to, after checking every address the host resolves to."""
-    host = _host(url)
-    addresses = _resolve(host, _port(url))
-    if not _allowed(url, allow_hosts):
+    return _checked_host(_host(url), _port(url), allow_hosts)
+
+
+def _checked_host(host: str, port: int, allow_hosts: Sequence[str]) -> str:
+    addresses = _resolve(host, port)
+    if not _allowed(host, port, allow_hosts):
         for ip in addresses:
             reason = deny_reason(ip)
             if reason is not None:
@@ -215,20 +238,22 @@ def safe_request(
     max_bytes: int = 1_000_000,
     allow_hosts: Sequence[str] = (),
     client: httpx.Client | None = None,
+    abort: Abort | None = None,
 ) -> SafeResponse:
-    """One guarded HTTP exchange; every failure is a ToolError with a readable message."""
+    """One guarded HTTP exchange; every failure is a ToolError with a readable message, except
+    that a fired ``abort`` ends it at once with its ``Aborted`` error."""
+    handle = abort or Abort()
     limits = _Limits(timeout, time.monotonic() + timeout, max_bytes, tuple(allow_hosts))
     hop = _first_hop(method, url, headers, params, json)
-    if client is not None:
-        return _exchange(client, hop, limits)
-    with httpx.Client(trust_env=False, verify=_tls_context()) as own:
-        return _exchange(own, hop, limits)
-
-
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    """One verifying TLS context for all calls: building one costs ~50 ms (CA bundle)."""
-    return httpx.create_ssl_context()
+    try:
+        with handle.bound():
+            if client is not None:
+                return _exchange(client, hop, limits)
+            with httpx.Client(transport=abortable_transport()) as own:
+                return _exchange(own, hop, limits)
+    except ToolError:
+        handle.check()  # a shut socket surfaces as a failed request: say why
+        raise
 
 
 def _first_hop(
@@ -342,10 +367,50 @@ def _watchdog(response: httpx.Response, limits: _Limits) -> Iterator[None]:
     timer = threading.Timer(limits.remaining(), _shutdown, (sock,))
     timer.daemon = True
     timer.start()
+    abort = current_abort()  # a client of the caller's own bypasses the watched transport
     try:
-        yield
+        with abort.closing(lambda: _shutdown(sock)) if abort else contextlib.nullcontext():
+            yield
     finally:
         timer.cancel()
+
+
+class GuardedBackend(httpcore.NetworkBackend):
+    """An httpcore network backend that connects only where the SSRF rules allow, to the
+    address it checked; otherwise it raises ``refuse(message)`` (the caller's error type)."""
+
+    def __init__(
+        self,
+        allow_hosts: Sequence[str] = (),
+        inner: httpcore.NetworkBackend | None = None,
+        refuse: Callable[[str], Exception] = ToolError,
+    ) -> None:
+        self._allow_hosts = tuple(allow_hosts)
+        self._inner = inner or httpcore.SyncBackend()
+        self._refuse = refuse
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        name = host.lower().rstrip(".").strip("[]")
+        try:
+            address = _checked_host(name, port, self._allow_hosts)
+        except ToolError as exc:
+            raise self._refuse(str(exc)) from None
+        return self._inner.connect_tcp(address, port, timeout, local_address, socket_options)
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.NetworkStream:
+        raise self._refuse("unix sockets are not reachable through the SSRF guard")
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
 
 
 def _shutdown(sock: socket.socket) -> None:

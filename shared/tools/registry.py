@@ -146,10 +146,12 @@ def tool(
     description: str | None = None,
     read_only: bool = False,
     internal: bool = False,
+    quick: bool = False,
     args_model: type[BaseModel] | None = None,
     registry: Registry | None = None,
 ) -> Callable[[ToolFunction[Any]], FunctionTool[Any]]:
-    """Make ``fn(args: Model, ctx)`` a ``FunctionTool`` and register it (global registry)."""
+    """Make ``fn(args: Model, ctx)`` a ``FunctionTool`` and register it (global registry).
+    ``quick``: a read-only tool that runs in-process in well under a second, without I/O."""
 
     def wrap(fn: ToolFunction[Any]) -> FunctionTool[Any]:
         made = FunctionTool.from_function(
@@ -158,6 +160,7 @@ def tool(
             description=description,
             read_only=read_only,
             internal=internal,
+            quick=quick,
             args_model=args_model,
         )
         (registry or REGISTRY).add(made)

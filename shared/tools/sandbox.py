@@ -2,10 +2,15 @@
 
 Isolation: ``bwrap --unshare-all --die-with-parent`` (new user, PID, network, IPC, UTS and
 cgroup namespaces: no network at all), ``/usr`` and the ``/lib*`` and ``/bin`` links
-read-only, a few ``/etc`` files, fresh ``/proc`` and ``/dev``, the root remounted read-only,
-and a size-limited tmpfs ``/work`` (the working directory) holding copies of the run's
-attachments. A worker running as root starts the sandbox under a throw-away uid, so the
-kernel's process limit applies (root is exempt from it).
+read-only, a few ``/etc`` files, the sandbox's own ``/proc`` (its PID namespace only, never
+the host's) and ``/dev``, the root remounted read-only, and a size-limited tmpfs ``/work``
+(the working directory) holding copies of the run's attachments; nothing of the worker's
+files or working directory is bound in. bubblewrap itself starts with an empty environment
+from ``/``: inside the PID namespace PID 1 is a bubblewrap process whose ``/proc/1/environ``
+the code can read, so the worker's environment (database URL, provider keys) must never reach
+it; the code gets only the fixed ``_ENV``. A seccomp filter (``shared.tools.seccomp``) narrows
+the kernel calls it can make. A worker running as root starts the sandbox under a throw-away
+uid, so the kernel's process limit applies (root is exempt from it).
 
 Limits: the in-sandbox driver (``sandbox_driver.py``) runs the code with rlimits on CPU
 time, address space, processes, file size and open files, and kills it at the wall limit;
@@ -40,6 +45,8 @@ from typing import IO, Any
 from pydantic import BaseModel, Field
 
 from shared.errors import ToolError
+from shared.llm.abort import Abort
+from shared.tools import seccomp
 from shared.tools.base import FunctionTool, ToolContext, ToolResult
 from shared.tools.registry import REGISTRY
 
@@ -59,12 +66,25 @@ log = logging.getLogger("treadle.sandbox")
 
 MB = 1024 * 1024
 _DRIVER = Path(__file__).with_name("sandbox_driver.py")
-_ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime",
-        "/etc/alternatives", "/etc/mime.types")
+_ETC = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/alternatives",
+    "/etc/mime.types",
+)
 _ROOT_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/work", "TMPDIR": "/work",
-        "LANG": "C.UTF-8", "PYTHONPATH": "/work", "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg"}
+_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/work",
+    "TMPDIR": "/work",
+    "LANG": "C.UTF-8",
+    "PYTHONPATH": "/work",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONUNBUFFERED": "1",
+    "MPLBACKEND": "Agg",
+}
 _UID_BASE, _UID_SPAN = 61_000, 1_000
 _uids = itertools.count(os.getpid() * 37 % _UID_SPAN)
 _HOST_GRACE_S = 5.0
@@ -108,8 +128,15 @@ class SandboxResult:
 
 def _interpreter(configured: str) -> tuple[str, tuple[str, ...]] | None:
     """The sandbox's Python and any prefix it needs bound (one outside ``/usr``)."""
-    candidates = [configured] if configured else ["/usr/local/bin/python3", "/usr/bin/python3",
-                                                  os.path.join(sys.base_prefix, "bin", "python3")]
+    candidates = (
+        [configured]
+        if configured
+        else [
+            "/usr/local/bin/python3",
+            "/usr/bin/python3",
+            os.path.join(sys.base_prefix, "bin", "python3"),
+        ]
+    )
     for exe in candidates:
         if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
             continue
@@ -133,6 +160,10 @@ def unavailable_reason() -> str | None:
         return "the sandbox needs Linux"
     if shutil.which("bwrap") is None:
         return "bubblewrap (bwrap) is not installed"
+    try:
+        seccomp.program()
+    except seccomp.UnsupportedArch as exc:
+        return str(exc)
     if _interpreter(_settings().sandbox_python) is None:
         return "no Python interpreter for the sandbox (set TREADLE_SANDBOX_PYTHON)"
     try:
@@ -147,8 +178,10 @@ def unavailable_reason() -> str | None:
 def warn_if_unavailable() -> None:
     """The startup warning (cheap: no probe) when bubblewrap is missing."""
     if sys.platform.startswith("linux") and shutil.which("bwrap") is None:
-        log.warning("run_python is disabled: bubblewrap (bwrap) is not installed "
-                    "(apt-get install bubblewrap); agents that list it run without it")
+        log.warning(
+            "run_python is disabled: bubblewrap (bwrap) is not installed "
+            "(apt-get install bubblewrap); agents that list it run without it"
+        )
 
 
 # --- the sandbox ------------------------------------------------------------------------------
@@ -201,7 +234,7 @@ def _memfd(name: str, data: bytes) -> int:
     fd = os.memfd_create(name[:200] or "file")
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
 
@@ -233,21 +266,51 @@ def _system_binds(extra: Sequence[str]) -> list[str]:
     return args
 
 
-def _bwrap_args(python: str, extra: Sequence[str], files: Sequence[tuple[str, int]],
-                code_fd: int, driver_fd: int, work_bytes: int) -> list[str]:
-    args = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--unshare-user",
-            "--disable-userns", "--die-with-parent", "--new-session", "--hostname", "sandbox",
-            "--clearenv"]
+def _bwrap_args(
+    python: str,
+    extra: Sequence[str],
+    files: Sequence[tuple[str, int]],
+    code_fd: int,
+    driver_fd: int,
+    seccomp_fd: int,
+    work_bytes: int,
+) -> list[str]:
+    args = [
+        shutil.which("bwrap") or "bwrap",
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--hostname",
+        "sandbox",
+        "--clearenv",
+    ]
     for key, value in _ENV.items():
         args += ["--setenv", key, value]
     args += _system_binds(extra)
     args += ["--proc", "/proc", "--dev", "/dev", "--size", str(work_bytes), "--tmpfs", "/work"]
     for name, fd in files:
         args += ["--file", str(fd), f"/work/{name}"]
-    args += ["--ro-bind-data", str(code_fd), "/sandbox/main.py",
-             "--ro-bind-data", str(driver_fd), "/sandbox/driver.py",
-             "--remount-ro", "/", "--remount-ro", "/dev", "--chdir", "/work", python, "-I",
-             "/sandbox/driver.py"]
+    args += [
+        "--ro-bind-data",
+        str(code_fd),
+        "/sandbox/main.py",
+        "--ro-bind-data",
+        str(driver_fd),
+        "/sandbox/driver.py",
+        "--seccomp",
+        str(seccomp_fd),
+        "--remount-ro",
+        "/",
+        "--remount-ro",
+        "/dev",
+        "--chdir",
+        "/work",
+        python,
+        "-I",
+        "/sandbox/driver.py",
+    ]
     return args
 
 
@@ -260,33 +323,48 @@ def _identity() -> dict[str, Any]:
 
 
 def _driver_config(limits: Limits, report_fd: int) -> dict[str, Any]:
-    return {"report_fd": report_fd, "wall_s": limits.wall_s, "cpu_s": limits.cpu_s,
-            "memory_bytes": limits.memory_mb * MB, "nproc": limits.nproc,
-            "file_bytes": limits.file_mb * MB, "nofile": limits.nofile,
-            "file_text_chars": limits.file_text_chars,
-            "files_text_chars": limits.files_text_chars, "max_files": limits.max_files}
+    return {
+        "report_fd": report_fd,
+        "wall_s": limits.wall_s,
+        "cpu_s": limits.cpu_s,
+        "memory_bytes": limits.memory_mb * MB,
+        "nproc": limits.nproc,
+        "file_bytes": limits.file_mb * MB,
+        "nofile": limits.nofile,
+        "file_text_chars": limits.file_text_chars,
+        "files_text_chars": limits.files_text_chars,
+        "max_files": limits.max_files,
+    }
 
 
-def run_sandboxed(code: str, files: Sequence[tuple[str, bytes]], limits: Limits,
-                  python: str | None = None) -> SandboxResult:
-    """Run ``code`` with ``files`` copied into its work dir; wait for it within the limits."""
+def run_sandboxed(
+    code: str,
+    files: Sequence[tuple[str, bytes]],
+    limits: Limits,
+    python: str | None = None,
+    abort: Abort | None = None,
+) -> SandboxResult:
+    """Run ``code`` with ``files`` copied into its work dir; wait for it within the limits.
+    ``abort`` firing kills the sandbox and raises its ``Aborted`` error."""
     found = _interpreter(python if python is not None else _settings().sandbox_python)
     if found is None:
         raise ToolError("no Python interpreter for the sandbox")
     fds: list[int] = []
     try:
         names = _unique_names([n for n, _ in files])
-        file_fds = [(name, _memfd(name, data))
-                    for name, (_, data) in zip(names, files, strict=True)]
+        file_fds = [
+            (name, _memfd(name, data)) for name, (_, data) in zip(names, files, strict=True)
+        ]
         fds += [fd for _, fd in file_fds]
         code_fd = _memfd("main.py", code.encode("utf-8"))
         driver_fd = _memfd("driver.py", _DRIVER.read_bytes())
+        filter_fd = _memfd("seccomp", seccomp.program())
         report_r, report_w = os.pipe()
-        fds += [code_fd, driver_fd, report_r, report_w]
+        fds += [code_fd, driver_fd, filter_fd, report_r, report_w]
         work = limits.work_mb * MB + sum(len(d) for _, d in files)
-        args = _bwrap_args(found[0], found[1], file_fds, code_fd, driver_fd, work)
+        args = _bwrap_args(found[0], found[1], file_fds, code_fd, driver_fd, filter_fd, work)
         args.append(json.dumps(_driver_config(limits, report_w)))
-        return _supervise(args, tuple(fds), report_r, report_w, limits)
+        return _supervise(args, tuple(fds), report_r, report_w, limits, abort or Abort())
     finally:
         for fd in fds:
             try:
@@ -295,12 +373,26 @@ def run_sandboxed(code: str, files: Sequence[tuple[str, bytes]], limits: Limits,
                 pass
 
 
-def _supervise(args: list[str], pass_fds: tuple[int, ...], report_r: int, report_w: int,
-               limits: Limits) -> SandboxResult:
+def _supervise(
+    args: list[str],
+    pass_fds: tuple[int, ...],
+    report_r: int,
+    report_w: int,
+    limits: Limits,
+    abort: Abort,
+) -> SandboxResult:
     started = time.monotonic()
-    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, pass_fds=pass_fds, start_new_session=True,
-                            **_identity())
+    proc = subprocess.Popen(
+        args,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        pass_fds=pass_fds,
+        start_new_session=True,
+        env={},  # PID 1 inside is bwrap: its environ is readable there (see the module doc)
+        cwd="/",
+        **_identity(),
+    )
     os.close(report_w)  # the sandbox holds the only writer now: EOF when it is gone
     killed: list[str] = []
 
@@ -323,15 +415,18 @@ def _supervise(args: list[str], pass_fds: tuple[int, ...], report_r: int, report
     for t in threads:
         t.daemon = True
         t.start()
-    try:
-        proc.wait(timeout=limits.wall_s + _HOST_GRACE_S)
-    except subprocess.TimeoutExpired:
-        kill(f"still running {_HOST_GRACE_S:g}s after the wall limit")
-        proc.wait()
+    with abort.closing(functools.partial(kill, "stopped from outside")):
+        try:
+            proc.wait(timeout=limits.wall_s + _HOST_GRACE_S)
+        except subprocess.TimeoutExpired:
+            kill(f"still running {_HOST_GRACE_S:g}s after the wall limit")
+            proc.wait()
     for t in threads:
         t.join(timeout=5)
-    return _result(b"".join(report), proc.returncode, out, err, killed,
-                   time.monotonic() - started, limits)
+    abort.check()
+    return _result(
+        b"".join(report), proc.returncode, out, err, killed, time.monotonic() - started, limits
+    )
 
 
 def _read_all(fd: int, into: list[bytes]) -> None:
@@ -346,8 +441,11 @@ def _read_all(fd: int, into: list[bytes]) -> None:
 def _clean_files(items: Any, limits: Limits) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for item in items if isinstance(items, list) else []:
-        if not (isinstance(item, dict) and isinstance(item.get("path"), str)
-                and isinstance(item.get("size"), int)):
+        if not (
+            isinstance(item, dict)
+            and isinstance(item.get("path"), str)
+            and isinstance(item.get("size"), int)
+        ):
             continue
         clean = {"path": item["path"][:500], "size": item["size"], "new": bool(item.get("new"))}
         if isinstance(item.get("text"), str):
@@ -365,8 +463,15 @@ def _parse_report(raw: bytes) -> dict[str, Any]:
     return report if isinstance(report, dict) else {}
 
 
-def _result(raw: bytes, bwrap_code: int, out: _Capture, err: _Capture, killed: list[str],
-            seconds: float, limits: Limits) -> SandboxResult:
+def _result(
+    raw: bytes,
+    bwrap_code: int,
+    out: _Capture,
+    err: _Capture,
+    killed: list[str],
+    seconds: float,
+    limits: Limits,
+) -> SandboxResult:
     report = _parse_report(raw)
     code = report.get("exit_code")
     reported = report.get("seconds")
@@ -375,10 +480,14 @@ def _result(raw: bytes, bwrap_code: int, out: _Capture, err: _Capture, killed: l
         stderr = f"the sandbox failed to start (bwrap exit status {bwrap_code})"
     return SandboxResult(
         exit_code=code if isinstance(code, int) else None,
-        timed_out=report.get("timed_out") is True, stdout=out.text(), stderr=stderr,
+        timed_out=report.get("timed_out") is True,
+        stdout=out.text(),
+        stderr=stderr,
         seconds=round(reported if isinstance(reported, float | int) else seconds, 3),
-        files=_clean_files(report.get("files"), limits), stdout_truncated=out.truncated,
-        stderr_truncated=err.truncated, killed=killed[0] if killed else None,
+        files=_clean_files(report.get("files"), limits),
+        stdout_truncated=out.truncated,
+        stderr_truncated=err.truncated,
+        killed=killed[0] if killed else None,
     )
 
 
@@ -395,8 +504,11 @@ def _status(res: SandboxResult, limits: Limits) -> str:
         return "the sandbox ended without a report"
     if code < 0:
         name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
-        why = {"SIGXCPU": " (CPU time limit)", "SIGKILL": " (a limit was hit)",
-               "SIGXFSZ": " (file size limit)"}.get(name, "")
+        why = {
+            "SIGXCPU": " (CPU time limit)",
+            "SIGKILL": " (a limit was hit)",
+            "SIGXFSZ": " (file size limit)",
+        }.get(name, "")
         return f"killed by {name}{why}"
     return f"exit code {code}"
 
@@ -440,8 +552,9 @@ def _attachments(ctx: ToolContext) -> list[tuple[str, bytes]]:
     if ctx.files is None:
         raise ToolError("this run's files cannot be read here")
     try:
-        return [(str(r.get("name") or r["id"]), ctx.files.read(str(r["id"])))
-                for r in ctx.attachments]
+        return [
+            (str(r.get("name") or r["id"]), ctx.files.read(str(r["id"]))) for r in ctx.attachments
+        ]
     except FileNotFoundError as exc:
         raise ToolError(str(exc)) from None
 
@@ -450,8 +563,9 @@ def _limits(args: RunPythonArgs, ctx: ToolContext) -> Limits:
     settings = _settings()
     cap = float(settings.sandbox_timeout)
     wall = ctx.time_left(min(args.timeout_s or cap, cap))
-    return Limits(wall_s=wall, cpu_s=max(1, math.ceil(wall)),
-                  memory_mb=int(settings.sandbox_memory_mb))
+    return Limits(
+        wall_s=wall, cpu_s=max(1, math.ceil(wall)), memory_mb=int(settings.sandbox_memory_mb)
+    )
 
 
 def run_python(args: RunPythonArgs, ctx: ToolContext) -> ToolResult:
@@ -462,7 +576,7 @@ def run_python(args: RunPythonArgs, ctx: ToolContext) -> ToolResult:
     if reason:
         raise ToolError(f"run_python is unavailable: {reason}")
     limits = _limits(args, ctx)
-    result = run_sandboxed(args.code, _attachments(ctx), limits)
+    result = run_sandboxed(args.code, _attachments(ctx), limits, abort=ctx.abort)
     return ToolResult(text=format_result(result, limits), data=result.as_data())
 
 
@@ -474,6 +588,5 @@ class SandboxTool(FunctionTool[RunPythonArgs]):
         return unavailable_reason()
 
 
-RUN_PYTHON = REGISTRY.add(SandboxTool.from_function(run_python, name="run_python",
-                                                    read_only=True))
+RUN_PYTHON = REGISTRY.add(SandboxTool.from_function(run_python, name="run_python", read_only=True))
 warn_if_unavailable()

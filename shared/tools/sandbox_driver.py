@@ -28,11 +28,13 @@ def _limit(cfg: dict[str, Any]) -> None:
     """In the child, before exec: hard limits it cannot raise again."""
     cpu = int(cfg["cpu_s"])
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU, then SIGKILL
-    for res, value in ((resource.RLIMIT_AS, cfg["memory_bytes"]),
-                       (resource.RLIMIT_NPROC, cfg["nproc"]),
-                       (resource.RLIMIT_FSIZE, cfg["file_bytes"]),
-                       (resource.RLIMIT_NOFILE, cfg["nofile"]),
-                       (resource.RLIMIT_CORE, 0)):
+    for res, value in (
+        (resource.RLIMIT_AS, cfg["memory_bytes"]),
+        (resource.RLIMIT_NPROC, cfg["nproc"]),
+        (resource.RLIMIT_FSIZE, cfg["file_bytes"]),
+        (resource.RLIMIT_NOFILE, cfg["nofile"]),
+        (resource.RLIMIT_CORE, 0),
+    ):
         resource.setrlimit(res, (int(value), int(value)))
 
 
@@ -103,8 +105,13 @@ def main() -> None:
     report_fd = int(cfg["report_fd"])
     before = _snapshot(WORK)
     started = time.monotonic()
-    child = subprocess.Popen([sys.executable, MAIN], cwd=WORK, start_new_session=True,
-                             preexec_fn=lambda: _limit(cfg), stdin=subprocess.DEVNULL)
+    child = subprocess.Popen(
+        [sys.executable, MAIN],
+        cwd=WORK,
+        start_new_session=True,
+        preexec_fn=lambda: _limit(cfg),
+        stdin=subprocess.DEVNULL,
+    )
     timed_out = False
     try:
         code = child.wait(timeout=float(cfg["wall_s"]))
@@ -113,8 +120,12 @@ def main() -> None:
         os.killpg(child.pid, signal.SIGKILL)
         code = child.wait()
     _kill_rest()
-    report = {"exit_code": code, "timed_out": timed_out,
-              "seconds": round(time.monotonic() - started, 3), "files": _files(before, cfg)}
+    report = {
+        "exit_code": code,
+        "timed_out": timed_out,
+        "seconds": round(time.monotonic() - started, 3),
+        "files": _files(before, cfg),
+    }
     with os.fdopen(report_fd, "wb") as fh:
         fh.write(json.dumps(report).encode("utf-8"))
 

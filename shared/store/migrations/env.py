@@ -22,6 +22,9 @@ def run() -> None:
             render_as_batch=conn.dialect.name == "sqlite",
         )
         with context.begin_transaction():
+            if conn.dialect.name == "postgresql":  # a migration may take its time
+                conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
+                conn.exec_driver_sql("SET LOCAL lock_timeout = 0")
             context.run_migrations()
         conn.commit()
 

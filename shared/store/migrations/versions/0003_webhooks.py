@@ -1,4 +1,4 @@
-"""webhooks: deliveries, attempts, resume tokens (issue #9)
+"""webhooks: deliveries, attempts, resume tokens
 
 Revision ID: 0003
 Revises: 0002

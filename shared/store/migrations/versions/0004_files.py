@@ -1,4 +1,4 @@
-"""files: uploaded attachments (issue #15)
+"""files: uploaded attachments
 
 Revision ID: 0004
 Revises: 0003

@@ -1,4 +1,4 @@
-"""security: tenants and API keys (issue #11)
+"""security: tenants and API keys
 
 Revision ID: 0005
 Revises: 0004

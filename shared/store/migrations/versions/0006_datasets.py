@@ -1,4 +1,4 @@
-"""datasets: knowledge base (documents, chunks, full-text index); runs by parent (issue #10)
+"""datasets: knowledge base (documents, chunks, full-text index); runs by parent
 
 The full-text index is per dialect: SQLite an FTS5 table over ``dataset_chunks.search_text``
 (external content, kept in step by triggers); PostgreSQL a generated ``tsvector`` column with

@@ -1,4 +1,4 @@
-"""facades: segments of treadle runs seen as LangGraph runs / OpenAI responses (issue #16)
+"""facades: segments of treadle runs seen as LangGraph runs / OpenAI responses
 
 Revision ID: 0007
 Revises: 0006

@@ -1,0 +1,115 @@
+"""The ASGI application: the native API (``scheduler.http``), the interop facades
+(``scheduler.interop``) and the web console under one FastAPI app (docs/api.md)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from fastapi import FastAPI
+
+from scheduler.http import limits
+from scheduler.http.agent_routes import agent_routes
+from scheduler.http.auth import Authenticator, AuthMiddleware, RedactKeys
+from scheduler.http.bodyguard import BodyGuard
+from scheduler.http.console import EventsQueryToken, console_router
+from scheduler.http.cron_routes import cron_router
+from scheduler.http.datasets import datasets_router
+from scheduler.http.errors import install_error_handlers
+from scheduler.http.files import files_router, upload_overhead
+from scheduler.http.lifecycle import lifecycle_router
+from scheduler.http.openapi import install_openapi
+from scheduler.http.ops import ops_router
+from scheduler.http.retention_routes import retention_router
+from scheduler.http.runs import runs_router
+from scheduler.http.schemas import ERROR_RESPONSES
+from scheduler.http.threads import threads_router
+from scheduler.interop.langgraph import langgraph_router
+from scheduler.interop.openai_responses import openai_router
+from shared import tracing
+from shared.config import Settings, get_settings
+from shared.engine.runtime import Runtime
+from shared.store.db import ping_on_checkout
+from shared.wiring import get_runtime, install_renderers
+
+__all__ = ["create_app"]
+
+
+def _body_limit_for(get_rt: Callable[[], Runtime]) -> Callable[[str], tuple[int, str]]:
+    def limit_for(path: str) -> tuple[int, str]:
+        if path == "/v1/files":  # uploads: the file size limit (setting)
+            max_file = get_rt().settings.files_max_bytes
+            return max_file + upload_overhead, f"file over the {max_file}-byte limit"
+        return limits.BODY_LIMIT, "request body over 2 MB"
+
+    return limit_for
+
+
+def _redact_access_logs() -> None:
+    for name in ("uvicorn.access", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RedactKeys) for f in logger.filters):
+            logger.addFilter(RedactKeys())
+
+
+def create_app(get_rt: Callable[[], Runtime] | None = None, *, auth: str | None = None) -> FastAPI:
+    """The API. ``auth``: ``"required"`` or ``"off"``; None = ``TREADLE_AUTH``, or by default
+    off only for embedded mode on loopback (``scheduler.http.auth.auth_mode``)."""
+    install_renderers()  # facade runs' webhook bodies, rendered where events are written
+    tracing.configure("treadle-api")  # on when the OTEL_* variables ask for it
+    get_rt = _pinging(get_rt or get_runtime)
+    app = FastAPI(
+        title="treadle",
+        version="0.1.0",
+        description=(
+            "Durable, distributed execution of LLM agents on Celery.\n\n"
+            "Every JSON body is refused (422) when it holds a NUL character, a number that is "
+            "not finite, or nesting deeper than 64 levels; `metadata` is at most 16 KB and 8 "
+            "levels deep."
+        ),
+    )
+    app.state.auth = authenticator = Authenticator(get_rt, auth)
+    install_error_handlers(app)
+    app.include_router(runs_router(get_rt))
+    app.include_router(lifecycle_router(get_rt))  # resume, fork, messages, plan
+    app.include_router(agent_routes(get_rt))
+    app.include_router(threads_router(get_rt))
+    app.include_router(cron_router(get_rt))
+    app.include_router(retention_router(get_rt))
+    app.include_router(ops_router(get_rt))
+    app.include_router(files_router(get_rt))
+    app.include_router(datasets_router(get_rt), responses=ERROR_RESPONSES)  # the knowledge base
+    app.include_router(console_router(get_rt))
+    app.include_router(langgraph_router(get_rt), prefix="/langgraph")  # interop facades
+    app.include_router(openai_router(get_rt), prefix="/openai/v1")
+    # outermost last: body size, then ?access_token= (EventSource), then the key check
+    app.add_middleware(BodyGuard)  # hostile JSON: depth, non-finite numbers, NUL
+    app.add_middleware(AuthMiddleware, auth=authenticator)
+    app.add_middleware(EventsQueryToken)  # ?access_token= on the SSE route (EventSource)
+    app.add_middleware(limits.BodyLimit, limit_for=_body_limit_for(get_rt))
+    install_openapi(app, lambda: _settings_of(get_rt))
+    _redact_access_logs()
+    tracing.instrument_app(app)  # outermost: the request's span holds everything
+    return app
+
+
+def _pinging(get_rt: Callable[[], Runtime]) -> Callable[[], Runtime]:
+    """The API's runtime, its database pool testing each connection before a request uses
+    it: after a database restart (or a killed session) no request fails on a dead one."""
+
+    def get() -> Runtime:
+        rt = get_rt()
+        ping_on_checkout(rt.engine)
+        return rt
+
+    return get
+
+
+def _settings_of(get_rt: Callable[[], Runtime]) -> Settings:
+    """The running app's settings; the configured ones when the runtime is not there yet (the
+    schema can be read before the app serves)."""
+    try:
+        rt = get_rt()
+    except Exception:
+        rt = None
+    return rt.settings if rt is not None else get_settings()

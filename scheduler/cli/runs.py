@@ -1,0 +1,447 @@
+"""The ``treadle`` commands that talk to the API: submit, watch, answer, approve, cancel,
+resume, runs, show. The API is ``--url`` / ``TREADLE_URL``; the key ``--key`` / ``TREADLE_API_KEY``.
+
+Exit codes: 0 the run completed (or the command did what it was asked), 1 the run failed or
+was cancelled, 2 a usage or API error, 3 the run is waiting (on a question or an approval).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from scheduler.cli.client import FINAL, ApiClient, ApiError
+from scheduler.cli.decisions import FlagError, flag_decisions
+from scheduler.cli.interactive import ask_answers, decide_approval, watch_run
+from scheduler.cli.prompts import interactive_terminal
+from scheduler.cli.render import print_run, print_transcript, print_warnings
+from scheduler.cli.watch import STATUS_STYLE, model_name
+
+__all__ = ["DEFAULT_URL", "exit_code", "load_agent", "register"]
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+EXIT_OK, EXIT_RUN, EXIT_USAGE, EXIT_WAITING = 0, 1, 2, 3
+
+console = Console()
+err_console = Console(stderr=True)
+
+UrlOpt = Annotated[str, typer.Option("--url", envvar="TREADLE_URL", help="API base URL")]
+KeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--key",
+        envvar="TREADLE_API_KEY",
+        help="API key (sent as a bearer token)",
+        show_default=False,
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON (for scripts)")]
+InputOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--input/--no-input",
+        help="answer pauses here (default: when in a terminal)",
+        show_default=False,
+    ),
+]
+
+
+def exit_code(run: dict[str, Any]) -> int:
+    status = run.get("status")
+    if status in ("failed", "cancelled"):
+        return EXIT_RUN
+    return EXIT_WAITING if status == "waiting" else EXIT_OK
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
+    err_console.print(f"[red]error:[/] {message}")
+    return typer.Exit(code)
+
+
+@contextmanager
+def api(url: str, key: str | None) -> Iterator[ApiClient]:
+    """A client; an API error ends the command with exit code 2."""
+    client = ApiClient(url, key)
+    try:
+        yield client
+    except ApiError as exc:
+        raise fail(str(exc)) from None
+    finally:
+        client.close()
+
+
+def load_agent(agent: str) -> Any:
+    """An agent file (YAML or JSON) as a spec, or else the string (a registered name)."""
+    path = Path(agent)
+    if not path.is_file():
+        return agent
+    text = path.read_text(encoding="utf-8")
+    return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+
+
+def _agent_spec(agent: str | None, overrides: dict[str, Any]) -> Any:
+    loaded = load_agent(agent) if agent else None
+    if not overrides:
+        return loaded or "demo"
+    if isinstance(loaded, str):
+        raise fail(
+            f"{loaded!r} is not a file: spec flags (--model, --tool, …) combine with an "
+            "agent file or stand alone, not with a registered name"
+        )
+    return {**(loaded or {"kind": "agent", "model": "demo"}), **overrides}
+
+
+def _read_input(text: str | None) -> str:
+    if text is not None and text != "-":
+        return text
+    if text is None and sys.stdin.isatty():
+        raise fail("give the input as an argument (or '-' to read it from stdin)")
+    return sys.stdin.read()
+
+
+def _print_result(run: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(run, ensure_ascii=False))
+        return
+    print_run(console, run)
+    if run.get("status") == "completed" and (run.get("result") or {}).get("text"):
+        console.print(Text(run["result"]["text"]))
+    if run.get("status") == "waiting":
+        kind = (run.get("pending") or {}).get("kind")
+        if kind == "provider":
+            profile = (run.get("pending") or {}).get("profile")
+            console.print(f"[magenta]waiting:[/] for model provider {profile} (tried again soon)")
+            return
+        cmd = "answer" if kind == "ask" else "approve"
+        console.print(f"[magenta]waiting:[/] treadle {cmd} {run['id']}")
+    if run.get("status") in ("failed", "cancelled"):
+        console.print(Text(f"resume it: treadle resume {run['id']}", style="dim"))
+
+
+def _watch(client: ApiClient, run_id: str, interactive: bool | None, as_json: bool) -> int:
+    ask = interactive_terminal() if interactive is None else interactive
+    run = watch_run(client, run_id, err_console if as_json else console, interactive=ask)
+    if as_json:
+        print(json.dumps(run, ensure_ascii=False))
+    elif run["status"] == "waiting":
+        _print_result(run, False)
+    return exit_code(run)
+
+
+def submit(
+    text: Annotated[str | None, typer.Argument(help="the input ('-': read stdin)")] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            "--agent",
+            "-a",
+            help="agent file (YAML/JSON) or registered name (default: demo)",
+            show_default=False,
+        ),
+    ] = None,
+    kind: Annotated[str | None, typer.Option(help="spec: kind (agent, chat, …)")] = None,
+    model: Annotated[str | None, typer.Option(help="spec: model profile name")] = None,
+    tool: Annotated[list[str] | None, typer.Option(help="spec: a tool (repeat)")] = None,
+    system: Annotated[str | None, typer.Option(help="spec: system prompt")] = None,
+    plan: Annotated[bool, typer.Option("--plan", help="spec: planning agent")] = False,
+    ask: Annotated[bool, typer.Option("--ask", help="spec: may ask the user")] = False,
+    guarded: Annotated[bool, typer.Option("--guarded", help="spec: writes need approval")] = False,
+    thread: Annotated[str | None, typer.Option(help="thread id")] = None,
+    metadata: Annotated[str | None, typer.Option(help="metadata (a JSON object)")] = None,
+    idempotency_key: Annotated[str | None, typer.Option(help="Idempotency-Key header")] = None,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait/--detach",
+            "-w/-d",
+            help="wait until it ends or waits for you (shows the plan and the question); "
+            "--detach returns at once",
+        ),
+    ] = True,
+    watch: Annotated[bool, typer.Option("--watch", help="follow it live")] = False,
+    interactive: InputOpt = None,
+    as_json: JsonOpt = False,
+    url: UrlOpt = DEFAULT_URL,
+    key: KeyOpt = None,
+) -> None:
+    """Submit a run: a registered agent, an agent file, or a spec from flags."""
+    overrides: dict[str, Any] = {
+        k: v
+        for k, v in {
+            "kind": kind,
+            "model": model,
+            "tools": tool or None,
+            "system_prompt": system,
+            "plan": plan or None,
+            "ask": ask or None,
+            "guarded": guarded or None,
+        }.items()
+        if v is not None
+    }
+    spec = _agent_spec(agent, overrides)
+    meta = _json_object(metadata) if metadata else None
+    if isinstance(spec, str):  # a registered agent: its name shows in `runs` and the console
+        meta = {"agent": spec, **(meta or {})}
+    with api(url, key) as client:
+        run = client.submit(
+            spec,
+            _read_input(text),
+            thread_id=thread,
+            metadata=meta,
+            idempotency_key=idempotency_key,
+        )
+        if watch:
+            raise typer.Exit(_watch(client, run["id"], interactive, as_json))
+        if wait:
+            run = client.wait(run["id"])
+    if wait or as_json:
+        _print_result(run, as_json)
+    else:
+        console.print(
+            Text.assemble(
+                "submitted ", (run["id"], "bold cyan"), (f"   treadle watch {run['id']}", "dim")
+            )
+        )
+        print_warnings(console, run)
+    raise typer.Exit(exit_code(run) if wait else EXIT_OK)
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise fail(f"--metadata is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise fail("--metadata must be a JSON object")
+    return value
+
+
+def watch(
+    run_id: Annotated[str, typer.Argument(help="the run id")],
+    interactive: InputOpt = None,
+    as_json: JsonOpt = False,
+    url: UrlOpt = DEFAULT_URL,
+    key: KeyOpt = None,
+) -> None:
+    """Follow a run live: reasoning, streaming text, tools, plan, cost; answer its pauses."""
+    with api(url, key) as client:
+        raise typer.Exit(_watch(client, run_id, interactive, as_json))
+
+
+def _waiting_on(client: ApiClient, run_id: str, kind: str) -> dict[str, Any]:
+    run = client.run(run_id)
+    pending = run.get("pending") or {}
+    if run["status"] != "waiting" or pending.get("kind") != kind:
+        what = "a question" if kind == "ask" else "an approval"
+        raise fail(f"run {run_id} is {run['status']}, not waiting on {what}")
+    return run
+
+
+def _after(
+    client: ApiClient, run: dict[str, Any], follow: bool, as_json: bool, interactive: bool | None
+) -> None:
+    if follow:
+        raise typer.Exit(_watch(client, run["id"], interactive, as_json))
+    _print_result(run, as_json)
+    raise typer.Exit(EXIT_OK if run["status"] not in FINAL else exit_code(run))
+
+
+def answer(
+    run_id: Annotated[str, typer.Argument(help="the run id")],
+    answers: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--answer",
+            "-a",
+            help="the answer to the next question, in order (repeat); an "
+            "option's value or label, or free text",
+        ),
+    ] = None,
+    follow: Annotated[bool, typer.Option("--watch", help="then follow the run")] = False,
+    interactive: InputOpt = None,
+    as_json: JsonOpt = False,
+    url: UrlOpt = DEFAULT_URL,
+    key: KeyOpt = None,
+) -> None:
+    """Answer the run's question: pick an option or type an answer."""
+    with api(url, key) as client:
+        run = _waiting_on(client, run_id, "ask")
+        pending = run["pending"]
+        out = console if not as_json else err_console
+        given = [_option_value(pending, i, a) for i, a in enumerate(answers or [])]
+        run = client.answer(run_id, pending["ask_id"], given or ask_answers(out, pending))
+        _after(client, run, follow, as_json, interactive)
+
+
+def _option_value(pending: dict[str, Any], index: int, text: str) -> str:
+    """A label typed on the command line counts as its option's value."""
+    questions = pending.get("questions") or []
+    options = questions[index].get("options") or [] if index < len(questions) else []
+    return next((o["value"] for o in options if text in (o["label"], o["value"])), text)
+
+
+def approve(
+    run_id: Annotated[str, typer.Argument(help="the run id")],
+    approve_all: Annotated[
+        bool, typer.Option("--all", help="approve every write (but the --reject ones)")
+    ] = False,
+    approve_ids: Annotated[
+        list[str] | None,
+        typer.Option("--approve", help="approve this call id (repeat); the others are rejected"),
+    ] = None,
+    reject_ids: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--reject",
+            help="reject this call id, or ID=MESSAGE: the model reads 'Declined by user: "
+            "MESSAGE' (repeat); the others are approved",
+        ),
+    ] = None,
+    edits: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--edit",
+            help="approve this call with other arguments: ID='{json}' (checked against the "
+            "tool's schema; repeat); counts as an --approve",
+        ),
+    ] = None,
+    note: Annotated[str | None, typer.Option(help="a note for the model")] = None,
+    follow: Annotated[bool, typer.Option("--watch", help="then follow the run")] = False,
+    interactive: InputOpt = None,
+    as_json: JsonOpt = False,
+    url: UrlOpt = DEFAULT_URL,
+    key: KeyOpt = None,
+) -> None:
+    """Approve, edit or reject the run's proposed writes (a checklist, or flags for scripts)."""
+    with api(url, key) as client:
+        run = _waiting_on(client, run_id, "approval")
+        pending = run["pending"]
+        ids = [i["call_id"] for i in pending.get("items") or []]
+        if approve_all or approve_ids or reject_ids or edits:
+            try:
+                decided = flag_decisions(
+                    ids, approve_all, approve_ids or [], reject_ids or [], edits or []
+                )
+            except FlagError as exc:
+                raise fail(str(exc)) from None
+        else:
+            decided = decide_approval(console if not as_json else err_console, pending)
+        run = client.decide(run_id, pending["approval_id"], decided, note)
+        _after(client, run, follow, as_json, interactive)
+
+
+def cancel(
+    run_id: Annotated[str, typer.Argument(help="the run id")],
+    as_json: JsonOpt = False,
+    url: UrlOpt = DEFAULT_URL,
+    key: KeyOpt = None,
+) -> None:
+    """Cancel a run that has not ended."""
+    with api(url, key) as client:
+        run = client.cancel(run_id)
+    _print_result(run, as_json)
+
+
+def resume(
+    run_id: Annotated[str, typer.Argument(help="the run id")],
+    model: Annotated[str | None, typer.Option(help="go on with this model profile instead")] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option(help="spec fields to override (a JSON object)", show_default=False),
+    ] = None,
+    watch: Annotated[bool, typer.Option("--watch", help="follow it live")] = False,
+    interactive: InputOpt = None,
+    as_json: JsonOpt = False,
+    url: UrlOpt = DEFAULT_URL,
+    key: KeyOpt = None,
+) -> None:
+    """Take up a failed or cancelled run from its last checkpoint (same run id)."""
+    overrides = _json_object(agent) if agent else {}
+    if model:
+        overrides["model"] = model
+    with api(url, key) as client:
+        run = client.resume(run_id, overrides or None)
+        if watch:
+            raise typer.Exit(_watch(client, run["id"], interactive, as_json))
+    if as_json:
+        _print_result(run, as_json)
+    else:
+        console.print(
+            Text.assemble(
+                "resumed ", (run["id"], "bold cyan"), (f"   treadle watch {run['id']}", "dim")
+            )
+        )
+
+
+def _age(created: str) -> str:
+    from datetime import UTC, datetime
+
+    then = datetime.fromisoformat(created.replace("Z", "+00:00"))
+    secs = (datetime.now(UTC) - then).total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if secs >= size:
+            return f"{secs / size:.0f}{unit} ago"
+    return f"{secs:.0f}s ago"
+
+
+def runs(
+    status: Annotated[str | None, typer.Option(help="only runs with this status")] = None,
+    thread: Annotated[str | None, typer.Option(help="only runs on this thread")] = None,
+    limit: Annotated[int, typer.Option(help="how many (newest first)")] = 20,
+    as_json: JsonOpt = False,
+    url: UrlOpt = DEFAULT_URL,
+    key: KeyOpt = None,
+) -> None:
+    """List runs, newest first."""
+    with api(url, key) as client:
+        page = client.runs(status=status, thread_id=thread, limit=limit)
+    if as_json:
+        print(json.dumps(page, ensure_ascii=False))
+        return
+    table = Table(box=None, header_style="bold dim", pad_edge=False)
+    for col in ("run", "status", "kind", "model", "round", "tokens in→out", "cost", "created"):
+        table.add_column(col, justify="right" if col in ("round", "cost") else "left")
+    for r in page["runs"]:
+        u = r["usage"]
+        table.add_row(
+            r["id"],
+            Text(r["status"], style=STATUS_STYLE.get(r["status"], "")),
+            r["kind"],
+            (r.get("metadata") or {}).get("agent") or model_name(r["agent"]),
+            str(r["round"]),
+            f"{u['input_tokens']}→{u['output_tokens']}",
+            f"${u['cost']:.4f}",
+            _age(r["created_at"]),
+        )
+    console.print(table if page["runs"] else Text("no runs", style="dim"))
+
+
+def show(
+    run_id: Annotated[str, typer.Argument(help="the run id")],
+    as_json: JsonOpt = False,
+    url: UrlOpt = DEFAULT_URL,
+    key: KeyOpt = None,
+) -> None:
+    """Show a run and its transcript."""
+    with api(url, key) as client:
+        run, msgs = client.run(run_id), client.messages(run_id)
+    if as_json:
+        print(json.dumps({"run": run, "messages": msgs}, ensure_ascii=False))
+        return
+    print_run(console, run)
+    print_transcript(console, msgs)
+
+
+def register(app: typer.Typer) -> None:
+    for command in (submit, watch, answer, approve, cancel, resume, runs, show):
+        app.command()(command)

@@ -1,0 +1,212 @@
+"""Agents over the API (docs/api.md, "Agents"): a tenant creates an agent (``POST
+/v1/agents``), adds immutable versions (``PUT /v1/agents/{name}``), reads one
+(``GET /v1/agents/{name}``, ``name@3`` for a version) and lists its versions; a run names it
+(``agent: "name"`` for the latest, ``"name@3"``). A spec is checked as a run's is, before
+anything is written. Registered agents (built-ins, ``TREADLE_AGENTS_FILE``) read the same and
+are read-only (409)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Path, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from scheduler.http import limits
+from scheduler.http.agents import (
+    AGENT_NAME,
+    is_registered,
+    parse_ref,
+    registered_agents,
+    resolve,
+    store_lookup,
+)
+from scheduler.http.auth import Caller, ReadCaller, WriteCaller
+from shared.agent.spec import AgentSpec
+from shared.engine.catalog import build_catalog
+from shared.engine.knowledge import check_sources
+from shared.engine.runtime import Runtime
+from shared.errors import Conflict, NotFound
+from shared.isotime import iso
+from shared.store import agents as store
+from shared.store import repo
+from shared.store.agents import AgentVersion
+
+__all__ = [
+    "AgentBody",
+    "AgentView",
+    "add_agent_version",
+    "agent_routes",
+    "check_agent_spec",
+    "read_agent",
+]
+
+AgentName = Annotated[str, Field(pattern=AGENT_NAME, description="[A-Za-z0-9][A-Za-z0-9_.-]*")]
+AgentRef = Annotated[
+    str,
+    Path(max_length=80, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}(@[0-9]{1,9})?$"),
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AgentBody(_Strict):
+    """``PUT /v1/agents/{name}``: the new version."""
+
+    spec: AgentSpec
+    description: str | None = Field(default=None, max_length=2000)
+    metadata: dict[str, Any] | None = None
+
+
+class AgentCreate(AgentBody):
+    """``POST /v1/agents``: the agent's name and its first version."""
+
+    name: AgentName
+
+
+class AgentView(BaseModel):
+    name: str
+    version: int | None = Field(description="None for a registered (file) agent")
+    ref: str = Field(description="What a run names for exactly this version")
+    source: Literal["api", "registered"]
+    read_only: bool
+    spec: dict[str, Any]
+    description: str | None = None
+    metadata: dict[str, Any] | None = None
+    created_at: str | None = None
+
+
+class AgentVersionList(BaseModel):
+    versions: list[AgentView]
+
+
+def version_view(v: AgentVersion) -> AgentView:
+    return AgentView(
+        name=v.name,
+        version=v.version,
+        ref=v.ref,
+        source="api",
+        read_only=False,
+        spec=v.spec,
+        description=v.description,
+        metadata=v.meta,
+        created_at=iso(v.created_at),
+    )
+
+
+def _registered_view(name: str) -> AgentView:
+    spec = registered_agents()[name]
+    return AgentView(
+        name=name, version=None, ref=name, source="registered", read_only=True, spec=spec
+    )
+
+
+def check_agent_spec(rt: Runtime, caller: Caller, spec: AgentSpec) -> None:
+    """The checks a run's spec gets at submit, before anything is written: sizes (413), what
+    a tenant may reach (422), agents named by its tools, known tools, existing datasets."""
+    limits.check_size(rt.settings, spec, "")
+    limits.police_spec(rt, caller, spec)
+    resolved = resolve(spec, store_lookup(rt, caller.tenant)).spec
+    build_catalog(resolved)  # unknown tools, bad inline tools: SpecError
+    check_sources(rt, caller.tenant, resolved, {})
+
+
+def add_agent_version(
+    rt: Runtime,
+    caller: Caller,
+    name: str,
+    spec: AgentSpec,
+    *,
+    new: bool,
+    description: str | None = None,
+    meta: dict[str, Any] | None = None,
+    facade: dict[str, Any] | None = None,
+) -> AgentVersion:
+    """The agent's first (``new``) or next version, after the checks."""
+    if is_registered(name):
+        raise Conflict(f"agent {name!r} is registered by the operator and read-only")
+    check_agent_spec(rt, caller, spec)
+    with rt.engine.begin() as conn:
+        return store.add_version(
+            conn,
+            caller.tenant,
+            name,
+            spec.model_dump(mode="json", exclude_none=True),
+            repo.now(),
+            new=new,
+            description=description,
+            meta=meta,
+            facade=facade,
+        )
+
+
+def read_agent(rt: Runtime, tenant: str, ref: str) -> AgentView:
+    """A registered agent, or a version of the tenant's (``name@3``; the latest without)."""
+    name, version = parse_ref(ref)
+    if is_registered(name) and version is None:
+        return _registered_view(name)
+    with rt.engine.connect() as conn:
+        found = store.get_version(conn, tenant, name, version)
+    if found is None:
+        raise NotFound(f"agent {ref!r} not found")
+    return version_view(found)
+
+
+def agent_routes(get_rt: Callable[[], Runtime]) -> APIRouter:
+    r = APIRouter(prefix="/v1", tags=["agents"])
+
+    @r.post("/agents", status_code=201, response_model=AgentView)
+    def create(body: AgentCreate, caller: WriteCaller) -> AgentView:
+        """Create an agent: its version 1 (409 if the name is taken)."""
+        v = add_agent_version(
+            get_rt(),
+            caller,
+            body.name,
+            body.spec,
+            new=True,
+            description=body.description,
+            meta=body.metadata,
+        )
+        return version_view(v)
+
+    @r.put("/agents/{name}", response_model=AgentView)
+    def update(name: AgentRef, body: AgentBody, caller: WriteCaller) -> AgentView:
+        """A new immutable version of the agent; runs naming it without a version get it."""
+        if parse_ref(name)[1] is not None:
+            raise Conflict("versions are immutable: PUT the agent's name to add one")
+        v = add_agent_version(
+            get_rt(),
+            caller,
+            name,
+            body.spec,
+            new=False,
+            description=body.description,
+            meta=body.metadata,
+        )
+        return version_view(v)
+
+    @r.get("/agents/{name}", response_model=AgentView)
+    def get(name: AgentRef, caller: ReadCaller) -> AgentView:
+        """The agent's latest version, or ``name@3``; a registered agent (read-only)."""
+        return read_agent(get_rt(), caller.tenant, name)
+
+    @r.get("/agents/{name}/versions", response_model=AgentVersionList)
+    def versions(
+        name: AgentRef,
+        caller: ReadCaller,
+        limit: Annotated[int, Query(ge=1, le=200)] = 50,
+        offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+    ) -> AgentVersionList:
+        """The agent's versions, newest first (a registered agent: itself, unversioned)."""
+        if is_registered(name):
+            return AgentVersionList(versions=[_registered_view(name)][offset : offset + limit])
+        with get_rt().engine.connect() as conn:
+            found = store.list_versions(conn, caller.tenant, name, limit=limit, offset=offset)
+        if not found and offset == 0:
+            raise NotFound(f"agent {name!r} not found")
+        return AgentVersionList(versions=[version_view(v) for v in found])
+
+    return r

@@ -1,0 +1,193 @@
+"""Limits on what a caller may send: body size, input length, tools per spec,
+runs in flight per tenant, submissions per minute per key. Over a limit: 413 (too large) or
+429 (too many, with ``Retry-After``), and nothing is written.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+import sqlalchemy as sa
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from scheduler.http.auth import Caller
+from scheduler.http.errors import ApiError, error_response, unavailable
+from scheduler.http.spec_policy import (
+    check_profile_names,
+    check_spec_maxima,
+    check_submitted_spec,
+    check_test_models,
+    nested_specs,
+    refuse_local_processes,
+)
+from shared.agent.spec import AgentSpec, WebhookSpec
+from shared.config import Settings
+from shared.engine.runtime import Runtime
+from shared.llm.ratelimit import Limits
+from shared.store.tables import runs
+
+__all__ = [
+    "BODY_LIMIT",
+    "BodyLimit",
+    "admit",
+    "check_in_flight",
+    "check_rate",
+    "check_size",
+    "police_spec",
+]
+
+log = logging.getLogger("treadle.api")
+BODY_LIMIT = 2_000_000
+IN_FLIGHT = ("scheduled", "queued", "running", "waiting")
+IN_FLIGHT_RETRY_S = 5
+
+
+def too_large(message: str) -> ApiError:
+    return ApiError(413, "too_large", message)
+
+
+def too_many(code: str, message: str, retry_after: float) -> ApiError:
+    seconds = max(1, math.ceil(retry_after))
+    return ApiError(429, code, message, {"Retry-After": str(seconds)})
+
+
+class BodyLimit:
+    """413 for a body over the limit of its path: at once from ``Content-Length``, else (a
+    chunked body) as soon as the bytes read so far pass it."""
+
+    def __init__(self, app: ASGIApp, limit_for: Callable[[str], tuple[int, str]]) -> None:
+        self.app, self.limit_for = app, limit_for
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit, message = self.limit_for(str(scope.get("path", "")))
+        length = Headers(scope=scope).get("content-length", "")
+        if length.isdigit() and int(length) > limit:
+            await error_response(too_large(message))(scope, receive, send)
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen += len(msg.get("body", b""))
+                if seen > limit:
+                    raise too_large(message)
+            return msg
+
+        await self.app(scope, counted, send)
+
+
+def _input_chars(value: str | list[dict[str, Any]]) -> int:
+    if isinstance(value, str):
+        return len(value)
+    contents = (m.get("content") for m in value)
+    return sum(len(c) if isinstance(c, str) else len(str(c)) for c in contents)
+
+
+def check_size(settings: Settings, spec: AgentSpec, value: str | list[dict[str, Any]]) -> None:
+    """Input length, system prompts included, and tools, sub-agents' included (413)."""
+    specs = list(nested_specs(spec))
+    chars = _input_chars(value) + sum(len(s.system_prompt) for s in specs)
+    if chars > settings.max_input_chars:
+        raise too_large(
+            f"input of {chars} characters (system prompts included) is over the limit of "
+            f"{settings.max_input_chars} (TREADLE_MAX_INPUT_CHARS)"
+        )
+    tools = sum(len(s.tools) for s in specs)
+    if tools > settings.max_tools:
+        raise too_large(
+            f"{tools} tools in the agent spec (sub-agents included); at most "
+            f"{settings.max_tools} (TREADLE_MAX_TOOLS)"
+        )
+
+
+def check_in_flight(rt: Runtime, tenant: str) -> None:
+    """429 when the tenant already has its limit of scheduled, queued, running and waiting runs
+    (runs held behind a busy thread's active run are not counted)."""
+    limit = rt.settings.max_runs_in_flight
+    if limit <= 0:
+        return
+    query = (
+        sa.select(sa.func.count())
+        .select_from(runs)
+        .where(
+            runs.c.tenant == tenant,
+            runs.c.status.in_(IN_FLIGHT),
+            # a held run waiting for its thread is not counted; one waiting for admission is
+            sa.or_(runs.c.held.is_(False), runs.c.thread_id.is_(None)),
+        )
+    )
+    with rt.engine.connect() as conn:
+        n = int(conn.execute(query).scalar_one())
+    if n >= limit:
+        raise too_many(
+            "too_many_runs",
+            f"{n} runs in flight for this tenant (scheduled, queued, running or "
+            f"waiting); the limit is {limit}",
+            IN_FLIGHT_RETRY_S,
+        )
+
+
+def check_rate(rt: Runtime, key: str) -> None:
+    """429 after ``TREADLE_SUBMITS_PER_MINUTE`` submissions by one key within a minute (Redis
+    when the runtime's limiter is shared, else in this process). The limiter unreachable:
+    admitted unlimited (a warning logged), or 503 when ``TREADLE_LIMITER_ON_FAILURE=closed``."""
+    per_minute = rt.settings.submits_per_minute
+    if per_minute <= 0:
+        return
+    try:
+        permit = rt.limiter.acquire(
+            f"api:submit:{key}", Limits(requests_per_minute=per_minute), 1, 60.0
+        )
+    except Exception as exc:  # Redis unreachable: TREADLE_LIMITER_ON_FAILURE decides
+        if rt.settings.limiter_on_failure == "closed":
+            raise unavailable("the submission limiter is unavailable; try again shortly") from exc
+        log.warning("submit limiter unavailable (%s); admitting without it", exc)
+        return
+    if not permit.granted:
+        raise too_many(
+            "rate_limited",
+            f"over {per_minute} run submissions a minute for this API key",
+            permit.wait,
+        )
+
+
+def police_spec(
+    rt: Runtime, caller: Caller, submitted: AgentSpec | str, webhook: WebhookSpec | None = None
+) -> None:
+    """What a tenant's spec may ask for (``scheduler.http.spec_policy``): test models, the
+    operator's maxima, operator profile names (422), local processes, env names, private hosts
+    and webhook URLs (403). For a run, a saved agent and a resumed run's new spec alike."""
+    check_test_models(rt.settings, submitted)
+    check_spec_maxima(rt.settings, submitted)
+    check_profile_names(rt.profiles, submitted)
+    refuse_local_processes(submitted)
+    if caller.key_id is not None:  # a tenant's key (auth required), not the keyless owner
+        check_submitted_spec(rt.settings, submitted, webhook)
+
+
+def admit(
+    rt: Runtime,
+    caller: Caller,
+    submitted: AgentSpec | str,
+    spec: AgentSpec,
+    value: str | list[dict[str, Any]],
+    webhook: WebhookSpec | None = None,
+) -> None:
+    """Every check on a new run, before anything is written: sizes (413), what a tenant's
+    spec may reach (422, ``scheduler.http.spec_policy``), submissions per minute and runs in
+    flight (429).
+    ``submitted``: the agent as sent (a registered name is not policed), ``spec`` resolved.
+    Any route that creates runs for a caller calls this first."""
+    check_size(rt.settings, spec, value)
+    police_spec(rt, caller, submitted, webhook)
+    check_rate(rt, caller.limit_key)
+    check_in_flight(rt, caller.tenant)

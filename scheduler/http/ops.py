@@ -1,0 +1,81 @@
+"""Operations routes: ``/healthz`` (database and broker) and ``/metrics`` (Prometheus)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, TypeVar
+
+from fastapi import APIRouter, Depends, Response
+from fastapi.responses import JSONResponse
+from sqlalchemy.engine import Connection
+
+from scheduler.http.auth import metrics_access
+from shared.engine import metrics
+from shared.engine.depth import broker_depth
+from shared.engine.runtime import Runtime
+from shared.store import stats
+
+__all__ = ["ops_router"]
+
+T = TypeVar("T")
+
+
+def ops_router(get_rt: Callable[[], Runtime]) -> APIRouter:
+    r = APIRouter(tags=["ops"])
+
+    @r.get("/healthz")
+    def healthz() -> JSONResponse:
+        rt = get_rt()
+        checks = {"database": _check_db(rt), "broker": _check_broker(rt)}
+        ok = all(v == "ok" for v in checks.values())
+        return JSONResponse(
+            {"status": "ok" if ok else "degraded", "checks": checks}, status_code=200 if ok else 503
+        )
+
+    @r.get("/metrics", include_in_schema=False)
+    def prometheus(admin: Annotated[bool, Depends(metrics_access)]) -> Response:
+        """Run counts (fleet-wide, and per tenant) only for an admin scrape."""
+        rt = get_rt()
+        collector = metrics.StateCollector(
+            _counts(rt, stats.runs_by_status) if admin else None,
+            lambda: _queue_depth(rt),
+            _counts(rt, stats.runs_by_tenant) if admin else None,
+        )
+        return Response(metrics.render(collector), media_type=metrics.CONTENT_TYPE_LATEST)
+
+    return r
+
+
+def _counts(rt: Runtime, query: Callable[[Connection], T]) -> Callable[[], T]:
+    def read() -> T:
+        with rt.engine.connect() as conn:
+            return query(conn)
+
+    return read
+
+
+def _queue_depth(rt: Runtime) -> dict[str, int]:
+    """Messages waiting per queue (Redis or RabbitMQ; other brokers: none)."""
+    return broker_depth(rt.settings) or {}
+
+
+def _check_db(rt: Runtime) -> str:
+    try:
+        with rt.engine.connect() as conn:
+            stats.ping(conn)
+        return "ok"
+    except Exception as exc:
+        return f"error: {type(exc).__name__}"
+
+
+def _check_broker(rt: Runtime) -> str:
+    if rt.settings.embedded:
+        return "ok"
+    try:
+        from shared.celery_app import app
+
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+        return "ok"
+    except Exception as exc:
+        return f"error: {type(exc).__name__}"

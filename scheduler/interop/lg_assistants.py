@@ -1,0 +1,250 @@
+"""LangGraph assistants over treadle's agents (docs/api.md, "LangGraph assistants").
+
+An assistant is a named agent: ``assistant_id`` is the agent's name. A registered agent is an
+assistant of its own graph (version 1, read-only). ``assistants.create(graph_id, context=...)``
+makes a tenant's agent whose spec is the ``graph_id`` agent's spec with the ``context`` fields
+over it (and the spec fields found in ``config["configurable"]``); ``update`` adds a version
+(the same, over the latest version or a new ``graph_id``), ``get_versions`` lists them, and a
+run names a version as ``"<assistant_id>@<version>"``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body
+from pydantic import BaseModel, ConfigDict
+
+from scheduler.http.agent_routes import add_agent_version
+from scheduler.http.agents import (
+    BUILTIN_AGENTS,
+    agent_names,
+    is_registered,
+    parse_ref,
+    registered_agents,
+)
+from scheduler.http.auth import Caller, ReadCaller, WriteCaller
+from shared.agent.spec import AgentSpec
+from shared.engine.runtime import Runtime
+from shared.errors import Conflict, NotFound
+from shared.isotime import iso
+from shared.store import agents as store
+from shared.store.agents import AgentVersion
+
+__all__ = ["assistant_routes"]
+
+_SPEC_FIELDS = frozenset(AgentSpec.model_fields)
+_SEARCH_MAX = 1000
+
+
+class AssistantBody(BaseModel):
+    """``POST /assistants`` and ``PATCH /assistants/{id}``; unknown keys are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    graph_id: str | None = None
+    config: dict[str, Any] | None = None
+    context: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    assistant_id: str | None = None
+    if_exists: str | None = None
+    name: str | None = None
+    description: str | None = None
+
+
+def _registered_view(name: str) -> dict[str, Any]:
+    return {
+        "assistant_id": name,
+        "graph_id": name,
+        "name": name,
+        "config": {},
+        "context": {},
+        "metadata": {"builtin": name in BUILTIN_AGENTS},
+        "version": 1,
+        "created_at": iso(0),
+        "updated_at": iso(0),
+        "description": None,
+    }
+
+
+def _version_view(v: AgentVersion) -> dict[str, Any]:
+    made = v.facade or {}
+    return {
+        "assistant_id": v.name,
+        "graph_id": made.get("graph_id") or v.name,
+        "name": made.get("name") or v.name,
+        "config": made.get("config") or {},
+        "context": made.get("context") or {},
+        "metadata": v.meta or {},
+        "version": v.version,
+        "created_at": iso(v.created_at),
+        "updated_at": iso(v.created_at),
+        "description": v.description,
+    }
+
+
+def _overrides(body: AssistantBody) -> dict[str, Any]:
+    """The spec fields an assistant sets: ``config.configurable`` (spec fields only), then
+    ``context`` (all of it: an unknown field is a 422)."""
+    configurable = (body.config or {}).get("configurable") or {}
+    picked = {k: v for k, v in configurable.items() if k in _SPEC_FIELDS}
+    return {**picked, **(body.context or {})}
+
+
+def _spec_of(rt: Runtime, tenant: str, graph_id: str) -> dict[str, Any]:
+    """The raw spec of the agent a ``graph_id`` names."""
+    name, version = parse_ref(graph_id)
+    if is_registered(name) and version is None:
+        return dict(registered_agents()[name])
+    with rt.engine.connect() as conn:
+        found = store.get_version(conn, tenant, name, version)
+    if found is None:
+        raise NotFound(f"no graph (agent) named {graph_id!r}")
+    return dict(found.spec)
+
+
+def _latest(rt: Runtime, tenant: str, name: str) -> AgentVersion | None:
+    with rt.engine.connect() as conn:
+        return store.get_version(conn, tenant, name)
+
+
+def _matches(view: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
+    if body.get("graph_id") and view["graph_id"] != body["graph_id"]:
+        return False
+    name = str(body.get("name") or "").lower()
+    if name and name not in str(view["name"]).lower():
+        return False
+    wanted = body.get("metadata") or {}
+    return all(view["metadata"].get(k) == v for k, v in wanted.items())
+
+
+class _Assistants:
+    def __init__(self, get_rt: Callable[[], Runtime]) -> None:
+        self.get_rt = get_rt
+
+    def create(self, caller: Caller, body: AssistantBody) -> dict[str, Any]:
+        rt, tenant = self.get_rt(), caller.tenant
+        name = body.assistant_id or str(uuid.uuid4())
+        known = _latest(rt, tenant, name)
+        if (known is not None or is_registered(name)) and body.if_exists == "do_nothing":
+            return _version_view(known) if known is not None else _registered_view(name)
+        base = _spec_of(rt, tenant, body.graph_id) if body.graph_id else {}
+        spec = AgentSpec.model_validate({**base, **_overrides(body)})
+        made = add_agent_version(
+            rt,
+            caller,
+            name,
+            spec,
+            new=True,
+            description=body.description,
+            meta=body.metadata,
+            facade=self._facade(body),
+        )
+        return _version_view(made)
+
+    def update(self, caller: Caller, assistant_id: str, body: AssistantBody) -> dict[str, Any]:
+        rt, tenant = self.get_rt(), caller.tenant
+        if is_registered(assistant_id):
+            raise Conflict(f"assistant {assistant_id!r} is registered by the operator: read-only")
+        latest = _latest(rt, tenant, assistant_id)
+        if latest is None:
+            raise NotFound(f"assistant {assistant_id!r} not found")
+        made = latest.facade or {}
+        base = _spec_of(rt, tenant, body.graph_id) if body.graph_id else latest.spec
+        spec = AgentSpec.model_validate({**base, **_overrides(body)})
+        facade = {
+            "graph_id": body.graph_id or made.get("graph_id"),
+            "config": body.config if body.config is not None else made.get("config"),
+            "context": body.context if body.context is not None else made.get("context"),
+            "name": body.name or made.get("name"),
+        }
+        new = add_agent_version(
+            rt,
+            caller,
+            assistant_id,
+            spec,
+            new=False,
+            description=body.description or latest.description,
+            meta={**(latest.meta or {}), **(body.metadata or {})},
+            facade=facade,
+        )
+        return _version_view(new)
+
+    @staticmethod
+    def _facade(body: AssistantBody) -> dict[str, Any]:
+        return {
+            "graph_id": body.graph_id,
+            "config": body.config,
+            "context": body.context,
+            "name": body.name,
+        }
+
+    def get(self, tenant: str, assistant_id: str) -> dict[str, Any]:
+        name, version = parse_ref(assistant_id)
+        if is_registered(name) and version is None:
+            return _registered_view(name)
+        with self.get_rt().engine.connect() as conn:
+            found = store.get_version(conn, tenant, name, version)
+        if found is None:
+            raise NotFound(f"assistant {assistant_id!r} not found")
+        return _version_view(found)
+
+    def versions(self, tenant: str, assistant_id: str, body: dict[str, Any]) -> list[Any]:
+        limit, offset = _page(body)
+        if is_registered(assistant_id):
+            views = [_registered_view(assistant_id)]
+        else:
+            with self.get_rt().engine.connect() as conn:
+                found = store.list_versions(conn, tenant, assistant_id, limit=_SEARCH_MAX)
+            if not found:
+                raise NotFound(f"assistant {assistant_id!r} not found")
+            views = [_version_view(v) for v in found]
+        views = [v for v in views if _matches(v, {"metadata": body.get("metadata")})]
+        return views[offset : offset + limit]
+
+    def search(self, tenant: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+        limit, offset = _page(body)
+        with self.get_rt().engine.connect() as conn:
+            own = store.latest_versions(conn, tenant, limit=_SEARCH_MAX)
+        views = [_registered_view(n) for n in agent_names()] + [_version_view(v) for v in own]
+        return [v for v in views if _matches(v, body)][offset : offset + limit]
+
+
+def _page(body: Mapping[str, Any]) -> tuple[int, int]:
+    limit = max(1, min(int(body.get("limit") or 10), _SEARCH_MAX))
+    return limit, max(0, int(body.get("offset") or 0))
+
+
+def assistant_routes(r: APIRouter, get_rt: Callable[[], Runtime]) -> None:
+    """The assistants routes of the LangGraph facade."""
+    a = _Assistants(get_rt)
+
+    @r.post("/assistants")
+    def create_assistant(body: AssistantBody, caller: WriteCaller) -> dict[str, Any]:
+        return a.create(caller, body)
+
+    @r.patch("/assistants/{assistant_id}")
+    def update_assistant(
+        assistant_id: str, body: AssistantBody, caller: WriteCaller
+    ) -> dict[str, Any]:
+        return a.update(caller, assistant_id, body)
+
+    @r.get("/assistants/{assistant_id}")
+    def get_assistant(assistant_id: str, caller: ReadCaller) -> dict[str, Any]:
+        return a.get(caller.tenant, assistant_id)
+
+    @r.post("/assistants/{assistant_id}/versions")
+    def assistant_versions(
+        assistant_id: str,
+        caller: ReadCaller,
+        body: Annotated[dict[str, Any] | None, Body()] = None,
+    ) -> list[Any]:
+        return a.versions(caller.tenant, assistant_id, body or {})
+
+    @r.post("/assistants/search")
+    def search_assistants(
+        caller: ReadCaller, body: Annotated[dict[str, Any] | None, Body()] = None
+    ) -> list[dict[str, Any]]:
+        return a.search(caller.tenant, body or {})

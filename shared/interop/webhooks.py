@@ -1,0 +1,97 @@
+"""Webhook bodies of facade runs, rendered by the store when it records a
+delivery: the run's webhook names its renderer (``render: "langgraph" | "openai"``), and the
+composition root hands ``RENDERERS`` to the store (``shared.wiring.install_renderers``). They
+run on the workers inside the transaction that wrote the event, so they only read.
+
+* LangGraph: one POST per run end, pauses included: the Run, its ``values`` (with the
+  interrupt on a pause) and ``error``.
+* OpenAI: ``{"id": "evt_…", "object": "event", "type": "response.completed|failed|cancelled|
+  incomplete", "created_at", "data": {"id": "resp_…"}}``.
+
+An event after a pause that no client resumed (a run cancelled while it waited) belongs to
+no LangGraph run or response: nothing is sent.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from shared.interop.shapes import interrupt_of, lc_messages, lg_run_status, oa_status
+from shared.interop.thread_ids import public_id
+from shared.isotime import iso
+from shared.store import segments as segs
+from shared.store.deliveries import Renderer
+
+__all__ = ["RENDERERS", "langgraph_body", "openai_body"]
+
+Event = tuple[int, str, Mapping[str, Any]]
+_OA_TYPES = {
+    "completed": "response.completed",
+    "incomplete": "response.incomplete",
+    "failed": "response.failed",
+    "cancelled": "response.cancelled",
+}
+
+
+def langgraph_body(
+    conn: Connection, run: Mapping[str, Any], event: Event, doc: dict[str, Any]
+) -> dict[str, Any] | None:
+    seq, type_, data = event
+    seg_id, from_seq = segs.segment_of_event(conn, segs.LANGGRAPH, run["id"], seq)
+    if not segs.resumed(conn, run["id"], from_seq, seq):
+        return None
+    now, started = time.time(), segs.started_at(conn, run, from_seq)
+    values: dict[str, Any] = {"messages": lc_messages(segs.thread_rows(conn, run))}
+    if type_ == "run.waiting":
+        values["__interrupt__"] = [interrupt_of(data.get("pending") or {})]
+    cfg = run.get("webhook") or {}
+    body: dict[str, Any] = {
+        "run_id": seg_id,
+        "thread_id": public_id(run["thread_id"]) if run["thread_id"] else None,
+        "assistant_id": cfg.get("assistant", ""),
+        "created_at": iso(started),
+        "updated_at": iso(now),
+        "status": lg_run_status(run, {"type": type_, "data": data}),
+        "metadata": run.get("meta") or {},
+        "kwargs": {},
+        "multitask_strategy": "enqueue",
+        "run_started_at": iso(started),
+        "run_ended_at": iso(now),
+        "webhook_sent_at": iso(now),
+        "values": values,
+    }
+    if type_ == "run.failed":
+        body["error"] = str((data.get("error") or {}).get("message") or "the run failed")
+    resume = (doc.get("data") or {}).get("resume")
+    if resume:
+        body["treadle"] = {"resume": resume}
+    return body
+
+
+def openai_body(
+    conn: Connection, run: Mapping[str, Any], event: Event, doc: dict[str, Any]
+) -> dict[str, Any] | None:
+    seq, type_, data = event
+    resp_id, from_seq = segs.segment_of_event(conn, segs.OPENAI, run["id"], seq)
+    if not segs.resumed(conn, run["id"], from_seq, seq):
+        return None
+    status = oa_status(run, {"type": type_, "data": data})
+    kind = _OA_TYPES.get(status)
+    if kind is None:
+        return None
+    event_id = uuid.uuid5(uuid.NAMESPACE_URL, f"treadle:{run['id']}:{seq}").hex
+    return {
+        "id": f"evt_{event_id}",
+        "object": "event",
+        "type": kind,
+        "created_at": int(time.time()),
+        "data": {"id": resp_id},
+    }
+
+
+RENDERERS: Mapping[str, Renderer] = {segs.LANGGRAPH: langgraph_body, segs.OPENAI: openai_body}

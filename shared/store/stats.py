@@ -1,0 +1,29 @@
+"""Counts the operator's views read (``/metrics``, ``/healthz``): no run state changes here."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from shared.store.tables import runs
+
+__all__ = ["ping", "runs_by_status", "runs_by_tenant"]
+
+
+def ping(conn: Connection) -> None:
+    """One round trip: the database answers."""
+    conn.execute(sa.text("SELECT 1"))
+
+
+def runs_by_status(conn: Connection) -> dict[str, int]:
+    rows = conn.execute(sa.select(runs.c.status, sa.func.count()).group_by(runs.c.status))
+    return {str(status): int(n) for status, n in rows}
+
+
+def runs_by_tenant(conn: Connection) -> dict[tuple[str, str], int]:
+    rows = conn.execute(
+        sa.select(runs.c.tenant, runs.c.status, sa.func.count()).group_by(
+            runs.c.tenant, runs.c.status
+        )
+    )
+    return {(str(tenant), str(status)): int(n) for tenant, status, n in rows}
