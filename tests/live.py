@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import uvicorn
 
-from scheduler.api import create_app
+from scheduler.app import create_app
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 
@@ -27,11 +27,18 @@ class ApiServer:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
-        config = uvicorn.Config(create_app(lambda: rt), log_config=None, log_level="warning",
-                                lifespan="off", access_log=False, timeout_graceful_shutdown=1)
+        config = uvicorn.Config(
+            create_app(lambda: rt),
+            log_config=None,
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+            timeout_graceful_shutdown=1,
+        )
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
-                                       daemon=True, name="api")
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True, name="api"
+        )
 
     @property
     def url(self) -> str:
@@ -57,8 +64,10 @@ class Pump:
     def __init__(self, rt: Runtime, stub: StubBroker, threads: int = 2) -> None:
         self.rt, self.stub = rt, stub
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._loop, daemon=True, name=f"pump-{i}")
-                         for i in range(threads)]
+        self._threads = [
+            threading.Thread(target=self._loop, daemon=True, name=f"pump-{i}")
+            for i in range(threads)
+        ]
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -99,9 +108,13 @@ def _frames(lines: Iterator[str]) -> Iterator[Frame]:
             yield Frame(None, None, None, line[1:].strip(), time.time())
         elif line == "":
             if "event" in fields or "data" in fields:
-                yield Frame(fields.get("event", "message"),
-                            int(fields["id"]) if "id" in fields else None,
-                            json.loads(fields.get("data", "null")), None, time.time())
+                yield Frame(
+                    fields.get("event", "message"),
+                    int(fields["id"]) if "id" in fields else None,
+                    json.loads(fields.get("data", "null")),
+                    None,
+                    time.time(),
+                )
             fields = {}
         else:
             key, _, value = line.partition(":")
@@ -109,15 +122,19 @@ def _frames(lines: Iterator[str]) -> Iterator[Frame]:
 
 
 def read_sse(
-    url: str, *, last_event_id: int | None = None,
-    stop: Callable[[list[Frame]], bool] | None = None, timeout: float = 30.0,
+    url: str,
+    *,
+    last_event_id: int | None = None,
+    stop: Callable[[list[Frame]], bool] | None = None,
+    timeout: float = 30.0,
 ) -> tuple[list[Frame], int]:
     """Read frames until the server ends the stream or ``stop(frames)`` (then disconnect).
     Returns (frames, HTTP status)."""
     headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
     out: list[Frame] = []
-    with httpx.stream("GET", url, headers=headers,
-                      timeout=httpx.Timeout(10.0, read=timeout)) as resp:
+    with httpx.stream(
+        "GET", url, headers=headers, timeout=httpx.Timeout(10.0, read=timeout)
+    ) as resp:
         if resp.status_code != 200:
             return out, resp.status_code
         for frame in _frames(resp.iter_lines()):

@@ -83,3 +83,26 @@ def write_thing(args: WriteArgs, ctx: ToolContext) -> ToolResult:
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(f"{ctx.idempotency_key} {args.item}\n")
     return ToolResult(text=f"wrote {args.item}")
+
+
+def _fake_dns() -> None:
+    """``TREADLE_TEST_DNS=host=addr,...``: this process resolves those names so (the DNS
+    rebinding test gives a worker an answer other than the API's)."""
+    import socket
+
+    table = dict(
+        item.split("=", 1) for item in os.environ.get("TREADLE_TEST_DNS", "").split(",") if item
+    )
+    if not table:
+        return
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: object, port: object, *args: object, **kwargs: object) -> object:
+        if host in table:
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (table[host], int(port or 0)))]  # type: ignore[call-overload]
+        return real(host, port, *args, **kwargs)  # type: ignore[arg-type]
+
+    socket.getaddrinfo = getaddrinfo  # type: ignore[assignment]
+
+
+_fake_dns()

@@ -33,8 +33,9 @@ class Receiver:
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), daemon=True
+        )
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         receiver = self
@@ -57,8 +58,9 @@ class Receiver:
 
     def _record(self, headers: dict[str, str], body: bytes) -> int:
         with self._lock:
-            self.received.append(Received({k.lower(): v for k, v in headers.items()}, body,
-                                          time.time()))
+            self.received.append(
+                Received({k.lower(): v for k, v in headers.items()}, body, time.time())
+            )
             return self.statuses.pop(0) if self.statuses else 200
 
     @property
@@ -69,6 +71,12 @@ class Receiver:
     def start(self) -> Receiver:
         self._thread.start()
         return self
+
+    def __enter__(self) -> Receiver:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def stop(self) -> None:
         self._server.shutdown()

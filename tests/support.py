@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -14,8 +15,10 @@ from typing import Any
 
 import pytest
 
+from shared.llm.fake_server import FakeLLMServer, ReplySpec
+from shared.names import ALL_QUEUES
+
 ROOT = Path(__file__).resolve().parents[1]
-KIT = ROOT.parent / "shared"  # the team kit beside the repo (fixtures)
 IN_CI = bool(os.environ.get("CI"))
 PG_ADMIN = os.environ.get("TREADLE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_BASE = os.environ.get("TREADLE_TEST_REDIS", "redis://127.0.0.1:6379")
@@ -54,11 +57,17 @@ class WorkerProcs:
         self,
         name: str | None = None,
         concurrency: int = 8,
-        queues: str = "treadle.rounds,treadle.tools,treadle.webhooks",
+        queues: str = ",".join(ALL_QUEUES),
+        *,
+        prefix: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
     ) -> str:
+        """``prefix``: a command the worker runs under (``ip netns exec NS``); ``env``: more
+        variables for this worker alone."""
         name = name or f"w{len(self.procs) + 1}-{uuid.uuid4().hex[:4]}"
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
         cmd = [
+            *prefix,
             sys.executable,
             "-m",
             "celery",
@@ -79,7 +88,7 @@ class WorkerProcs:
         ]
         self.procs[name] = subprocess.Popen(
             cmd,
-            env={**os.environ, **self.env},
+            env={**os.environ, **self.env, **(env or {})},
             cwd=ROOT,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -169,3 +178,113 @@ class EffectServer:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class RoundsModel:
+    """A fake server's responder: a model that calls ``echo`` each round until ``rounds``,
+    then answers (``ask_at``: asks in that round instead); ``down`` makes it answer 500 from
+    round ``down_from`` on (or always, when ``down_from`` is None)."""
+
+    def __init__(self, rounds: int, *, ask_at: int | None = None) -> None:
+        self.rounds, self.ask_at = rounds, ask_at
+        self.down = False
+        self.down_from: int | None = None
+        self.lock = threading.Lock()
+
+    def __call__(self, body: dict[str, Any]) -> ReplySpec:
+        k = 1 + sum(1 for m in body["messages"] if m["role"] == "assistant")
+        with self.lock:
+            if self.down and (self.down_from is None or k >= self.down_from):
+                return ReplySpec(status=500, body={"error": {"message": "provider down"}})
+        if k == self.ask_at:
+            question = {"question": "Which?", "options": ["red", "blue"]}
+            return ReplySpec(
+                tool_calls=[{"id": f"ask{k}", "name": "ask_user", "arguments": question}]
+            )
+        if k < self.rounds:
+            return ReplySpec(
+                tool_calls=[{"id": f"c{k}", "name": "echo", "arguments": {"text": f"step {k}"}}]
+            )
+        return ReplySpec(text=f"done after {k} rounds")
+
+
+def requests_per_round(llm: FakeLLMServer) -> dict[int, int]:
+    """Requests the server got for each round (1 + the assistant messages they carry)."""
+    out: dict[int, int] = {}
+    for body in llm.bodies:
+        k = 1 + sum(1 for m in body["messages"] if m["role"] == "assistant")
+        out[k] = out.get(k, 0) + 1
+    return out
+
+
+def references(rt: Any, ids: set[str]) -> dict[str, int]:
+    """Rows in any table whose any column names one of ``ids`` (text columns compared, JSON
+    and other columns searched as text)."""
+    import sqlalchemy as sa
+
+    from shared.store.tables import metadata
+
+    found: dict[str, int] = {}
+    with rt.engine.connect() as conn:
+        present = set(sa.inspect(conn).get_table_names())
+        for table in metadata.sorted_tables:
+            if table.name not in present:
+                continue
+            for col in table.columns:
+                text = sa.cast(col, sa.Text)
+                cond = sa.or_(*(text.like(f"%{i}%") for i in ids))
+                n = conn.execute(sa.select(sa.func.count()).select_from(table).where(cond))
+                if (count := int(n.scalar_one())) > 0:
+                    found[f"{table.name}.{col.name}"] = count
+    return found
+
+
+def record_tool(url: str) -> dict[str, Any]:
+    """An inline write tool that POSTs ``{"item": ...}`` to ``<url>/record`` (an
+    ``EffectServer``): each call's effect is counted by its Idempotency-Key."""
+    return {
+        "name": "record",
+        "description": "Record an item.",
+        "read_only": False,
+        "parameters": {
+            "type": "object",
+            "properties": {"item": {"type": "string"}},
+            "required": ["item"],
+        },
+        "http": {"method": "POST", "url": f"{url}/record"},
+    }
+
+
+def record_agent(i: int, url: str, calls: str, sleep: float) -> dict[str, Any]:
+    """A scripted agent whose rounds each record one item (``calls``: the call ids, one
+    round each), each model reply taking ``sleep`` s; it answers ``run <i> done``."""
+    replies: list[dict[str, Any]] = [
+        {
+            "sleep": sleep,
+            "text": "",
+            "tool_calls": [{"id": c, "name": "record", "arguments": {"item": f"{i}-{c}"}}],
+        }
+        for c in calls
+    ]
+    replies.append({"sleep": sleep, "text": f"run {i} done"})
+    return {
+        "kind": "agent",
+        "tools": [record_tool(url)],
+        "model": {"provider": "scripted", "replies": replies},
+    }
+
+
+def longest_stalls(engine: Any, ids: list[str]) -> dict[str, float]:
+    """Per run: the longest pause between consecutive events (created → its last event)."""
+    import sqlalchemy as sa
+
+    from shared.store.tables import events, runs
+
+    out: dict[str, float] = {}
+    with engine.connect() as conn:
+        for run_id in ids:
+            created = conn.execute(sa.select(runs.c.created_at).where(runs.c.id == run_id))
+            times = conn.execute(sa.select(events.c.created_at).where(events.c.run_id == run_id))
+            stamps = sorted([float(created.scalar_one()), *(float(t) for t in times.scalars())])
+            out[run_id] = max(b - a for a, b in zip(stamps, stamps[1:], strict=False))
+    return out

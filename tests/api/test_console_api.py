@@ -1,4 +1,4 @@
-"""The console's HTTP side (issue #13): static files at ``/``, ``GET /v1/agents``,
+"""The console's HTTP side: static files at ``/``, ``GET /v1/agents``,
 ``GET /v1/runs/{id}/usage``, ``?access_token=`` on the SSE route, and the ``demo-assistant``
 agent (ask → guarded write → answer) driven through the API on the stub broker."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from scheduler.console import EventsQueryToken
+from scheduler.http.console import EventsQueryToken
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 
@@ -18,8 +18,11 @@ def test_console_files(client: TestClient) -> None:
     index = client.get("/")
     assert index.status_code == 200 and index.headers["content-type"].startswith("text/html")
     assert '<script type="module" src="/console/app.js">' in index.text
-    for name, kind in (("app.js", "text/javascript"), ("rundetail.js", "text/javascript"),
-                       ("style.css", "text/css")):
+    for name, kind in (
+        ("app.js", "text/javascript"),
+        ("rundetail.js", "text/javascript"),
+        ("style.css", "text/css"),
+    ):
         r = client.get(f"/console/{name}")
         assert r.status_code == 200 and r.headers["content-type"].startswith(kind), name
     assert client.get("/console/nope.js").status_code == 404
@@ -31,8 +34,14 @@ def test_agents_lists_registered_agents(client: TestClient) -> None:
     agents = {a["name"]: a for a in client.get("/v1/agents").json()["agents"]}
     assert {"demo", "demo-chat", "demo-planner", "demo-assistant"} <= set(agents)
     assert agents["demo-assistant"] == {
-        "name": "demo-assistant", "kind": "agent", "model": "demo-assistant",
-        "tools": ["save_note"], "plan": True, "ask": True, "guarded": True}
+        "name": "demo-assistant",
+        "kind": "agent",
+        "model": "demo-assistant",
+        "tools": ["save_note"],
+        "plan": True,
+        "ask": True,
+        "guarded": True,
+    }
     assert agents["demo-chat"]["kind"] == "chat"
 
 
@@ -44,26 +53,34 @@ def _run(client: TestClient, run_id: str) -> dict[str, Any]:
 def test_demo_assistant_asks_then_proposes_a_write(
     client: TestClient, sqlite_rt: Runtime, stub: StubBroker
 ) -> None:
-    rid = client.post("/v1/runs", json={"agent": "demo-assistant", "input": "Save a note"}
-                      ).json()["id"]
+    rid = client.post("/v1/runs", json={"agent": "demo-assistant", "input": "Save a note"}).json()[
+        "id"
+    ]
     stub.drain(sqlite_rt)
     run = _run(client, rid)
     assert run["status"] == "waiting" and run["pending"]["kind"] == "ask"
     question = run["pending"]["questions"][0]
     assert [o["value"] for o in question["options"]] == [
-        "meeting-summary", "shopping-list", "reminder"]
+        "meeting-summary",
+        "shopping-list",
+        "reminder",
+    ]
     assert [s["status"] for s in run["plan"]["steps"]] == ["pending"] * 3
 
-    client.post(f"/v1/runs/{rid}/answer", json={"ask_id": run["pending"]["ask_id"],
-                                                "answers": ["shopping-list"]})
+    client.post(
+        f"/v1/runs/{rid}/answer",
+        json={"ask_id": run["pending"]["ask_id"], "answers": ["shopping-list"]},
+    )
     stub.drain(sqlite_rt)
     run = _run(client, rid)
     assert run["status"] == "waiting" and run["pending"]["kind"] == "approval"
     [item] = run["pending"]["items"]
     assert item["tool"] == "save_note" and item["arguments"]["title"]
 
-    client.post(f"/v1/runs/{rid}/approval", json={"approval_id": run["pending"]["approval_id"],
-                                                  "approve": "all"})
+    client.post(
+        f"/v1/runs/{rid}/approval",
+        json={"approval_id": run["pending"]["approval_id"], "approve": "all"},
+    )
     stub.drain(sqlite_rt)
     run = _run(client, rid)
     assert run["status"] == "completed", run
@@ -85,16 +102,23 @@ def _headers_seen(path: str, query: bytes, headers: list[tuple[bytes, bytes]]) -
     async def app(scope: Any, receive: Any, send: Any) -> None:
         seen.update({k.decode(): v.decode() for k, v in scope["headers"]})
 
-    scope = {"type": "http", "method": "GET", "path": path, "query_string": query,
-             "headers": headers}
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": path,
+        "query_string": query,
+        "headers": headers,
+    }
     asyncio.run(EventsQueryToken(app)(scope, None, None))  # type: ignore[arg-type]
     return seen
 
 
 def test_access_token_query_becomes_a_bearer_header_on_the_events_route() -> None:
     events = "/v1/runs/run_1/events"
-    assert _headers_seen(events, b"access_token=trd_abc&after=3", [])["authorization"] == \
-        "Bearer trd_abc"
+    assert (
+        _headers_seen(events, b"access_token=trd_abc&after=3", [])["authorization"]
+        == "Bearer trd_abc"
+    )
     assert "authorization" not in _headers_seen("/v1/runs/run_1", b"access_token=trd_abc", [])
     own = [(b"authorization", b"Bearer mine")]
     assert _headers_seen(events, b"access_token=trd_abc", own)["authorization"] == "Bearer mine"

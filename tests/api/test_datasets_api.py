@@ -1,4 +1,4 @@
-"""The knowledge base over HTTP (issue #10)."""
+"""The knowledge base over HTTP."""
 
 from __future__ import annotations
 
@@ -28,8 +28,10 @@ def test_create_upload_and_search(client: TestClient) -> None:
     assert r.status_code == 201, r.text
     doc = r.json()
     assert (doc["content_type"], doc["chunks"]) == ("text/markdown", 1)
-    r = client.post("/v1/datasets/manuals/documents",  # by name, multipart
-                    files={"file": ("notes.txt", NOTES.encode(), "text/plain")})
+    r = client.post(
+        "/v1/datasets/manuals/documents",  # by name, multipart
+        files={"file": ("notes.txt", NOTES.encode(), "text/plain")},
+    )
     assert r.status_code == 201, r.text
     found = client.get(f"/v1/datasets/{ds['id']}/search", params={"q": "restart button"}).json()
     assert found["query"] == "restart button"
@@ -62,8 +64,12 @@ def test_errors(client: TestClient) -> None:
     assert client.post(url, json={"text": "no name"}).status_code == 422
     assert client.post(url, json={"name": "a", "text": "b", "file_id": "f"}).status_code == 422
     assert client.post(url, json={"file_id": "file_missing"}).status_code == 404
-    assert client.post(url, content=b"not json",
-                       headers={"content-type": "application/json"}).status_code == 422
+    assert (
+        client.post(
+            url, content=b"not json", headers={"content-type": "application/json"}
+        ).status_code
+        == 422
+    )
     assert client.post(url, json={"name": "empty.txt", "text": "   "}).status_code == 422
     assert client.get(f"/v1/datasets/{ds['id']}/search").status_code == 422  # q is required
 
@@ -73,20 +79,26 @@ def test_a_chat_run_with_a_dataset_and_an_unknown_one(
 ) -> None:
     _dataset(client)
     client.post("/v1/datasets/manuals/documents", json={"name": "guide.md", "text": GUIDE})
-    r = client.post("/v1/runs", json={"agent": {"kind": "chat", "model": "demo",
-                                                "dataset": "manuals"}, "input": "restart?"})
+    r = client.post(
+        "/v1/runs",
+        json={
+            "agent": {"kind": "chat", "model": "demo", "dataset": "manuals"},
+            "input": "restart?",
+        },
+    )
     assert r.status_code == 201, r.text
     stub.drain(sqlite_rt)
     assert client.get(f"/v1/runs/{r.json()['id']}").json()["status"] == "completed"
-    r = client.post("/v1/runs", json={"agent": {"kind": "chat", "dataset": "missing"},
-                                      "input": "x"})
-    assert r.status_code == 422 and "missing" in r.json()["error"]["message"]
+    r = client.post(
+        "/v1/runs", json={"agent": {"kind": "chat", "dataset": "missing"}, "input": "x"}
+    )
+    assert r.status_code == 404 and "missing" in r.json()["error"]["message"]
 
 
 def test_quotes_from_a_dataset_on_the_run_body(
     client: TestClient, sqlite_rt: Runtime, stub: StubBroker
 ) -> None:
-    # SPEC C-2 with quotes taken from a dataset search (issue #10): the request carries the
+    # SPEC C-2 with quotes taken from a dataset search: the request carries the
     # passage and its source
     from shared.llm.fake_server import FakeLLMServer, ReplySpec
 
@@ -94,10 +106,18 @@ def test_quotes_from_a_dataset_on_the_run_body(
     client.post("/v1/datasets/manuals/documents", json={"name": "guide.md", "text": GUIDE})
     with FakeLLMServer() as llm:
         llm.script(ReplySpec(text="Hold the blue button for three seconds (guide.md)."))
-        agent = {"kind": "chat", "model": {"provider": "openai", "base_url": llm.base_url,
-                                            "model": "m"}}
-        r = client.post("/v1/runs", json={"agent": agent, "input": "How do I restart it?",
-                                          "quotes_from": {"dataset": "manuals", "k": 3}})
+        agent = {
+            "kind": "chat",
+            "model": {"provider": "openai", "base_url": llm.base_url, "model": "m"},
+        }
+        r = client.post(
+            "/v1/runs",
+            json={
+                "agent": agent,
+                "input": "How do I restart it?",
+                "quotes_from": {"dataset": "manuals", "k": 3},
+            },
+        )
         assert r.status_code == 201, r.text
         stub.drain(sqlite_rt)
         sent = str(llm.bodies[0]["messages"])

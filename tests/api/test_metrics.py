@@ -1,4 +1,4 @@
-"""/metrics exposes the operations series, and they move when runs execute (issue Operations)."""
+"""/metrics exposes the operations series, and they move when runs execute."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Sub-agents through the API (issue #10): registered tool agents as tools, nested pauses
+"""Sub-agents through the API: registered tool agents as tools, nested pauses
 answered through the parent."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from scheduler import agents
+from scheduler.http import agents
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 
@@ -28,14 +28,34 @@ def test_registered_tool_agents_nest_and_recursion_is_bounded(
     client: TestClient, agents_file: Path
 ) -> None:
     scripted = {"provider": "scripted", "replies": [{"text": "ok"}]}
-    agents_file.write_text(json.dumps({
-        "worker": {"kind": "agent", "model": scripted, "tools": ["echo"]},
-        "lead": {"kind": "agent", "model": scripted,
-                 "tools": [{"name": "w", "agent": "worker"}]},
-        "loop": {"kind": "agent", "model": scripted, "tools": [{"name": "me", "agent": "loop"}]},
-    }))
-    r = client.post("/v1/runs", json={"agent": {"kind": "agent", "model": scripted, "tools": [
-        {"name": "lead", "agent": "lead"}]}, "input": "go"})
+    agents_file.write_text(
+        json.dumps(
+            {
+                "worker": {"kind": "agent", "model": scripted, "tools": ["echo"]},
+                "lead": {
+                    "kind": "agent",
+                    "model": scripted,
+                    "tools": [{"name": "w", "agent": "worker"}],
+                },
+                "loop": {
+                    "kind": "agent",
+                    "model": scripted,
+                    "tools": [{"name": "me", "agent": "loop"}],
+                },
+            }
+        )
+    )
+    r = client.post(
+        "/v1/runs",
+        json={
+            "agent": {
+                "kind": "agent",
+                "model": scripted,
+                "tools": [{"name": "lead", "agent": "lead"}],
+            },
+            "input": "go",
+        },
+    )
     assert r.status_code == 201, r.text
     lead = r.json()["agent"]["tools"][0]["agent"]
     assert lead["tools"][0]["agent"]["tools"] == ["echo"]  # resolved two levels down
@@ -46,14 +66,36 @@ def test_registered_tool_agents_nest_and_recursion_is_bounded(
 def test_a_childs_ask_answered_through_the_parent(
     client: TestClient, sqlite_rt: Runtime, stub: StubBroker
 ) -> None:
-    child = {"kind": "agent", "ask": True, "model": {"provider": "scripted", "replies": [
-        {"tool_calls": [{"id": "q1", "name": "ask_user",
-                         "arguments": {"question": "Color?", "options": ["red", "blue"]}}]},
-        {"text": "Painted blue."}]}}
-    agent = {"kind": "agent", "model": {"provider": "scripted", "replies": [
-        {"tool_calls": [{"id": "c1", "name": "painter", "arguments": {"input": "paint"}}]},
-        {"text": "The painter is done."}]},
-        "tools": [{"name": "painter", "description": "Paints.", "agent": child}]}
+    child = {
+        "kind": "agent",
+        "ask": True,
+        "model": {
+            "provider": "scripted",
+            "replies": [
+                {
+                    "tool_calls": [
+                        {
+                            "id": "q1",
+                            "name": "ask_user",
+                            "arguments": {"question": "Color?", "options": ["red", "blue"]},
+                        }
+                    ]
+                },
+                {"text": "Painted blue."},
+            ],
+        },
+    }
+    agent = {
+        "kind": "agent",
+        "model": {
+            "provider": "scripted",
+            "replies": [
+                {"tool_calls": [{"id": "c1", "name": "painter", "arguments": {"input": "paint"}}]},
+                {"text": "The painter is done."},
+            ],
+        },
+        "tools": [{"name": "painter", "description": "Paints.", "agent": child}],
+    }
     run = client.post("/v1/runs", json={"agent": agent, "input": "go"}).json()
     stub.drain(sqlite_rt)
     got = client.get(f"/v1/runs/{run['id']}").json()

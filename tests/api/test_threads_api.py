@@ -1,4 +1,4 @@
-"""Threads over HTTP (DESIGN §7) on SQLite with the stub broker."""
+"""Threads over HTTP on SQLite with the stub broker."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from shared.engine.testing import StubBroker
 
 
 def _chat(*texts: str) -> dict[str, Any]:
-    return {"kind": "chat", "model": {"provider": "scripted",
-                                      "replies": [{"text": t} for t in texts]}}
+    return {
+        "kind": "chat",
+        "model": {"provider": "scripted", "replies": [{"text": t} for t in texts]},
+    }
 
 
 def _thread(client: TestClient, **body: Any) -> dict[str, Any]:
@@ -22,8 +24,10 @@ def _thread(client: TestClient, **body: Any) -> dict[str, Any]:
 
 
 def _run(client: TestClient, thread_id: str, text: str, *replies: str) -> Any:
-    return client.post("/v1/runs", json={"agent": _chat(*(replies or ("ok",))), "input": text,
-                                         "thread_id": thread_id})
+    return client.post(
+        "/v1/runs",
+        json={"agent": _chat(*(replies or ("ok",))), "input": text, "thread_id": thread_id},
+    )
 
 
 def test_create_and_get_a_thread(client: TestClient) -> None:
@@ -55,17 +59,25 @@ def test_thread_runs_and_messages_across_runs(
     assert second["status"] == "queued" and second["thread_id"] == tid
     stub.drain(sqlite_rt)
     got = client.get(f"/v1/threads/{tid}").json()
-    assert got["runs"] == [{"id": first["id"], "status": "completed", "kind": "chat"},
-                           {"id": second["id"], "status": "completed", "kind": "chat"}]
+    assert got["runs"] == [
+        {"id": first["id"], "status": "completed", "kind": "chat"},
+        {"id": second["id"], "status": "completed", "kind": "chat"},
+    ]
     # each run's own messages once (the history copies are not repeated)
     assert [(m["run_id"], m["role"], m["content"]) for m in got["messages"]] == [
-        (first["id"], "user", "capital of France?"), (first["id"], "assistant", "Paris."),
-        (second["id"], "user", "and of Italy?"), (second["id"], "assistant", "Rome.")]
+        (first["id"], "user", "capital of France?"),
+        (first["id"], "assistant", "Paris."),
+        (second["id"], "user", "and of Italy?"),
+        (second["id"], "assistant", "Rome."),
+    ]
     # the second run's own transcript starts with the thread's history
     msgs = client.get(f"/v1/runs/{second['id']}/messages").json()["messages"]
     assert [(m["content"], m["kind"]) for m in msgs] == [
-        ("capital of France?", "history"), ("Paris.", "history"),
-        ("and of Italy?", None), ("Rome.", None)]
+        ("capital of France?", "history"),
+        ("Paris.", "history"),
+        ("and of Italy?", None),
+        ("Rome.", None),
+    ]
     listed = client.get("/v1/runs", params={"thread_id": tid}).json()["runs"]
     assert {r["id"] for r in listed} == {first["id"], second["id"]}
 
@@ -95,20 +107,34 @@ def test_an_agent_tool_may_name_a_registered_agent(
     client: TestClient, sqlite_rt: Runtime, stub: StubBroker
 ) -> None:
     # the API resolves the name: the run stores a self-contained spec
-    agent = {"kind": "agent", "model": {"provider": "scripted", "replies": [
-        {"tool_calls": [{"id": "c1", "name": "helper", "arguments": {"input": "Hi"}}]},
-        {"text": "Done."}]},
-        "tools": [{"name": "helper", "description": "A chat agent.", "agent": "demo-chat"}]}
+    agent = {
+        "kind": "agent",
+        "model": {
+            "provider": "scripted",
+            "replies": [
+                {"tool_calls": [{"id": "c1", "name": "helper", "arguments": {"input": "Hi"}}]},
+                {"text": "Done."},
+            ],
+        },
+        "tools": [{"name": "helper", "description": "A chat agent.", "agent": "demo-chat"}],
+    }
     run = client.post("/v1/runs", json={"agent": agent, "input": "go"}).json()
     assert run["agent"]["tools"][0]["agent"]["kind"] == "chat"
     stub.drain(sqlite_rt)
     assert client.get(f"/v1/runs/{run['id']}").json()["status"] == "completed"
     calls = client.get(f"/v1/runs/{run['id']}/tool-calls").json()["tool_calls"]
     assert calls[0]["result"].startswith("Hello! You asked: Hi")
-    r = client.post("/v1/runs", json={"agent": {**agent, "tools": [
-        {"name": "x", "agent": "no-such-agent"}]}, "input": "go"})
-    assert r.status_code == 422
-    r = client.post("/v1/runs", json={"agent": {**agent, "tools": [
-        {"name": "x", "agent": "demo"}]}, "input": "go"})
-    # a registered tool agent is a sub-agent (issue #10): it runs as a child run
+    r = client.post(
+        "/v1/runs",
+        json={
+            "agent": {**agent, "tools": [{"name": "x", "agent": "no-such-agent"}]},
+            "input": "go",
+        },
+    )
+    assert r.status_code == 404
+    r = client.post(
+        "/v1/runs",
+        json={"agent": {**agent, "tools": [{"name": "x", "agent": "demo"}]}, "input": "go"},
+    )
+    # a registered tool agent is a sub-agent: it runs as a child run
     assert r.status_code == 201 and r.json()["agent"]["tools"][0]["agent"]["kind"] == "agent"

@@ -47,13 +47,18 @@ def embedded_env(db_dir: Path) -> dict[str, str]:
 
 
 @contextmanager
-def treadle_up(db_dir: Path) -> Iterator[str]:
-    """Serve ``treadle up`` until the block ends; yields its base URL."""
+def treadle_up(db_dir: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+    """Serve ``treadle up`` until the block ends (``env``: more variables); yields its URL."""
     port = free_port()
     log = open(db_dir / "up.log", "wb")  # noqa: SIM115 - closed with the process
-    proc = subprocess.Popen([sys.executable, "-m", "scheduler.cli", "up", "--port", str(port)],
-                            cwd=ROOT, env=embedded_env(db_dir), stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scheduler.cli", "up", "--port", str(port)],
+        cwd=ROOT,
+        env={**embedded_env(db_dir), **(env or {})},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
 
     def ready() -> bool:
@@ -73,11 +78,18 @@ def treadle_up(db_dir: Path) -> Iterator[str]:
         log.close()
 
 
-def cli(*args: str, url: str, stdin: str | None = None, timeout: float = 60
-        ) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, url: str, stdin: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     """``treadle ARGS`` against the API at ``url`` (not a terminal: no prompts, no colour)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TREADLE_")}
     env.update(TREADLE_URL=url, NO_COLOR="1", COLUMNS="120")
-    return subprocess.run([sys.executable, "-m", "scheduler.cli", *args], cwd=ROOT, env=env,
-                          input=stdin if stdin is not None else "", capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "scheduler.cli", *args],
+        cwd=ROOT,
+        env=env,
+        input=stdin if stdin is not None else "",
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

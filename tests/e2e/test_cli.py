@@ -1,4 +1,4 @@
-"""The ``treadle`` client commands against a real ``treadle up`` (issue #13): submit, wait,
+"""The ``treadle`` client commands against a real ``treadle up``: submit, wait,
 watch, answer, approve, cancel, runs, show, exit codes and ``--json``; and in a real terminal
 (a pty driven by pexpect): ``treadle demo --interactive`` and ``submit --watch`` answering
 with the arrow keys, free text and the approval checklist."""
@@ -53,8 +53,19 @@ def test_submit_wait_completes_with_exit_0(up: str) -> None:
 
 
 def test_spec_from_flags(up: str) -> None:
-    out = cli("submit", "Hi", "--kind", "chat", "--model", "demo", "--system", "Be brief.",
-              "--wait", "--json", url=up)
+    out = cli(
+        "submit",
+        "Hi",
+        "--kind",
+        "chat",
+        "--model",
+        "demo",
+        "--system",
+        "Be brief.",
+        "--wait",
+        "--json",
+        url=up,
+    )
     run = _json(out)
     assert out.returncode == 0 and run["kind"] == "chat"
     assert run["agent"]["system_prompt"] == "Be brief."
@@ -63,8 +74,9 @@ def test_spec_from_flags(up: str) -> None:
 def test_agent_file_and_stdin_input(up: str, tmp_path: Path) -> None:
     spec = tmp_path / "agent.yaml"
     spec.write_text("kind: agent\nmodel: demo\ntools: [calculator]\n")
-    out = cli("submit", "-", "--agent", str(spec), "--wait", "--json", url=up,
-              stdin="What is 6 * 7?")
+    out = cli(
+        "submit", "-", "--agent", str(spec), "--wait", "--json", url=up, stdin="What is 6 * 7?"
+    )
     assert out.returncode == 0 and "42" in _json(out)["result"]["text"]
 
 
@@ -80,8 +92,18 @@ def test_wait_on_a_pause_exits_3_then_answer_and_approve_by_flags(up: str) -> No
     wrong = cli("answer", run["id"], "--answer", "x", url=up)
     assert wrong.returncode == 2 and "not waiting on a question" in wrong.stderr
 
-    approved = cli("approve", run["id"], "--reject", "call_save", "--note", "not now",
-                   "--watch", "--no-input", "--json", url=up)
+    approved = cli(
+        "approve",
+        run["id"],
+        "--reject",
+        "call_save",
+        "--note",
+        "not now",
+        "--watch",
+        "--no-input",
+        "--json",
+        url=up,
+    )
     assert approved.returncode == 0, approved.stderr
     final = _json(approved)
     assert final["status"] == "completed"
@@ -89,6 +111,41 @@ def test_wait_on_a_pause_exits_3_then_answer_and_approve_by_flags(up: str) -> No
     by_name = {c["name"]: c for c in calls}
     assert "shopping-list" in by_name["ask_user"]["result"]
     assert by_name["save_note"]["result"].startswith("Declined")
+
+
+def _at_approval(up: str) -> tuple[str, str]:
+    run = _json(cli("submit", "Save a note", "-a", "demo-assistant", "--json", url=up))
+    _waiting(up, run["id"], "ask")
+    assert cli("answer", run["id"], "-a", "reminder", url=up).returncode == 0
+    pending = _waiting(up, run["id"], "approval")["pending"]
+    return run["id"], pending["items"][0]["call_id"]
+
+
+def test_approve_with_edited_arguments_and_reject_with_a_message(up: str) -> None:
+    run_id, call_id = _at_approval(up)
+    bad = cli("approve", run_id, "--edit", f'{call_id}={{"title": 5}}', url=up)
+    assert bad.returncode == 2 and "save_note" in bad.stderr  # the tool's schema, a 422
+    edited = f'{call_id}={{"title": "Edited", "text": "by hand"}}'
+    out = cli("approve", run_id, "--edit", edited, "--watch", "--no-input", "--json", url=up)
+    assert out.returncode == 0, out.stderr
+    assert _json(out)["status"] == "completed"
+    calls = httpx.get(f"{up}/v1/runs/{run_id}/tool-calls").json()["tool_calls"]
+    save = next(c for c in calls if c["name"] == "save_note")
+    assert "Saved note 'Edited' (7 characters)" in save["result"], save
+
+    run_id, call_id = _at_approval(up)
+    out = cli("approve", run_id, "--reject", f"{call_id}=wrong folder", "--watch", url=up)
+    assert out.returncode == 0, out.stderr
+    msgs = httpx.get(f"{up}/v1/runs/{run_id}/messages").json()["messages"]
+    assert "Declined by user: wrong folder" in [m["content"] for m in msgs if m["role"] == "tool"]
+
+
+def test_submit_waits_and_shows_the_plan_and_the_question(up: str) -> None:
+    out = cli("submit", "Plan a trip", "-a", "demo-planner", url=up)
+    assert out.returncode == 3, out.stderr  # waiting for an answer
+    assert "plan: Trip" in out.stdout and "What kind of trip" in out.stdout
+    detached = cli("submit", "Plan a trip", "-a", "demo-planner", "--detach", url=up)
+    assert detached.returncode == 0 and "submitted" in detached.stdout
 
 
 def test_approve_all_and_watch_prints_the_run(up: str) -> None:
@@ -99,8 +156,14 @@ def test_approve_all_and_watch_prints_the_run(up: str) -> None:
     assert cli("approve", run["id"], "--all", url=up).returncode == 0
     out = cli("watch", run["id"], url=up)
     assert out.returncode == 0, out.stderr
-    for text in ("Save a note", "round 4", "save_note", "Saved note", "plan: Save a note",
-                 "completed"):
+    for text in (
+        "Save a note",
+        "round 4",
+        "save_note",
+        "Saved note",
+        "plan: Save a note",
+        "completed",
+    ):
         assert text in out.stdout, (text, out.stdout)
 
 
@@ -132,10 +195,19 @@ def _spawn(args: list[str], env: dict[str, str]) -> Any:
     pexpect = need_module("pexpect")
     env = {**env, "TERM": "xterm-256color", "COLUMNS": "110", "LINES": "40"}
     env.pop("NO_COLOR", None)
-    child = pexpect.spawn(sys.executable, ["-m", "scheduler.cli", *args], cwd=str(ROOT),
-                          env=env, encoding="utf-8", timeout=30, dimensions=(40, 110))
-    child.logfile_read = _Log(Path(os.environ.get("TREADLE_TEST_ARTIFACTS", ROOT /
-                                                  "test-artifacts")) / f"pty-{args[0]}.log")
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "scheduler.cli", *args],
+        cwd=str(ROOT),
+        env=env,
+        encoding="utf-8",
+        timeout=30,
+        dimensions=(40, 110),
+    )
+    child.logfile_read = _Log(
+        Path(os.environ.get("TREADLE_TEST_ARTIFACTS", ROOT / "test-artifacts"))
+        / f"pty-{args[0]}.log"
+    )
     return child
 
 
@@ -187,6 +259,8 @@ def test_submit_watch_free_text_and_reject_in_a_terminal(up: str, tmp_path: Path
     child.expect("enter confirm")
     child.send(SPACE)  # untick the write
     child.send(ENTER)
+    child.expect("Why not save_note")
+    child.sendline("wrong folder")
     child.expect("approving 0, rejecting 1")
     child.expect("completed")
     assert _exit_status(child) == 0
@@ -194,4 +268,4 @@ def test_submit_watch_free_text_and_reject_in_a_terminal(up: str, tmp_path: Path
     calls = httpx.get(f"{up}/v1/runs/{runs[0]['id']}/tool-calls").json()["tool_calls"]
     by_name = {c["name"]: c for c in calls}
     assert "a haiku about queues" in by_name["ask_user"]["result"]
-    assert by_name["save_note"]["result"].startswith("Declined")
+    assert by_name["save_note"]["result"] == "Declined by user: wrong folder"

@@ -1,4 +1,4 @@
-"""The web console in a real browser (issue #13): Debian's Chromium, headless, driven by
+"""The web console in a real browser: Debian's Chromium, headless, driven by
 Playwright, against ``treadle up`` on a free loopback port. Submit a run from the form, watch
 it stream, answer the ask by clicking an option, approve the write, see it complete; and a
 slowly streaming model's text on the page while the run is still running.
@@ -23,8 +23,16 @@ from tests.e2e.servers import need_module, treadle_up
 from tests.support import IN_CI, ROOT, wait_for
 
 CHROMIUM = os.environ.get("TREADLE_TEST_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 ARTIFACTS = ROOT / "test-artifacts"
 TIMEOUT_MS = 20_000
 
@@ -48,8 +56,13 @@ def browser(tmp_path_factory: pytest.TempPathFactory, sync_api: Any) -> Iterator
     profile = tmp_path_factory.mktemp("chromium-profile")
     with sync_api.sync_playwright() as pw:
         context = pw.chromium.launch_persistent_context(
-            str(profile), executable_path=CHROMIUM, headless=True, args=ARGS,
-            viewport={"width": 1440, "height": 900}, color_scheme="dark")
+            str(profile),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=ARGS,
+            viewport={"width": 1440, "height": 900},
+            color_scheme="dark",
+        )
         context.set_default_timeout(TIMEOUT_MS)
         yield context
         context.close()
@@ -111,7 +124,8 @@ def test_submit_answer_approve_complete_by_clicks(up: str, page: Any, sync_api: 
     expect(page.get_by_test_id("round")).to_have_count(4)
     expect(page.get_by_test_id("round-usage").first).to_contain_text("tok")
     expect(page.locator(f"[data-testid=run-item][data-run-id={run_id}]")).to_contain_text(
-        "completed")
+        "completed"
+    )
     path = shot(page, "console-run")
     assert path.stat().st_size > 10_000
 
@@ -143,13 +157,17 @@ def test_text_streams_before_the_round_commits(up: str, page: Any, sync_api: Any
 def test_list_filters_cancel_and_key(up: str, page: Any, sync_api: Any) -> None:
     expect = sync_api.expect
     done = httpx.post(f"{up}/v1/runs", json={"agent": "demo-chat", "input": "hi"}).json()
-    waiting = httpx.post(f"{up}/v1/runs", json={"agent": "demo-assistant", "input": "note"}
-                         ).json()
-    wait_for(lambda: httpx.get(f"{up}/v1/runs/{waiting['id']}").json()["status"] == "waiting",
-             20, what="waiting run")
+    waiting = httpx.post(f"{up}/v1/runs", json={"agent": "demo-assistant", "input": "note"}).json()
+    wait_for(
+        lambda: httpx.get(f"{up}/v1/runs/{waiting['id']}").json()["status"] == "waiting",
+        20,
+        what="waiting run",
+    )
     sent: list[str] = []
-    page.on("request", lambda r: sent.append(r.headers.get("authorization", "")) if
-            "/v1/runs" in r.url else None)
+    page.on(
+        "request",
+        lambda r: sent.append(r.headers.get("authorization", "")) if "/v1/runs" in r.url else None,
+    )
     page.goto(f"{up}/?key=trd_console_test#/runs/{waiting['id']}")
     assert "key=" not in page.url  # taken out of the address bar, kept in localStorage
     assert page.evaluate("localStorage.getItem('treadle.key')") == "trd_console_test"
@@ -168,3 +186,59 @@ def test_list_filters_cancel_and_key(up: str, page: Any, sync_api: Any) -> None:
     page.get_by_test_id("filter-cancelled").click()
     expect(items.filter(has_text=waiting["id"])).to_have_count(1)
     page.evaluate("localStorage.removeItem('treadle.key')")
+
+
+def _at_approval(up: str) -> dict[str, Any]:
+    run: dict[str, Any] = httpx.post(
+        f"{up}/v1/runs", json={"agent": "demo-assistant", "input": "Save a note"}
+    ).json()
+
+    def pending(kind: str) -> dict[str, Any] | None:
+        got: dict[str, Any] = httpx.get(f"{up}/v1/runs/{run['id']}").json()
+        return got["pending"] if (got.get("pending") or {}).get("kind") == kind else None
+
+    ask = wait_for(lambda: pending("ask"), 20, what="the ask")
+    answer = {"ask_id": ask["ask_id"], "answers": ["reminder"]}
+    assert httpx.post(f"{up}/v1/runs/{run['id']}/answer", json=answer).status_code == 200
+    wait_for(lambda: pending("approval"), 20, what="the approval")
+    return run
+
+
+def test_edit_the_arguments_then_reject_with_a_message(up: str, page: Any, sync_api: Any) -> None:
+    expect = sync_api.expect
+    run = _at_approval(up)
+    page.goto(f"{up}/#/runs/{run['id']}")
+    item = page.get_by_test_id("approval-item")
+    expect(item.get_by_test_id("edit-args")).to_be_hidden()
+    item.get_by_test_id("edit-item").click()
+    box = item.get_by_test_id("edit-args")
+    expect(box).to_be_visible()
+    assert '"title"' in box.input_value()  # starts as what the model proposed
+    box.fill('{"title": "Edited"')
+    page.get_by_test_id("approval-submit").click()
+    expect(page.get_by_test_id("approval-card")).to_contain_text("not JSON")
+    box.fill('{"title": 7, "text": "by hand"}')
+    page.get_by_test_id("approval-submit").click()  # the server checks the tool's schema
+    expect(page.get_by_test_id("approval-card")).to_contain_text("Invalid arguments for save_note")
+    box.fill('{"title": "Edited", "text": "by hand"}')
+    submit = page.get_by_test_id("approval-submit")
+    expect(submit).to_have_text("Submit: 0 approve, 1 edit, 0 reject")
+    shot(page, "console-approval-edit")
+    page.get_by_test_id("approval-submit").click()
+    expect(page.get_by_test_id("run-status")).to_have_text("completed")
+    tool = page.locator("[data-testid=tool-card][data-tool=save_note]")
+    expect(tool).to_contain_text("Saved note 'Edited' (7 characters)")
+    expect(tool.get_by_test_id("tool-decision")).to_have_text("edited by default")
+    expect(tool.get_by_test_id("tool-proposed")).to_contain_text('"title"')
+    tool.scroll_into_view_if_needed()
+    shot(page, "console-approval-edited")
+
+    run = _at_approval(up)
+    page.goto(f"{up}/#/runs/{run['id']}")
+    item = page.get_by_test_id("approval-item")
+    item.get_by_test_id("reject-item").click()
+    item.get_by_test_id("reject-message").fill("wrong folder")
+    page.get_by_test_id("approval-submit").click()
+    expect(page.get_by_test_id("run-status")).to_have_text("completed")
+    tool = page.locator("[data-testid=tool-card][data-tool=save_note]")
+    expect(tool).to_contain_text("Declined by user: wrong folder")

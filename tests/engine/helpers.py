@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import RowMapping
 
 import tests.plugins  # noqa: F401  (registers the test tools)
 from shared.agent.spec import AgentSpec
@@ -32,7 +31,21 @@ def submit(rt: Runtime, spec: AgentSpec, text: str = "go") -> str:
     return str(row["id"])
 
 
-def run(rt: Runtime, run_id: str) -> RowMapping:
+def due_work(rt: Runtime, *run_ids: str) -> int:
+    """Dispatches the runs would have due if every message were lost now: rounds and tool
+    calls that are runnable and held by no live worker (there is no outbox row for them)."""
+    from shared.store import redrive
+
+    with rt.engine.connect() as conn:
+        ts = repo.now() + 3600  # as if the re-drive interval had passed
+        live_after = repo.now() - rt.settings.lease_seconds
+        rounds = redrive.due_rounds(conn, ts, 0.0, live_after)
+        calls = redrive.due_calls(conn, ts, 0.0, live_after)
+    ids = set(run_ids)
+    return sum(1 for d in rounds if d.run_id in ids) + sum(1 for d in calls if d.run_id in ids)
+
+
+def run(rt: Runtime, run_id: str) -> Any:
     with rt.engine.connect() as conn:
         row = repo.get_run(conn, run_id)
     assert row is not None

@@ -1,4 +1,4 @@
-"""Attachments in runs (issue #15, SPEC M-11): ``read_files`` reads documents (PDF as text,
+"""Attachments in runs (SPEC M-11): ``read_files`` reads documents (PDF as text,
 paged), images reach vision profiles as image parts and others as a one-line note."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from scheduler.api import create_app
+from scheduler.app import create_app
 from shared.agent.attachments import image_note
 from shared.agent.spec import AgentSpec
 from shared.engine.catalog import build_catalog
@@ -51,8 +51,14 @@ def scripted(*replies: dict[str, Any], **spec: Any) -> dict[str, Any]:
     return {"kind": "agent", "model": {"provider": "scripted", "replies": list(replies)}, **spec}
 
 
-def run_to_end(client: TestClient, rt: Runtime, stub: StubBroker, agent: dict[str, Any],
-               attachments: list[str], text: str = "Summarize the files.") -> dict[str, Any]:
+def run_to_end(
+    client: TestClient,
+    rt: Runtime,
+    stub: StubBroker,
+    agent: dict[str, Any],
+    attachments: list[str],
+    text: str = "Summarize the files.",
+) -> dict[str, Any]:
     r = client.post("/v1/runs", json={"agent": agent, "input": text, "attachments": attachments})
     assert r.status_code == 201, r.text
     stub.drain(rt)
@@ -67,23 +73,31 @@ def tool_results(client: TestClient, run_id: str) -> dict[str, str]:
 def test_read_files_on_a_pdf_and_a_text_file(
     client: TestClient, sqlite_rt: Runtime, stub: StubBroker
 ) -> None:
-    # acceptance 1: upload a PDF and a text file; the agent reads both with read_files
+    # upload a PDF and a text file; the agent reads both with read_files
     pdf = upload(client, "report.pdf", tiny_pdf(PDF_PAGES))
     txt = upload(client, "notes.txt", NOTES)
     agent = scripted(
-        {"tool_calls": [call("read_files", {"file": "report.pdf"}, "r1"),
-                        call("read_files", {"file": txt["id"]}, "r2")]},
+        {
+            "tool_calls": [
+                call("read_files", {"file": "report.pdf"}, "r1"),
+                call("read_files", {"file": txt["id"]}, "r2"),
+            ]
+        },
         {"text": "Revenue was 42 million; ship on Friday."},
     )
     run = run_to_end(client, sqlite_rt, stub, agent, [pdf["id"], txt["id"]])
     assert (run["status"], run["result"]["text"]) == (
-        "completed", "Revenue was 42 million; ship on Friday.")
+        "completed",
+        "Revenue was 42 million; ship on Friday.",
+    )
     results = tool_results(client, run["id"])
     assert "Revenue: 42 million" in results["r1"] and "Outlook: steady growth" in results["r1"]
     assert results["r1"].startswith("[report.pdf (application/pdf): page 1 of 1,")
     assert "--- page 2 ---" in results["r1"]  # the PDF's own pages are marked
-    assert results["r2"] == f"[notes.txt (text/plain): page 1 of 1, characters 1-{len(NOTES)} " \
-                            f"of {len(NOTES)}]\n{NOTES.decode()}"
+    assert (
+        results["r2"] == f"[notes.txt (text/plain): page 1 of 1, characters 1-{len(NOTES)} "
+        f"of {len(NOTES)}]\n{NOTES.decode()}"
+    )
     msgs = client.get(f"/v1/runs/{run['id']}/messages").json()["messages"]
     assert msgs[0]["content"] == "Summarize the files."  # never pasted into the prompt
 
@@ -95,10 +109,14 @@ def test_a_2mb_file_is_paged(client: TestClient, sqlite_rt: Runtime, stub: StubB
     big = upload(client, "big.txt", text.encode())
     pages = len(page_spans(text))
     agent = scripted(
-        {"tool_calls": [call("read_files", {"file": "big.txt"}, "p1"),
-                        call("read_files", {"file": "big.txt", "page": 2}, "p2"),
-                        call("read_files", {"file": "big.txt", "page": pages}, "pz"),
-                        call("read_files", {"file": "big.txt", "page": pages + 1}, "past")]},
+        {
+            "tool_calls": [
+                call("read_files", {"file": "big.txt"}, "p1"),
+                call("read_files", {"file": "big.txt", "page": 2}, "p2"),
+                call("read_files", {"file": "big.txt", "page": pages}, "pz"),
+                call("read_files", {"file": "big.txt", "page": pages + 1}, "past"),
+            ]
+        },
         {"text": "done"},
     )
     run = run_to_end(client, sqlite_rt, stub, agent, [big["id"]])
@@ -123,10 +141,14 @@ def test_read_files_errors_are_results_and_the_run_goes_on(
     txt = upload(client, "a.txt", b"alpha")
     png = upload(client, "dot.png", tiny_png())
     agent = scripted(
-        {"tool_calls": [call("read_files", {"file": "nope.pdf"}, "e1"),
-                        call("read_files", {"file": "a.txt", "page": 0}, "e2"),
-                        call("read_files", {"file": "dot.png"}, "e3"),
-                        call("read_files", {}, "e4")]},
+        {
+            "tool_calls": [
+                call("read_files", {"file": "nope.pdf"}, "e1"),
+                call("read_files", {"file": "a.txt", "page": 0}, "e2"),
+                call("read_files", {"file": "dot.png"}, "e3"),
+                call("read_files", {}, "e4"),
+            ]
+        },
         {"text": "ok"},
     )
     run = run_to_end(client, sqlite_rt, stub, agent, [txt["id"], png["id"]])
@@ -156,7 +178,7 @@ def test_read_files_only_with_documents_and_reserved() -> None:
     assert cat.tools["read_files"].description.startswith("Read a file attached")
 
 
-# --- vision (acceptance 2), asserted on the fake server's recorded requests ------------------
+# --- vision, asserted on the fake server's recorded requests ------------------
 
 
 def _profile(llm: FakeLLMServer, vision: bool) -> dict[str, Any]:
@@ -168,8 +190,13 @@ def _last_user(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _image_parts(body: dict[str, Any]) -> list[dict[str, Any]]:
-    return [p for m in body["messages"] if isinstance(m["content"], list)
-            for p in m["content"] if p.get("type") == "image_url"]
+    return [
+        p
+        for m in body["messages"]
+        if isinstance(m["content"], list)
+        for p in m["content"]
+        if p.get("type") == "image_url"
+    ]
 
 
 def test_vision_profile_receives_the_image_part(
@@ -178,9 +205,12 @@ def test_vision_profile_receives_the_image_part(
     png = tiny_png()
     img = upload(client, "dot.png", png)
     doc = upload(client, "notes.md", b"# Secret plan\nBuy low.\n")
-    llm.script(ReplySpec(tool_calls=[{"id": "c1", "name": "read_files",
-                                      "arguments": {"file": "notes.md"}}]),
-               ReplySpec(text="A red dot, and a plan."))
+    llm.script(
+        ReplySpec(
+            tool_calls=[{"id": "c1", "name": "read_files", "arguments": {"file": "notes.md"}}]
+        ),
+        ReplySpec(text="A red dot, and a plan."),
+    )
     agent = {"kind": "agent", "model": _profile(llm, True)}
     run = run_to_end(client, sqlite_rt, stub, agent, [img["id"], doc["id"]], "What is this?")
     assert run["status"] == "completed"
@@ -226,8 +256,10 @@ def test_inline_data_url_image_reaches_a_vision_chat(
     run = run_to_end(client, sqlite_rt, stub, agent, [url], "Colour?")
     assert run["status"] == "completed" and run["result"]["text"] == "Red."
     parts = _last_user(llm.requests[0].body)["content"]
-    assert parts == [{"type": "text", "text": "Colour?"},
-                     {"type": "image_url", "image_url": {"url": url}}]
+    assert parts == [
+        {"type": "text", "text": "Colour?"},
+        {"type": "image_url", "image_url": {"url": url}},
+    ]
 
 
 def test_the_model_view_is_not_stored_with_images(
@@ -236,8 +268,14 @@ def test_the_model_view_is_not_stored_with_images(
     # the stored transcript keeps the user's text: image bytes are added per request
     img = upload(client, "a.png", tiny_png())
     llm.script(ReplySpec(text="ok"))
-    run = run_to_end(client, sqlite_rt, stub, {"kind": "agent", "model": _profile(llm, True)},
-                     [img["id"]], "Look.")
+    run = run_to_end(
+        client,
+        sqlite_rt,
+        stub,
+        {"kind": "agent", "model": _profile(llm, True)},
+        [img["id"]],
+        "Look.",
+    )
     msgs = client.get(f"/v1/runs/{run['id']}/messages").json()["messages"]
     assert msgs[0]["content"] == "Look."
     assert not re.search("base64", json.dumps(msgs))

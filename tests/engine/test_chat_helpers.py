@@ -17,12 +17,16 @@ from shared.engine.testing import StubBroker
 from shared.llm.fake_server import FakeLLMServer, ReplySpec
 from shared.store import repo
 
-CATEGORIES = [{"key": "weather", "description": "questions about weather"},
-              {"key": "travel", "description": "trips and bookings"},
-              {"key": "other", "description": "anything else"}]
-FIELDS = [{"name": "city", "type": "string", "required": True},
-          {"name": "days", "type": "integer", "required": True, "default": 1},
-          {"name": "budget", "type": "number"}]
+CATEGORIES = [
+    {"key": "weather", "description": "questions about weather"},
+    {"key": "travel", "description": "trips and bookings"},
+    {"key": "other", "description": "anything else"},
+]
+FIELDS = [
+    {"name": "city", "type": "string", "required": True},
+    {"name": "days", "type": "integer", "required": True, "default": 1},
+    {"name": "budget", "type": "number"},
+]
 
 
 @pytest.fixture
@@ -32,8 +36,13 @@ def llm() -> Iterator[FakeLLMServer]:
 
 
 def _openai(llm: FakeLLMServer, **profile: Any) -> dict[str, Any]:
-    return {"provider": "openai", "base_url": llm.base_url, "model": "m", "api_key_env": None,
-            **profile}
+    return {
+        "provider": "openai",
+        "base_url": llm.base_url,
+        "model": "m",
+        "api_key_env": None,
+        **profile,
+    }
 
 
 def _scripted(*replies: dict[str, Any], **profile: Any) -> dict[str, Any]:
@@ -69,8 +78,12 @@ def test_chat_is_one_call_with_quotes_in_the_system_prompt(
     sqlite_rt: Runtime, stub: StubBroker, llm: FakeLLMServer
 ) -> None:
     # SPEC C-1, C-2
-    spec = _spec("chat", _openai(llm, default_system_prompt="House rules."),
-                 system_prompt="Be brief.", quote_template="[{{index}}] {{q}} ({{source}})")
+    spec = _spec(
+        "chat",
+        _openai(llm, default_system_prompt="House rules."),
+        system_prompt="Be brief.",
+        quote_template="[{{index}}] {{q}} ({{source}})",
+    )
     quotes = [{"q": "Oslo is in Norway.", "source": "atlas"}, {"q": "Oslo has fjords."}]
     run = _complete(sqlite_rt, stub, spec, "Where is Oslo?", inputs={"quotes": quotes})
     (body,) = llm.bodies
@@ -101,18 +114,22 @@ def _deltas(rt: Runtime, stub: StubBroker, spec: AgentSpec) -> tuple[list[str], 
     return [t for t in seen if t.endswith(".delta")], _run(rt, run_id)
 
 
-@pytest.mark.parametrize(("flags", "expected"), [
-    ({}, {"reasoning.delta", "text.delta"}),
-    ({"stream_reasoning": False}, {"text.delta"}),
-    ({"stream_answer": False}, {"reasoning.delta"}),
-    ({"stream_reasoning": False, "stream_answer": False}, set()),
-])
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ({}, {"reasoning.delta", "text.delta"}),
+        ({"stream_reasoning": False}, {"text.delta"}),
+        ({"stream_answer": False}, {"reasoning.delta"}),
+        ({"stream_reasoning": False, "stream_answer": False}, set()),
+    ],
+)
 def test_streaming_flags_gate_the_live_deltas(
     sqlite_rt: Runtime, stub: StubBroker, flags: dict[str, bool], expected: set[str]
 ) -> None:
     # SPEC C-4: reasoning and answer deltas each behind a flag; the answer is the run's text
-    spec = _spec("chat", _scripted({"text": "The answer is four.", "reasoning": "Two and two."}),
-                 **flags)
+    spec = _spec(
+        "chat", _scripted({"text": "The answer is four.", "reasoning": "Two and two."}), **flags
+    )
     deltas, run = _deltas(sqlite_rt, stub, spec)
     assert set(deltas) == expected
     assert run["result"]["text"] == "The answer is four."
@@ -123,13 +140,23 @@ def test_streaming_flags_gate_the_live_deltas(
 
 def test_classify_result(sqlite_rt: Runtime, stub: StubBroker) -> None:
     # SPEC H-1
-    spec = _spec("classify", _scripted({"text": '{"category": "travel", "reason": "a trip"}'}),
-                 categories=CATEGORIES)
+    spec = _spec(
+        "classify",
+        _scripted({"text": '{"category": "travel", "reason": "a trip"}'}),
+        categories=CATEGORIES,
+    )
     run = _complete(sqlite_rt, stub, spec, "Book me a train to Rome")
-    assert run["result"] == {"text": '{"category": "travel", "reason": "a trip"}',
-                             "category": "travel", "reason": "a trip"}
-    bad = _complete(sqlite_rt, stub, _spec("classify", _scripted({"text": "dunno"}),
-                                           categories=CATEGORIES), "hm")
+    assert run["result"] == {
+        "text": '{"category": "travel", "reason": "a trip"}',
+        "category": "travel",
+        "reason": "a trip",
+    }
+    bad = _complete(
+        sqlite_rt,
+        stub,
+        _spec("classify", _scripted({"text": "dunno"}), categories=CATEGORIES),
+        "hm",
+    )
     assert bad["result"]["category"] == "other"  # no match → the LAST category
 
 
@@ -147,7 +174,10 @@ def test_classify_previous_result_on_the_thread_is_context(
     assert "Previous result" not in first[0]["content"]
     assert "classified as: weather" in second[0]["content"]
     assert [m["content"] for m in second[1:]] == [
-        "Will it rain in Oslo?", "weather", "And tomorrow?"]
+        "Will it rain in Oslo?",
+        "weather",
+        "And tomorrow?",
+    ]
 
 
 def test_extract_result(sqlite_rt: Runtime, stub: StubBroker) -> None:
@@ -157,8 +187,9 @@ def test_extract_result(sqlite_rt: Runtime, stub: StubBroker) -> None:
     run = _complete(sqlite_rt, stub, spec, "A trip to Oslo")
     assert run["result"]["fields"] == {"city": "Oslo", "days": 1}
     assert run["result"]["success"] is True
-    bad = _complete(sqlite_rt, stub, _spec("extract", _scripted({"text": "no json"}),
-                                           fields=FIELDS), "?")
+    bad = _complete(
+        sqlite_rt, stub, _spec("extract", _scripted({"text": "no json"}), fields=FIELDS), "?"
+    )
     assert bad["result"]["fields"] == {"days": 1} and bad["result"]["success"] is False
 
 
@@ -179,8 +210,9 @@ def test_extract_sends_a_json_schema_response_format_where_supported(
 
 def test_expand_query_result_starts_with_the_question(sqlite_rt: Runtime, stub: StubBroker) -> None:
     # SPEC H-3: output = original + kept (the round passes the question to step)
-    reply = json.dumps(["reset password steps", "forgot password", "Reset my password",
-                        "account recovery email"])
+    reply = json.dumps(
+        ["reset password steps", "forgot password", "Reset my password", "account recovery email"]
+    )
     spec = _spec("expand_query", _scripted({"text": reply}), keep=2)
     run = _complete(sqlite_rt, stub, spec, "Reset my password")
     queries = run["result"]["queries"]
@@ -195,8 +227,9 @@ def test_expand_query_result_starts_with_the_question(sqlite_rt: Runtime, stub: 
 
 def _tool_agent(tool: dict[str, Any], answer_call: dict[str, Any]) -> AgentSpec:
     replies = [{"tool_calls": [answer_call]}, {"text": "Done."}]
-    return AgentSpec.model_validate({"kind": "agent", "tools": [tool],
-                                     "model": _scripted(*replies)})
+    return AgentSpec.model_validate(
+        {"kind": "agent", "tools": [tool], "model": _scripted(*replies)}
+    )
 
 
 def _tool_message(rt: Runtime, run_id: str) -> dict[str, Any]:
@@ -210,11 +243,15 @@ def _tool_message(rt: Runtime, run_id: str) -> dict[str, Any]:
 def test_a_chat_agent_as_a_tool(sqlite_rt: Runtime, stub: StubBroker) -> None:
     # SPEC C-4: "the answer is also the run's text, so a chat agent can serve as a tool"
     pricing = {"tiers": [{"input": 1.0, "output": 1.0}]}
-    expert = {"kind": "chat", "system_prompt": "You know capitals.",
-              "model": _scripted({"text": "Paris."}, pricing=pricing)}
+    expert = {
+        "kind": "chat",
+        "system_prompt": "You know capitals.",
+        "model": _scripted({"text": "Paris."}, pricing=pricing),
+    }
     tool = {"name": "ask_expert", "description": "Ask the expert.", "agent": expert}
-    spec = _tool_agent(tool, {"id": "c1", "name": "ask_expert",
-                              "arguments": {"input": "Capital of France?"}})
+    spec = _tool_agent(
+        tool, {"id": "c1", "name": "ask_expert", "arguments": {"input": "Capital of France?"}}
+    )
     run = _complete(sqlite_rt, stub, spec, "What is the capital of France?")
     call = _tool_message(sqlite_rt, run["id"])
     assert call["result"] == "Paris." and call["read_only"] is False
@@ -226,8 +263,7 @@ def test_a_chat_agent_as_a_tool(sqlite_rt: Runtime, stub: StubBroker) -> None:
 def test_a_helper_agent_as_a_tool_returns_its_structured_result(
     sqlite_rt: Runtime, stub: StubBroker
 ) -> None:
-    router = {"kind": "classify", "categories": CATEGORIES,
-              "model": _scripted({"text": "weather"})}
+    router = {"kind": "classify", "categories": CATEGORIES, "model": _scripted({"text": "weather"})}
     tool = {"name": "route", "agent": router, "read_only": True}
     spec = _tool_agent(tool, {"id": "c1", "name": "route", "arguments": {"input": "rain?"}})
     run = _complete(sqlite_rt, stub, spec, "Is it going to rain?")
@@ -256,10 +292,11 @@ def test_an_agent_tool_failure_is_a_tool_result(
 
 
 def test_a_tool_agent_as_a_tool_is_a_sub_agent() -> None:
-    # issue #10: a tool agent (kind agent) is not one call: it runs as a child run
+    # a tool agent (kind agent) is not one call: it runs as a child run
     from shared.engine.catalog import build_catalog
     from shared.tools.agent_tool import SubAgentTool
 
-    spec = AgentSpec.model_validate({"kind": "agent", "tools": [
-        {"name": "sub", "agent": {"kind": "agent"}}]})
+    spec = AgentSpec.model_validate(
+        {"kind": "agent", "tools": [{"name": "sub", "agent": {"kind": "agent"}}]}
+    )
     assert isinstance(build_catalog(spec).tools["sub"], SubAgentTool)

@@ -1,4 +1,4 @@
-"""The round protocol on SQLite with a stub broker (DESIGN §3, issue Foundation)."""
+"""The round protocol on SQLite with a stub broker (docs/durability.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The durable event log (issue #9): every state change and tool start/finish is an event,
+"""The durable event log: every state change and tool start/finish is an event,
 written in the transaction of the change; commits wake SSE tails on the live bus."""
 
 from __future__ import annotations
@@ -13,9 +13,14 @@ from shared.store import repo
 from shared.store.tables import runs, tool_calls
 from tests.engine.helpers import agent, call, submit
 
-SPEC = agent([{"tool_calls": [call("echo", {"text": "a"}, "c1"),
-                              call("echo", {"text": "b"}, "c2")]},
-              {"text": "done"}], tools=["echo"], parallel_tools=2)
+SPEC = agent(
+    [
+        {"tool_calls": [call("echo", {"text": "a"}, "c1"), call("echo", {"text": "b"}, "c2")]},
+        {"text": "done"},
+    ],
+    tools=["echo"],
+    parallel_tools=2,
+)
 
 
 def _events(rt: Runtime, run_id: str) -> list[Any]:
@@ -29,12 +34,21 @@ def test_round_and_tool_events_in_order_without_gaps(sqlite_rt: Runtime, stub: S
     evs = _events(sqlite_rt, run_id)
     assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1))
     assert [e["type"] for e in evs] == [
-        "run.queued", "round.started", "tool.started", "tool.finished", "tool.started",
-        "tool.finished", "round.started", "run.completed"]  # the stub runs one message at a time
+        "run.queued",
+        "round.started",
+        "tool.started",
+        "tool.finished",
+        "tool.started",
+        "tool.finished",
+        "round.started",
+        "run.completed",
+    ]  # the stub runs one message at a time
     assert [e["data"]["round"] for e in evs if e["type"] == "round.started"] == [1, 2]
     started = [e["data"] for e in evs if e["type"] == "tool.started"]
     assert {(d["call_id"], d["name"], d["round"], d["attempt"]) for d in started} == {
-        ("c1", "echo", 1, 1), ("c2", "echo", 1, 1)}
+        ("c1", "echo", 1, 1),
+        ("c2", "echo", 1, 1),
+    }
     with sqlite_rt.engine.connect() as conn:
         assert repo.get_run(conn, run_id)["event_seq"] == len(evs)  # type: ignore[index]
 
@@ -59,10 +73,13 @@ def test_a_stale_tool_message_rolls_its_claim_back(sqlite_rt: Runtime, stub: Stu
     with sqlite_rt.engine.begin() as conn:
         conn.execute(sa.update(runs).where(runs.c.id == run_id).values(version=runs.c.version + 1))
     item = stub.pop()
-    assert item is not None and item[1] == "tool"
+    assert item is not None and item.kind == "tool"
     assert stub.deliver(sqlite_rt, item) == "stale"
     with sqlite_rt.engine.connect() as conn:
-        row = conn.execute(sa.select(tool_calls).where(tool_calls.c.call_id == item[2]["call_id"])
-                           ).mappings().one()
+        row = (
+            conn.execute(sa.select(tool_calls).where(tool_calls.c.call_id == item.call_id))
+            .mappings()
+            .one()
+        )
     assert (row["status"], row["attempts"]) == ("queued", 0)
     assert "tool.started" not in [e["type"] for e in _events(sqlite_rt, run_id)]

@@ -151,3 +151,66 @@ def test_unknown_kind_counts_as_write(sqlite_rt: Runtime, stub: StubBroker) -> N
 
 def test_guarded_default_max_rounds_is_six() -> None:
     assert agent([{"text": "x"}], guarded=True).effective_max_rounds == 6
+
+
+def test_decisions_edit_reject_with_message_and_the_note(
+    sqlite_rt: Runtime, stub: StubBroker
+) -> None:
+    # N-4: per-item decisions; the model reads what ran, the decline message and the note
+    from shared.agent.approval import ItemDecision
+
+    run_id = submit(sqlite_rt, _guarded())
+    stub.drain(sqlite_rt)
+    commands.approve_run(
+        sqlite_rt,
+        "default",
+        run_id,
+        _approval_id(sqlite_rt, run_id),
+        decisions=[
+            ItemDecision(call_id="w1", action="edit", arguments={"item": "A2"}),
+            ItemDecision(call_id="w2", action="reject", message="not B, ever"),
+        ],
+        note="keep it short",
+        by="key_123",
+    )
+    stub.drain(sqlite_rt)
+    r = run(sqlite_rt, run_id)
+    assert r["status"] == "completed"
+    texts = [x for x in transcript(sqlite_rt, run_id)]
+    tools = [t[1] for t in texts if t[0] == "tool"]
+    assert tools[1].startswith("The user edited the arguments before approving; ran with")
+    assert '"A2"' in tools[1]
+    assert tools[2] == "Declined by user: not B, ever"
+    # the note comes after the batch's tool messages, before the summary round's reply
+    roles = [t[0] for t in texts]
+    assert texts[roles.index("assistant", 2) - 1][1] == "Note from the approver: keep it short"
+    from shared.store import repo
+
+    with sqlite_rt.engine.connect() as conn:
+        calls = {c.call_id: c for c in repo.list_tool_calls(conn, run_id)}
+        resumed = [e for e in repo.list_events(conn, run_id) if e["type"] == "run.resumed"]
+    assert calls["w1"].arguments == '{"item": "A2"}'
+    decision = (calls["w1"].data or {})["decision"]
+    assert decision["by"] == "key_123" and decision["proposed_arguments"] == {"item": "A"}
+    assert resumed[-1]["data"]["by"] == "key_123"
+    assert [d["action"] for d in resumed[-1]["data"]["decisions"]] == ["edit", "reject"]
+
+
+def test_an_edit_that_breaks_the_schema_is_refused_and_changes_nothing(
+    sqlite_rt: Runtime, stub: StubBroker
+) -> None:
+    from shared.agent.approval import ItemDecision
+
+    run_id = submit(sqlite_rt, _guarded())
+    stub.drain(sqlite_rt)
+    before = run(sqlite_rt, run_id)
+    with pytest.raises(SpecError, match="Invalid arguments for write_thing"):
+        commands.approve_run(
+            sqlite_rt,
+            "default",
+            run_id,
+            _approval_id(sqlite_rt, run_id),
+            decisions=[ItemDecision(call_id="w1", action="edit", arguments={"item": 7})],
+        )
+    after = run(sqlite_rt, run_id)
+    assert (after["status"], after["version"]) == (before["status"], before["version"])

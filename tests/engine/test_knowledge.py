@@ -1,4 +1,4 @@
-"""The knowledge base (issue #10): documents in, passages out, on SQLite (FTS5) and PostgreSQL
+"""The knowledge base: documents in, passages out, on SQLite (FTS5) and PostgreSQL
 (tsvector); the knowledge_search tools (with the LLM filter); chat quotes from a dataset."""
 
 from __future__ import annotations
@@ -55,8 +55,9 @@ def kb_rt(request: pytest.FixtureRequest, tmp_path: Path, stub: StubBroker) -> I
         return
     engine = request.getfixturevalue("pg_engine")
     url = request.getfixturevalue("pg_url")
-    yield Runtime(engine=engine, settings=Settings(database_url=url, broker_url="memory://"),
-                  publish=stub)
+    yield Runtime(
+        engine=engine, settings=Settings(database_url=url, broker_url="memory://"), publish=stub
+    )
 
 
 def _kb(rt: Runtime, name: str = "handbook") -> str:
@@ -130,9 +131,10 @@ def _tool_result(rt: Runtime, run_id: str) -> Any:
 
 def test_an_inline_knowledge_tool(sqlite_rt: Runtime, stub: StubBroker) -> None:
     _kb(sqlite_rt)
-    spec = agent([{"tool_calls": [call("kb", {"query": "refund password"}, "k1")]},
-                  {"text": "30."}],
-                 tools=[{"name": "kb", "knowledge": {"datasets": ["handbook"], "k": 2}}])
+    spec = agent(
+        [{"tool_calls": [call("kb", {"query": "refund password"}, "k1")]}, {"text": "30."}],
+        tools=[{"name": "kb", "knowledge": {"datasets": ["handbook"], "k": 2}}],
+    )
     run_id = submit(sqlite_rt, spec)
     stub.drain(sqlite_rt)
     c = _tool_result(sqlite_rt, run_id)
@@ -146,12 +148,17 @@ def test_an_inline_knowledge_tool(sqlite_rt: Runtime, stub: StubBroker) -> None:
 def test_the_llm_filter_keeps_the_relevant_passages(sqlite_rt: Runtime, stub: StubBroker) -> None:
     _kb(sqlite_rt)
     pricing = {"tiers": [{"input": 1.0, "output": 1.0}]}
-    sqlite_rt.profiles["picker"] = ModelProfile(name="picker", provider="scripted",
-                                                replies=[{"text": "[2]"}], pricing=pricing)
-    tool = {"name": "kb", "knowledge": {"datasets": ["handbook"], "k": 2, "filter": True,
-                                        "filter_model": "picker"}}
-    spec = agent([{"tool_calls": [call("kb", {"query": "refund password"}, "k1")]},
-                  {"text": "ok"}], tools=[tool])
+    sqlite_rt.profiles["picker"] = ModelProfile(
+        name="picker", provider="scripted", replies=[{"text": "[2]"}], pricing=pricing
+    )
+    tool = {
+        "name": "kb",
+        "knowledge": {"datasets": ["handbook"], "k": 2, "filter": True, "filter_model": "picker"},
+    }
+    spec = agent(
+        [{"tool_calls": [call("kb", {"query": "refund password"}, "k1")]}, {"text": "ok"}],
+        tools=[tool],
+    )
     run_id = submit(sqlite_rt, spec)
     stub.drain(sqlite_rt)
     c = _tool_result(sqlite_rt, run_id)
@@ -163,14 +170,27 @@ def test_the_llm_filter_keeps_the_relevant_passages(sqlite_rt: Runtime, stub: St
 
 def test_the_registry_knowledge_search_tool(sqlite_rt: Runtime, stub: StubBroker) -> None:
     _kb(sqlite_rt)
-    spec = agent([{"tool_calls": [call("knowledge_search", {"query": "gift cards",
-                                                           "dataset": "handbook"}, "k1")]},
-                  {"text": "ok"}], tools=["knowledge_search"])
+    spec = agent(
+        [
+            {
+                "tool_calls": [
+                    call("knowledge_search", {"query": "gift cards", "dataset": "handbook"}, "k1")
+                ]
+            },
+            {"text": "ok"},
+        ],
+        tools=["knowledge_search"],
+    )
     run_id = submit(sqlite_rt, spec)
     stub.drain(sqlite_rt)
     assert "25, 50 and 100 euros" in _tool_result(sqlite_rt, run_id)["result"]
-    spec = agent([{"tool_calls": [call("knowledge_search", {"query": "x", "dataset": "nope"},
-                                       "k1")]}, {"text": "ok"}], tools=["knowledge_search"])
+    spec = agent(
+        [
+            {"tool_calls": [call("knowledge_search", {"query": "x", "dataset": "nope"}, "k1")]},
+            {"text": "ok"},
+        ],
+        tools=["knowledge_search"],
+    )
     run_id = submit(sqlite_rt, spec)
     stub.drain(sqlite_rt)
     assert _tool_result(sqlite_rt, run_id)["result"] == "Tool error: dataset(s) not found: nope"
@@ -178,10 +198,10 @@ def test_the_registry_knowledge_search_tool(sqlite_rt: Runtime, stub: StubBroker
 
 def test_unknown_datasets_are_refused_at_submit(sqlite_rt: Runtime) -> None:
     spec = agent([{"text": "x"}], tools=[{"name": "kb", "knowledge": {"datasets": ["nope"]}}])
-    with pytest.raises(SpecError, match="nope"):
+    with pytest.raises(NotFound, match="nope"):
         submit(sqlite_rt, spec)
     chat = AgentSpec.model_validate({"kind": "chat", "dataset": "nope"})
-    with pytest.raises(SpecError):
+    with pytest.raises(NotFound):
         submit(sqlite_rt, chat)
 
 
@@ -210,8 +230,9 @@ def test_a_chat_agent_answers_with_quotes_from_its_dataset(
     kb_rt: Runtime, stub: StubBroker, llm: FakeLLMServer
 ) -> None:
     _kb(kb_rt)
-    run_id = submit(kb_rt, _chat(llm, dataset="handbook", dataset_k=2),
-                    "How many days do I have for a refund?")
+    run_id = submit(
+        kb_rt, _chat(llm, dataset="handbook", dataset_k=2), "How many days do I have for a refund?"
+    )
     stub.drain(kb_rt)
     assert run(kb_rt, run_id)["status"] == "completed"
     system, user = _system_and_user(llm)
@@ -225,9 +246,17 @@ def test_quotes_from_on_the_run_and_the_user_role(
 ) -> None:
     _kb(sqlite_rt)
     spec = _chat(llm, quote_role="user", quote_template="{{q}} (from {{source}})")
-    row, _ = commands.submit_run(sqlite_rt, commands.RunInput(
-        agent=spec, input="gift cards?",
-        inputs={"quotes": [{"q": "Given quote."}], "quotes_from": {"dataset": "handbook", "k": 1}}))
+    row, _ = commands.submit_run(
+        sqlite_rt,
+        commands.RunInput(
+            agent=spec,
+            input="gift cards?",
+            inputs={
+                "quotes": [{"q": "Given quote."}],
+                "quotes_from": {"dataset": "handbook", "k": 1},
+            },
+        ),
+    )
     stub.drain(sqlite_rt)
     _, user = _system_and_user(llm)
     assert "Given quote." in user
@@ -239,10 +268,18 @@ def test_a_chat_agent_tool_with_a_dataset_quotes_it(
     sqlite_rt: Runtime, stub: StubBroker, llm: FakeLLMServer
 ) -> None:
     _kb(sqlite_rt)
-    expert = {"kind": "chat", "dataset": "handbook", "model": {
-        "provider": "openai", "base_url": llm.base_url, "model": "m"}}
-    spec = agent([{"tool_calls": [call("expert", {"input": "express shipping time"}, "c1")]},
-                  {"text": "done"}], tools=[{"name": "expert", "agent": expert}])
+    expert = {
+        "kind": "chat",
+        "dataset": "handbook",
+        "model": {"provider": "openai", "base_url": llm.base_url, "model": "m"},
+    }
+    spec = agent(
+        [
+            {"tool_calls": [call("expert", {"input": "express shipping time"}, "c1")]},
+            {"text": "done"},
+        ],
+        tools=[{"name": "expert", "agent": expert}],
+    )
     run_id = submit(sqlite_rt, spec)
     stub.drain(sqlite_rt)
     assert run(sqlite_rt, run_id)["status"] == "completed"
@@ -269,8 +306,9 @@ class _Embeddings:
             def do_POST(self) -> None:  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 outer.calls += 1
-                data = [{"index": i, "embedding": outer.vector(t)}
-                        for i, t in enumerate(body["input"])]
+                data = [
+                    {"index": i, "embedding": outer.vector(t)} for i, t in enumerate(body["input"])
+                ]
                 payload = json.dumps({"data": data, "model": body["model"]}).encode()
                 self.send_response(200)
                 self.send_header("content-type", "application/json")

@@ -1,5 +1,5 @@
-"""The model client inside runs, against the fake OpenAI-compatible server (issue Model client:
-acceptance 2, 3 and 4). Real HTTP; the stub broker drives the rounds."""
+"""The model client inside runs, against the fake OpenAI-compatible server.
+Real HTTP; the stub broker drives the rounds."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from scheduler.api import create_app
+from scheduler.app import create_app
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.llm.fake_server import FakeLLMServer, ReplySpec

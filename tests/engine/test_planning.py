@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import pytest
-import sqlalchemy as sa
 
 from shared.engine import commands
 from shared.engine.reaper import reap
@@ -13,8 +12,7 @@ from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.errors import Conflict
 from shared.store import repo
-from shared.store.tables import outbox
-from tests.engine.helpers import agent, call, model_rounds, run, submit, transcript
+from tests.engine.helpers import agent, call, due_work, model_rounds, run, submit, transcript
 
 ASK = {
     "reason": "Need the city",
@@ -55,15 +53,6 @@ def _plan_ask_spec(**kw: object):  # type: ignore[no-untyped-def]
     )
 
 
-def _outbox_count(rt: Runtime, run_id: str) -> int:
-    with rt.engine.connect() as conn:
-        return int(
-            conn.execute(
-                sa.select(sa.func.count()).select_from(outbox).where(outbox.c.run_id == run_id)
-            ).scalar_one()
-        )
-
-
 def test_plan_then_ask_waits_holding_nothing(sqlite_rt: Runtime, stub: StubBroker) -> None:
     # SPEC A-2, P-1, L-4 (skipped after a pause), D-3 (nothing queued)
     run_id = submit(sqlite_rt, _plan_ask_spec())
@@ -73,7 +62,7 @@ def test_plan_then_ask_waits_holding_nothing(sqlite_rt: Runtime, stub: StubBroke
     assert r["pending"]["kind"] == "ask" and r["pending"]["ask_id"] == "ask1"
     assert r["pending"]["questions"][0]["question"] == "Which city?"
     assert r["plan"]["name"] == "Trip" and [s["id"] for s in r["plan"]["steps"]] == ["s1", "s2"]
-    assert _outbox_count(sqlite_rt, run_id) == 0 and not stub.queue
+    assert due_work(sqlite_rt, run_id) == 0 and not stub.queue
     tools = [x for x in transcript(sqlite_rt, run_id) if x[0] == "tool"]
     assert len(tools) == 1 and "s1: pick city" in tools[0][1]  # the ask's message comes later
 

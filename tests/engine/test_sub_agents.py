@@ -1,4 +1,4 @@
-"""Sub-agents as child runs (issue #10): a tool agent as a tool starts a child run; the child's
+"""Sub-agents as child runs: a tool agent as a tool starts a child run; the child's
 end joins the parent in one transaction; its pauses surface on the parent; cancel cascades."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from shared.engine.testing import StubBroker
 from shared.errors import Conflict
 from shared.llm.fake_server import FakeLLMServer, ReplySpec
 from shared.store import repo
-from shared.store.tables import outbox, runs
-from tests.engine.helpers import agent, call, run, submit, transcript
+from shared.store.tables import runs, usage
+from tests.engine.helpers import agent, call, due_work, run, submit, transcript
 
 PRICING = {"tiers": [{"input": 1.0, "output": 1.0}]}
 ASK = {"question": "Which city?", "options": ["Paris", "Rome"]}
@@ -31,8 +31,13 @@ def _child(*replies: dict[str, Any], **spec: Any) -> dict[str, Any]:
 
 
 def _tool(name: str, child: dict[str, Any], **kw: Any) -> dict[str, Any]:
-    return {"name": name, "description": f"Delegate to {name}.", "agent": child,
-            "read_only": True, **kw}
+    return {
+        "name": name,
+        "description": f"Delegate to {name}.",
+        "agent": child,
+        "read_only": True,
+        **kw,
+    }
 
 
 def _parent(replies: list[dict[str, Any]], *tools: dict[str, Any], **spec: Any) -> Any:
@@ -41,14 +46,13 @@ def _parent(replies: list[dict[str, Any]], *tools: dict[str, Any], **spec: Any) 
 
 def _children_of(rt: Runtime, run_id: str) -> list[Any]:
     with rt.engine.connect() as conn:
-        return list(conn.execute(sa.select(runs).where(runs.c.parent_run_id == run_id)
-                                 .order_by(runs.c.parent_call_id)).mappings())
-
-
-def _outbox(rt: Runtime, *run_ids: str) -> int:
-    with rt.engine.connect() as conn:
-        return int(conn.execute(sa.select(sa.func.count()).select_from(outbox)
-                                .where(outbox.c.run_id.in_(run_ids))).scalar_one())
+        return list(
+            conn.execute(
+                sa.select(runs)
+                .where(runs.c.parent_run_id == run_id)
+                .order_by(runs.c.parent_call_id)
+            ).mappings()
+        )
 
 
 def _tool_texts(rt: Runtime, run_id: str) -> list[str]:
@@ -57,13 +61,25 @@ def _tool_texts(rt: Runtime, run_id: str) -> list[str]:
 
 def _two_researchers() -> Any:
     alpha = _child({"text": "Alpha found 42."})
-    beta = _child({"tool_calls": [call("echo", {"text": "b"}, "e1")]}, {"text": "Beta found 7."},
-                  tools=["echo"])
-    return _parent([
-        {"tool_calls": [call("alpha", {"input": "look A"}, "c1"),
-                        call("beta", {"input": "look B"}, "c2")]},
-        {"text": "Both done."},
-    ], _tool("alpha", alpha), _tool("beta", beta), parallel_tools=2)
+    beta = _child(
+        {"tool_calls": [call("echo", {"text": "b"}, "e1")]},
+        {"text": "Beta found 7."},
+        tools=["echo"],
+    )
+    return _parent(
+        [
+            {
+                "tool_calls": [
+                    call("alpha", {"input": "look A"}, "c1"),
+                    call("beta", {"input": "look B"}, "c2"),
+                ]
+            },
+            {"text": "Both done."},
+        ],
+        _tool("alpha", alpha),
+        _tool("beta", beta),
+        parallel_tools=2,
+    )
 
 
 def test_two_sub_agents_run_as_children_and_join_in_call_order(
@@ -100,8 +116,8 @@ def test_the_parent_holds_no_message_while_its_children_work(
     assert (parent["status"], parent["open_calls"]) == ("running", 2)
     with sqlite_rt.engine.connect() as conn:
         assert [c["status"] for c in repo.list_tool_calls(conn, run_id)] == ["child", "child"]
-    assert _outbox(sqlite_rt, run_id) == 0  # only the children have work queued
-    assert _outbox(sqlite_rt, *[k["id"] for k in _children_of(sqlite_rt, run_id)]) == 2
+    assert due_work(sqlite_rt, run_id) == 0  # only the children have work queued
+    assert due_work(sqlite_rt, *[k["id"] for k in _children_of(sqlite_rt, run_id)]) == 2
 
 
 class TwiceBroker(StubBroker):
@@ -121,8 +137,9 @@ def test_duplicate_deliveries_start_each_child_once_and_join_once(tmp_path: Any)
     engine = make_engine(url)
     migrate(engine)
     broker = TwiceBroker()
-    rt = Runtime(engine=engine, settings=Settings(database_url=url, broker_url="memory://"),
-                 publish=broker)
+    rt = Runtime(
+        engine=engine, settings=Settings(database_url=url, broker_url="memory://"), publish=broker
+    )
     try:
         run_id = submit(rt, _two_researchers(), "research")
         broker.drain(rt)
@@ -148,10 +165,19 @@ def test_a_child_start_is_exactly_once_even_when_retried(
 
 
 def _asking_parent(**child_spec: Any) -> Any:
-    child = _child({"tool_calls": [call("ask_user", ASK, "ask7")]}, {"text": "Booked Paris."},
-                   ask=True, **child_spec)
-    return _parent([{"tool_calls": [call("booker", {"input": "book a trip"}, "c1")]},
-                    {"text": "Trip booked."}], _tool("booker", child))
+    child = _child(
+        {"tool_calls": [call("ask_user", ASK, "ask7")]},
+        {"text": "Booked Paris."},
+        ask=True,
+        **child_spec,
+    )
+    return _parent(
+        [
+            {"tool_calls": [call("booker", {"input": "book a trip"}, "c1")]},
+            {"text": "Trip booked."},
+        ],
+        _tool("booker", child),
+    )
 
 
 def test_a_child_question_is_the_parents_pending_ask(sqlite_rt: Runtime, stub: StubBroker) -> None:
@@ -164,7 +190,7 @@ def test_a_child_question_is_the_parents_pending_ask(sqlite_rt: Runtime, stub: S
     assert (pending["kind"], pending["ask_id"], pending["run_id"]) == ("ask", "ask7", kid["id"])
     assert pending["questions"] == kid["pending"]["questions"]
     assert parent["wake_at"] is None  # the child's ask expires, not the parent's
-    assert _outbox(sqlite_rt, run_id, kid["id"]) == 0 and not stub.queue  # D-3: nothing queued
+    assert due_work(sqlite_rt, run_id, kid["id"]) == 0 and not stub.queue  # D-3: nothing queued
 
     shown = commands.answer_run(sqlite_rt, "default", run_id, "ask7", ["Paris"])
     assert shown["id"] == run_id and shown["status"] == "running"  # waiting on its child again
@@ -197,12 +223,21 @@ def test_answering_the_child_itself_resumes_the_parent_too(
 
 
 def test_a_grandchild_question_surfaces_at_the_root(sqlite_rt: Runtime, stub: StubBroker) -> None:
-    grandchild = _child({"tool_calls": [call("ask_user", ASK, "deep")]}, {"text": "G: Paris."},
-                        ask=True)
-    middle = _child({"tool_calls": [call("deeper", {"input": "ask them"}, "m1")]},
-                    {"text": "M: done."}, tools=[_tool("deeper", grandchild)])
-    root_id = submit(sqlite_rt, _parent([{"tool_calls": [call("mid", {"input": "go"}, "r1")]},
-                                         {"text": "R: done."}], _tool("mid", middle)))
+    grandchild = _child(
+        {"tool_calls": [call("ask_user", ASK, "deep")]}, {"text": "G: Paris."}, ask=True
+    )
+    middle = _child(
+        {"tool_calls": [call("deeper", {"input": "ask them"}, "m1")]},
+        {"text": "M: done."},
+        tools=[_tool("deeper", grandchild)],
+    )
+    root_id = submit(
+        sqlite_rt,
+        _parent(
+            [{"tool_calls": [call("mid", {"input": "go"}, "r1")]}, {"text": "R: done."}],
+            _tool("mid", middle),
+        ),
+    )
     stub.drain(sqlite_rt)
     (mid,) = _children_of(sqlite_rt, root_id)
     (deep,) = _children_of(sqlite_rt, mid["id"])
@@ -223,10 +258,18 @@ def test_two_asking_children_are_shown_one_after_the_other(
     def asker(ask_id: str, answer: str) -> dict[str, Any]:
         return _child({"tool_calls": [call("ask_user", ASK, ask_id)]}, {"text": answer}, ask=True)
 
-    run_id = submit(sqlite_rt, _parent(
-        [{"tool_calls": [call("a", {"input": "x"}, "c1"), call("b", {"input": "y"}, "c2")]},
-         {"text": "done"}], _tool("a", asker("qa", "A ok")), _tool("b", asker("qb", "B ok")),
-        parallel_tools=2))
+    run_id = submit(
+        sqlite_rt,
+        _parent(
+            [
+                {"tool_calls": [call("a", {"input": "x"}, "c1"), call("b", {"input": "y"}, "c2")]},
+                {"text": "done"},
+            ],
+            _tool("a", asker("qa", "A ok")),
+            _tool("b", asker("qb", "B ok")),
+            parallel_tools=2,
+        ),
+    )
     stub.drain(sqlite_rt)
     assert run(sqlite_rt, run_id)["pending"]["ask_id"] == "qa"
     commands.answer_run(sqlite_rt, "default", run_id, "qa", ["Paris"])
@@ -242,19 +285,29 @@ def test_two_asking_children_are_shown_one_after_the_other(
 def test_a_guarded_childs_approval_is_decided_through_the_parent(
     sqlite_rt: Runtime, stub: StubBroker
 ) -> None:
-    child = _child({"tool_calls": [call("write_thing", {"item": "A"}, "w1")]},
-                   {"text": "Wrote A."}, tools=["write_thing"], guarded=True)
-    run_id = submit(sqlite_rt, _parent([{"tool_calls": [call("writer", {"input": "A"}, "c1")]},
-                                        {"text": "All written."}], _tool("writer", child)))
+    child = _child(
+        {"tool_calls": [call("write_thing", {"item": "A"}, "w1")]},
+        {"text": "Wrote A."},
+        tools=["write_thing"],
+        guarded=True,
+    )
+    run_id = submit(
+        sqlite_rt,
+        _parent(
+            [{"tool_calls": [call("writer", {"input": "A"}, "c1")]}, {"text": "All written."}],
+            _tool("writer", child),
+        ),
+    )
     stub.drain(sqlite_rt)
     parent = run(sqlite_rt, run_id)
     (kid,) = _children_of(sqlite_rt, run_id)
     assert parent["status"] == "waiting" and parent["pending"]["kind"] == "approval"
     assert parent["pending"]["run_id"] == kid["id"]
     assert parent["pending"]["approval_id"] == kid["pending"]["approval_id"]
-    assert _outbox(sqlite_rt, run_id, kid["id"]) == 0
-    shown = commands.approve_run(sqlite_rt, "default", run_id, parent["pending"]["approval_id"],
-                                 "all")
+    assert due_work(sqlite_rt, run_id, kid["id"]) == 0
+    shown = commands.approve_run(
+        sqlite_rt, "default", run_id, parent["pending"]["approval_id"], "all"
+    )
     assert shown["status"] == "running"
     stub.drain(sqlite_rt)
     assert run(sqlite_rt, run_id)["result"]["text"] == "All written."
@@ -270,7 +323,15 @@ def test_cancelling_the_parent_cancels_its_children(sqlite_rt: Runtime, stub: St
     assert run(sqlite_rt, run_id)["status"] == "cancelled"
     assert run(sqlite_rt, kid["id"])["status"] == "cancelled"
     assert _tool_texts(sqlite_rt, run_id) == [commands.CANCELLED_TEXT]
-    assert _outbox(sqlite_rt, run_id, kid["id"]) == 0
+    # what the child spent is in the parent's totals, though no join brought it
+    with sqlite_rt.engine.connect() as conn:
+        spent = sa.select(sa.func.sum(usage.c.cost)).where(
+            usage.c.run_id.in_([run_id, kid["id"]]), usage.c.committed
+        )
+        total = conn.execute(spent).scalar_one()
+    assert run(sqlite_rt, kid["id"])["cost"] > 0
+    assert run(sqlite_rt, run_id)["cost"] == pytest.approx(total)
+    assert due_work(sqlite_rt, run_id, kid["id"]) == 0
     stub.drain(sqlite_rt)
     assert run(sqlite_rt, run_id)["status"] == "cancelled"
 
@@ -306,10 +367,22 @@ def test_a_failed_child_is_a_tool_error(
     sqlite_rt: Runtime, stub: StubBroker, llm: FakeLLMServer
 ) -> None:
     llm.enqueue(ReplySpec(status=400, body={"error": {"message": "bad request"}}))
-    child = {"kind": "agent", "model": {"provider": "openai", "base_url": llm.base_url,
-                                        "model": "m", "tool_mode": "native"}}
-    run_id = submit(sqlite_rt, _parent([{"tool_calls": [call("sub", {"input": "x"}, "c1")]},
-                                        {"text": "Recovered."}], _tool("sub", child)))
+    child = {
+        "kind": "agent",
+        "model": {
+            "provider": "openai",
+            "base_url": llm.base_url,
+            "model": "m",
+            "tool_mode": "native",
+        },
+    }
+    run_id = submit(
+        sqlite_rt,
+        _parent(
+            [{"tool_calls": [call("sub", {"input": "x"}, "c1")]}, {"text": "Recovered."}],
+            _tool("sub", child),
+        ),
+    )
     stub.drain(sqlite_rt)
     (kid,) = _children_of(sqlite_rt, run_id)
     assert kid["status"] == "failed"
@@ -322,9 +395,18 @@ def test_a_stop_after_a_sub_agent_ends_the_parent_when_the_child_ends(
     sqlite_rt: Runtime, stub: StubBroker
 ) -> None:
     child = _child({"text": "sub done"})
-    spec = _parent([{"tool_calls": [call("sub", {"input": "x"}, "c1"),
-                                    call("stop", {"reason": "enough"}, "s1")]}],
-                   _tool("sub", child), "stop")
+    spec = _parent(
+        [
+            {
+                "tool_calls": [
+                    call("sub", {"input": "x"}, "c1"),
+                    call("stop", {"reason": "enough"}, "s1"),
+                ]
+            }
+        ],
+        _tool("sub", child),
+        "stop",
+    )
     run_id = submit(sqlite_rt, spec)
     stub.drain(sqlite_rt)
     parent = run(sqlite_rt, run_id)
@@ -334,8 +416,11 @@ def test_a_stop_after_a_sub_agent_ends_the_parent_when_the_child_ends(
 
 def test_the_child_inherits_the_parents_deadline(sqlite_rt: Runtime, stub: StubBroker) -> None:
     child = _child({"text": "ok"})
-    spec = _parent([{"tool_calls": [call("sub", {"input": "x"}, "c1")]}, {"text": "fine"}],
-                   _tool("sub", child), budget={"deadline_s": 600})
+    spec = _parent(
+        [{"tool_calls": [call("sub", {"input": "x"}, "c1")]}, {"text": "fine"}],
+        _tool("sub", child),
+        budget={"deadline_s": 600},
+    )
     run_id = submit(sqlite_rt, spec)
     stub.drain(sqlite_rt)
     (kid,) = _children_of(sqlite_rt, run_id)
@@ -347,8 +432,13 @@ def test_a_crash_in_the_childs_final_commit_rolls_back_the_child_too(
 ) -> None:
     # the child's end and the parent's join are one transaction: fail the join, and the
     # child is not completed either; the message's redelivery then does both
-    run_id = submit(sqlite_rt, _parent([{"tool_calls": [call("sub", {"input": "x"}, "c1")]},
-                                        {"text": "after"}], _tool("sub", _child({"text": "A"}))))
+    run_id = submit(
+        sqlite_rt,
+        _parent(
+            [{"tool_calls": [call("sub", {"input": "x"}, "c1")]}, {"text": "after"}],
+            _tool("sub", _child({"text": "A"})),
+        ),
+    )
     for _ in range(2):
         stub.deliver(sqlite_rt, stub.pop())  # type: ignore[arg-type]
     child_round = stub.pop()
@@ -365,7 +455,7 @@ def test_a_crash_in_the_childs_final_commit_rolls_back_the_child_too(
     assert kid["status"] == "running" and run(sqlite_rt, run_id)["open_calls"] == 1
     monkeypatch.setattr(children, "_finish_child", real)
     with sqlite_rt.engine.begin() as conn:  # the dead worker's lease ran out
-        conn.execute(sa.update(runs).where(runs.c.id == kid["id"]).values(lease_until=None))
+        conn.execute(sa.update(runs).where(runs.c.id == kid["id"]).values(lease_owner=None))
     assert stub.deliver(sqlite_rt, child_round) == "committed"
     stub.drain(sqlite_rt)
     assert run(sqlite_rt, run_id)["result"]["text"] == "after"
@@ -394,8 +484,11 @@ def test_a_childs_expired_ask_resumes_the_chain(sqlite_rt: Runtime, stub: StubBr
 def pg_rt(pg_engine: sa.engine.Engine, pg_url: str, stub: StubBroker) -> Runtime:
     from shared.config import Settings
 
-    return Runtime(engine=pg_engine, settings=Settings(database_url=pg_url,
-                                                       broker_url="memory://"), publish=stub)
+    return Runtime(
+        engine=pg_engine,
+        settings=Settings(database_url=pg_url, broker_url="memory://"),
+        publish=stub,
+    )
 
 
 def _deliver_all(rt: Runtime, stub: StubBroker, extra: Any = None) -> list[BaseException]:
@@ -413,6 +506,7 @@ def _deliver_all(rt: Runtime, stub: StubBroker, extra: Any = None) -> list[BaseE
                 fn()
             except BaseException as exc:  # noqa: BLE001 - reported by the test
                 errors.append(exc)
+
         return run_it
 
     jobs = [guard(lambda i=i: stub.deliver(rt, i)) for i in items]
@@ -427,11 +521,15 @@ def _deliver_all(rt: Runtime, stub: StubBroker, extra: Any = None) -> list[BaseE
 
 
 def _fan_out(n: int) -> Any:
-    kid = _child({"tool_calls": [call("echo", {"text": "e"}, "e1")]}, {"text": "kid done"},
-                 tools=["echo"])
+    kid = _child(
+        {"tool_calls": [call("echo", {"text": "e"}, "e1")]}, {"text": "kid done"}, tools=["echo"]
+    )
     calls = [call(f"k{i}", {"input": str(i)}, f"c{i}") for i in range(n)]
-    return _parent([{"tool_calls": calls}, {"text": "all done"}],
-                   *[_tool(f"k{i}", kid) for i in range(n)], parallel_tools=n)
+    return _parent(
+        [{"tool_calls": calls}, {"text": "all done"}],
+        *[_tool(f"k{i}", kid) for i in range(n)],
+        parallel_tools=n,
+    )
 
 
 @pytest.mark.parametrize("cancel", [False, True])
@@ -457,7 +555,7 @@ def test_children_ending_together_on_postgresql(
             assert _tool_texts(pg_rt, run_id) == ["kid done"] * 4
         else:
             assert cancel and parent["status"] == "cancelled"
-        assert _outbox(pg_rt, run_id, *[k["id"] for k in kids]) == 0
+        assert due_work(pg_rt, run_id, *[k["id"] for k in kids]) == 0
 
 
 def test_a_parent_on_a_thread_ended_by_its_childs_join_releases_the_next_run(
@@ -466,16 +564,79 @@ def test_a_parent_on_a_thread_ended_by_its_childs_join_releases_the_next_run(
     from shared.engine import threads
 
     threads.create_thread(sqlite_rt, "default", None, "enqueue", "thr_sub")
-    spec = _parent([{"tool_calls": [call("sub", {"input": "x"}, "c1"),
-                                    call("stop", {"reason": "that is all"}, "s1")]}],
-                   _tool("sub", _child({"text": "sub answer"})), "stop")
-    first, _ = commands.submit_run(sqlite_rt, commands.RunInput(agent=spec, input="one",
-                                                                thread_id="thr_sub"))
-    second, _ = commands.submit_run(sqlite_rt, commands.RunInput(
-        agent=agent([{"text": "second done"}]), input="two", thread_id="thr_sub"))
+    spec = _parent(
+        [
+            {
+                "tool_calls": [
+                    call("sub", {"input": "x"}, "c1"),
+                    call("stop", {"reason": "that is all"}, "s1"),
+                ]
+            }
+        ],
+        _tool("sub", _child({"text": "sub answer"})),
+        "stop",
+    )
+    first, _ = commands.submit_run(
+        sqlite_rt, commands.RunInput(agent=spec, input="one", thread_id="thr_sub")
+    )
+    second, _ = commands.submit_run(
+        sqlite_rt,
+        commands.RunInput(agent=agent([{"text": "second done"}]), input="two", thread_id="thr_sub"),
+    )
     assert run(sqlite_rt, second["id"])["held"] is True
     stub.drain(sqlite_rt)
     assert run(sqlite_rt, first["id"])["stop_reason"] == "stop_tool"
     (kid,) = _children_of(sqlite_rt, first["id"])
     assert kid["thread_id"] is None  # a child is not part of the conversation
     assert run(sqlite_rt, second["id"])["result"]["text"] == "second done"
+
+
+def test_children_started_together_share_the_parents_budget(
+    sqlite_rt: Runtime, stub: StubBroker
+) -> None:
+    # a child's budget is what its parent has left, reserved when it starts: three children
+    # that each try to spend everything never take the parent past its max_cost by more than
+    # one model call's cost (the call that crosses it)
+    cheap = {"tiers": [{"input": 0.05, "output": 0.05}]}
+    spender = {
+        "kind": "agent",
+        "tools": ["echo"],
+        "max_rounds": 60,
+        "force_answer_after": 100,
+        "model": _scripted(
+            *[{"tool_calls": [call("echo", {"text": "x" * 80}, f"s{i}")]} for i in range(60)],
+            pricing=cheap,
+        ),
+    }
+    spec = agent(
+        [
+            {
+                "tool_calls": [
+                    call("a", {"input": "spend"}, "c1"),
+                    call("b", {"input": "spend"}, "c2"),
+                    call("c", {"input": "spend"}, "c3"),
+                ]
+            },
+            {"text": "done"},
+        ],
+        tools=[_tool("a", spender), _tool("b", spender), _tool("c", spender)],
+        parallel_tools=3,
+        budget={"max_cost": 0.01},
+        model_extra={"pricing": cheap},
+    )
+    run_id = submit(sqlite_rt, spec, "go")
+    stub.drain(sqlite_rt)
+    parent = run(sqlite_rt, run_id)
+    kids = _children_of(sqlite_rt, run_id)
+    with sqlite_rt.engine.connect() as conn:
+        ids = [run_id, *[k["id"] for k in kids]]
+        costs = (
+            conn.execute(sa.select(usage.c.cost).where(usage.c.run_id.in_(ids), usage.c.committed))
+            .scalars()
+            .all()
+        )
+    total = sum(costs)
+    assert parent["cost"] == pytest.approx(total)
+    assert total <= 0.01 + max(costs) + 1e-9, (total, max(costs))
+    assert sum(1 for k in kids if k["stop_reason"] == "budget_cost") >= 2
+    assert len(costs) > 4  # the children did spend: the budget, not a bug, stopped them

@@ -1,4 +1,4 @@
-"""Threads on the stub broker (DESIGN §7; SPEC C-3): history across runs, one active run per
+"""Threads on the stub broker (SPEC C-3): history across runs, one active run per
 thread, and the three multitask policies (reject, enqueue, interrupt)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from shared.engine.testing import StubBroker
 from shared.errors import Conflict, NotFound
 from shared.llm.fake_server import FakeLLMServer, ReplySpec
 from shared.store import repo
-from shared.store.tables import outbox, runs
+from shared.store.tables import runs
 
 
 @pytest.fixture
@@ -34,20 +34,25 @@ def _thread(rt: Runtime, multitask: str = "enqueue") -> str:
 
 
 def _chat(llm: FakeLLMServer, **profile: Any) -> AgentSpec:
-    model = {"provider": "openai", "base_url": llm.base_url, "model": "m", "api_key_env": None,
-             **profile}
+    model = {
+        "provider": "openai",
+        "base_url": llm.base_url,
+        "model": "m",
+        "api_key_env": None,
+        **profile,
+    }
     return AgentSpec.model_validate({"kind": "chat", "system_prompt": "Be brief.", "model": model})
 
 
 def _scripted(*texts: str, kind: str = "chat", **spec: Any) -> AgentSpec:
     replies = [{"text": t} for t in texts] or [{"text": "ok"}]
-    return AgentSpec.model_validate({"kind": kind, **spec,
-                                     "model": {"provider": "scripted", "replies": replies}})
+    return AgentSpec.model_validate(
+        {"kind": kind, **spec, "model": {"provider": "scripted", "replies": replies}}
+    )
 
 
 def _submit(rt: Runtime, spec: AgentSpec, text: str, thread_id: str | None = None) -> str:
-    row, _ = commands.submit_run(rt, commands.RunInput(agent=spec, input=text,
-                                                       thread_id=thread_id))
+    row, _ = commands.submit_run(rt, commands.RunInput(agent=spec, input=text, thread_id=thread_id))
     return str(row["id"])
 
 
@@ -66,7 +71,7 @@ def _wire(body: dict[str, Any]) -> list[tuple[str, str]]:
     return [(m["role"], m["content"]) for m in body["messages"]]
 
 
-# --- history across runs (acceptance 2) ------------------------------------------------
+# --- history across runs ------------------------------------------------
 
 
 def test_five_run_thread_each_run_sees_the_previous_turns(
@@ -79,12 +84,16 @@ def test_five_run_thread_each_run_sees_the_previous_turns(
         ids.append(_submit(sqlite_rt, spec, f"question {i}", tid))
         stub.drain(sqlite_rt)
     assert [_run(sqlite_rt, i)["result"]["text"] for i in ids] == [
-        f"echo: question {i}" for i in range(1, 6)]
+        f"echo: question {i}" for i in range(1, 6)
+    ]
     bodies = llm.bodies
     assert len(bodies) == 5
     for n, body in enumerate(bodies, start=1):
-        turns = [pair for i in range(1, n) for pair in
-                 (("user", f"question {i}"), ("assistant", f"echo: question {i}"))]
+        turns = [
+            pair
+            for i in range(1, n)
+            for pair in (("user", f"question {i}"), ("assistant", f"echo: question {i}"))
+        ]
         assert _wire(body) == [("system", "Be brief."), *turns, ("user", f"question {n}")]
     # the copies are stored with the run, marked as history; the run's own messages follow
     stored = _messages(sqlite_rt, ids[2])
@@ -136,15 +145,18 @@ def test_enqueue_holds_the_new_run_until_the_active_one_ends(
     second = _submit(sqlite_rt, _scripted("Rome."), "and of Italy?", tid)
     held = _run(sqlite_rt, second)
     assert (held["status"], held["held"]) == ("queued", True)
-    assert [p["run_id"] for _, _, p in stub.sent] == [first]  # the held run is not published
+    assert [d.run_id for d in stub.sent] == [first]  # the held run is not published
     assert _messages(sqlite_rt, second) == []  # its input waits with it
     stub.drain(sqlite_rt)
     done = _run(sqlite_rt, second)
     assert (done["status"], done["held"], done["result"]["text"]) == ("completed", False, "Rome.")
     # released when the first ended: it saw the finished run's messages as history
     assert _messages(sqlite_rt, second) == [
-        ("user", "capital of France?", "history"), ("assistant", "Paris.", "history"),
-        ("user", "and of Italy?", None), ("assistant", "Rome.", None)]
+        ("user", "capital of France?", "history"),
+        ("assistant", "Paris.", "history"),
+        ("user", "and of Italy?", None),
+        ("assistant", "Rome.", None),
+    ]
     with sqlite_rt.engine.connect() as conn:
         types = [e["type"] for e in repo.list_events(conn, second)]
     assert types[:2] == ["run.queued", "run.released"]
@@ -155,21 +167,47 @@ def test_enqueued_runs_start_one_at_a_time_in_order(sqlite_rt: Runtime, stub: St
     ids = [_submit(sqlite_rt, _scripted(f"a{i}"), f"q{i}", tid) for i in range(3)]
     order: list[str] = []
     while (item := stub.pop()) is not None:
-        active = [i for i in ids if _run(sqlite_rt, i)["status"] in ("running", "waiting")
-                  or (_run(sqlite_rt, i)["status"] == "queued" and not _run(sqlite_rt, i)["held"])]
+        active = [
+            i
+            for i in ids
+            if _run(sqlite_rt, i)["status"] in ("running", "waiting")
+            or (_run(sqlite_rt, i)["status"] == "queued" and not _run(sqlite_rt, i)["held"])
+        ]
         assert len(active) <= 1  # one active run per thread
-        order.append(item[2]["run_id"])
+        order.append(item.run_id)
         stub.deliver(sqlite_rt, item)
     assert order == ids
     assert [m[1] for m in _messages(sqlite_rt, ids[2])] == ["q0", "a0", "q1", "a1", "q2", "a2"]
 
 
 def test_a_waiting_run_keeps_the_thread_busy(sqlite_rt: Runtime, stub: StubBroker) -> None:
-    ask = {"tool_calls": [{"id": "ask1", "name": "ask_user", "arguments": {
-        "reason": "r", "questions": [{"question": "Which city?", "options": [
-            {"label": "Oslo", "value": "oslo"}, {"label": "Rome", "value": "rome"}]}]}}]}
-    spec = AgentSpec.model_validate({"kind": "agent", "ask": True, "model": {
-        "provider": "scripted", "replies": [ask, {"text": "Oslo it is."}]}})
+    ask = {
+        "tool_calls": [
+            {
+                "id": "ask1",
+                "name": "ask_user",
+                "arguments": {
+                    "reason": "r",
+                    "questions": [
+                        {
+                            "question": "Which city?",
+                            "options": [
+                                {"label": "Oslo", "value": "oslo"},
+                                {"label": "Rome", "value": "rome"},
+                            ],
+                        }
+                    ],
+                },
+            }
+        ]
+    }
+    spec = AgentSpec.model_validate(
+        {
+            "kind": "agent",
+            "ask": True,
+            "model": {"provider": "scripted", "replies": [ask, {"text": "Oslo it is."}]},
+        }
+    )
     tid = _thread(sqlite_rt)
     first = _submit(sqlite_rt, spec, "plan a trip", tid)
     stub.drain(sqlite_rt)
@@ -182,8 +220,12 @@ def test_a_waiting_run_keeps_the_thread_busy(sqlite_rt: Runtime, stub: StubBroke
     assert _run(sqlite_rt, first)["status"] == "completed"
     assert _run(sqlite_rt, second)["status"] == "completed"
     roles = [(r, k) for r, _, k in _messages(sqlite_rt, second)]
-    assert roles[:4] == [("user", "history"), ("assistant", "history"), ("tool", "history"),
-                         ("assistant", "history")]
+    assert roles[:4] == [
+        ("user", "history"),
+        ("assistant", "history"),
+        ("tool", "history"),
+        ("assistant", "history"),
+    ]
 
 
 def test_a_failed_run_releases_the_next(
@@ -202,10 +244,19 @@ def test_a_failed_run_releases_the_next(
 
 def test_a_join_that_ends_the_run_releases_the_next(sqlite_rt: Runtime, stub: StubBroker) -> None:
     # an external tool and a stop tool in one reply: the tool's join ends the run (toolrun path)
-    reply = {"tool_calls": [{"id": "e1", "name": "echo", "arguments": {"text": "hi"}},
-                            {"id": "s1", "name": "stop", "arguments": {"reason": "done"}}]}
-    spec = AgentSpec.model_validate({"kind": "agent", "tools": ["echo", "stop"], "model": {
-        "provider": "scripted", "replies": [reply]}})
+    reply = {
+        "tool_calls": [
+            {"id": "e1", "name": "echo", "arguments": {"text": "hi"}},
+            {"id": "s1", "name": "stop", "arguments": {"reason": "done"}},
+        ]
+    }
+    spec = AgentSpec.model_validate(
+        {
+            "kind": "agent",
+            "tools": ["echo", "stop"],
+            "model": {"provider": "scripted", "replies": [reply]},
+        }
+    )
     tid = _thread(sqlite_rt)
     first = _submit(sqlite_rt, spec, "go", tid)
     second = _submit(sqlite_rt, _scripted("next"), "then", tid)
@@ -222,7 +273,10 @@ def test_cancelling_a_held_run_it_never_starts(sqlite_rt: Runtime, stub: StubBro
     commands.cancel_run(sqlite_rt, "default", second)
     stub.drain(sqlite_rt)
     assert [_run(sqlite_rt, i)["status"] for i in (first, second, third)] == [
-        "completed", "cancelled", "completed"]
+        "completed",
+        "cancelled",
+        "completed",
+    ]
     assert [m[1] for m in _messages(sqlite_rt, third)] == ["q1", "a1", "q3", "a3"]
 
 
@@ -258,10 +312,19 @@ def test_reject_refuses_a_run_on_a_busy_thread(sqlite_rt: Runtime, stub: StubBro
 def test_interrupt_cancels_the_active_run_and_repairs_its_tool_calls(
     sqlite_rt: Runtime, stub: StubBroker
 ) -> None:
-    spec = AgentSpec.model_validate({"kind": "agent", "tools": ["echo"], "model": {
-        "provider": "scripted", "replies": [
-            {"tool_calls": [{"id": "e1", "name": "echo", "arguments": {"text": "slow"}}]},
-            {"text": "never"}]}})
+    spec = AgentSpec.model_validate(
+        {
+            "kind": "agent",
+            "tools": ["echo"],
+            "model": {
+                "provider": "scripted",
+                "replies": [
+                    {"tool_calls": [{"id": "e1", "name": "echo", "arguments": {"text": "slow"}}]},
+                    {"text": "never"},
+                ],
+            },
+        }
+    )
     tid = _thread(sqlite_rt, "interrupt")
     first = _submit(sqlite_rt, spec, "long task", tid)
     round_msg = stub.pop()
@@ -275,8 +338,12 @@ def test_interrupt_cancels_the_active_run_and_repairs_its_tool_calls(
     assert _run(sqlite_rt, first)["status"] == "cancelled"
     assert _run(sqlite_rt, second)["result"]["text"] == "fresh start"
     assert [(r, k) for r, _, k in _messages(sqlite_rt, second)] == [
-        ("user", "history"), ("assistant", "history"), ("tool", "history"),
-        ("user", None), ("assistant", None)]
+        ("user", "history"),
+        ("assistant", "history"),
+        ("tool", "history"),
+        ("user", None),
+        ("assistant", None),
+    ]
     with sqlite_rt.engine.connect() as conn:
         cancelled = [e for e in repo.list_events(conn, first) if e["type"] == "run.cancelled"]
     assert cancelled[0]["data"] == {"interrupted_by": second}
@@ -302,7 +369,7 @@ def test_the_reaper_never_starts_a_held_run(sqlite_rt: Runtime, stub: StubBroker
     with sqlite_rt.engine.begin() as conn:  # long idle: the orphan pass looks at queued runs
         conn.execute(sa.update(runs).values(updated_at=repo.now() - 3600))
     reap(sqlite_rt)
-    assert second not in {p["run_id"] for _, _, p in stub.queue}
+    assert second not in {d.run_id for d in stub.queue}
     assert _run(sqlite_rt, second)["held"]
 
 
@@ -312,9 +379,8 @@ def test_the_reaper_releases_a_run_a_missed_ending_left_held(
     tid = _thread(sqlite_rt)
     first = _submit(sqlite_rt, _scripted("a1"), "q1", tid)
     second = _submit(sqlite_rt, _scripted("a2"), "q2", tid)
-    with sqlite_rt.engine.begin() as conn:  # an ending that bypassed threads.apply_final
+    with sqlite_rt.engine.begin() as conn:  # an ending that bypassed the transition
         conn.execute(sa.update(runs).where(runs.c.id == first).values(status="failed"))
-        conn.execute(sa.delete(outbox))
     stub.queue.clear()
     assert reap(sqlite_rt).released == 1
     stub.drain(sqlite_rt)

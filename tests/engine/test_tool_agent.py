@@ -98,9 +98,9 @@ def test_serial_batch_queues_one_call_at_a_time(sqlite_rt: Runtime, stub: StubBr
     )
     submit(sqlite_rt, spec)
     stub.deliver(sqlite_rt, stub.pop())  # type: ignore[arg-type]
-    assert [k for _, k, _ in stub.queue] == ["tool"]
+    assert [d.kind for d in stub.queue] == ["tool"]
     stub.deliver(sqlite_rt, stub.pop())  # type: ignore[arg-type]
-    assert [k for _, k, _ in stub.queue] == ["tool"]
+    assert [d.kind for d in stub.queue] == ["tool"]
 
 
 def test_duplicate_tool_message_runs_the_tool_once(sqlite_rt: Runtime, stub: StubBroker) -> None:
@@ -240,7 +240,7 @@ def test_context_checkpoint_when_history_passes_80_percent(
 
 
 def test_bytes_written_per_round_do_not_grow(sqlite_rt: Runtime, stub: StubBroker) -> None:
-    # issue 4 acceptance 6: round 60 writes within 1.2x of round 5 (rows x sizes)
+    # flat writes per round: round 60 writes within 1.2x of round 5 (rows x sizes)
     text = "y" * 500
     replies = [
         {"text": "", "tool_calls": [call("echo", {"text": f"{i:03d} {text}"})]} for i in range(70)

@@ -1,4 +1,4 @@
-"""Outbound webhooks (issue #9) on SQLite with the stub broker and a local receiver."""
+"""Outbound webhooks on SQLite with the stub broker and a local receiver."""
 
 from __future__ import annotations
 
@@ -30,14 +30,16 @@ from tests.receiver import Receiver, closed_port_url
 
 SECRET = "whsec_" + base64.b64encode(b"treadle-test-webhook-secret-0123").decode()
 SECRET_ENV = "TREADLE_TEST_WEBHOOK_SECRET"
-CHAT = AgentSpec.model_validate({
-    "kind": "chat", "model": {"provider": "scripted", "replies": [{"text": "Paris."}]}})
+CHAT = AgentSpec.model_validate(
+    {"kind": "chat", "model": {"provider": "scripted", "replies": [{"text": "Paris."}]}}
+)
 
 
 @pytest.fixture
 def rt(sqlite_rt: Runtime, stub: StubBroker) -> Runtime:
-    settings = sqlite_rt.settings.model_copy(update={
-        "allow_hosts": "127.0.0.1", "webhook_retry_base": 0.05, "webhook_timeout": 2.0})
+    settings = sqlite_rt.settings.model_copy(
+        update={"allow_hosts": "127.0.0.1", "webhook_retry_base": 0.05, "webhook_timeout": 2.0}
+    )
     return Runtime(engine=sqlite_rt.engine, settings=settings, publish=stub)
 
 
@@ -50,8 +52,9 @@ def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
 
 
 def _submit(rt: Runtime, spec: AgentSpec = CHAT, **kw: Any) -> str:
-    row, _ = commands.submit_run(rt, commands.RunInput(agent=spec, input="Capital of France?",
-                                                       **kw))
+    row, _ = commands.submit_run(
+        rt, commands.RunInput(agent=spec, input="Capital of France?", **kw)
+    )
     return str(row["id"])
 
 
@@ -115,8 +118,11 @@ def test_fails_twice_then_succeeds_with_the_same_webhook_id(
 
 def test_gives_up_after_the_retry_window(rt: Runtime, stub: StubBroker, receiver: Receiver) -> None:
     receiver.statuses = [500] * 100
-    short = Runtime(engine=rt.engine, publish=stub,
-                    settings=rt.settings.model_copy(update={"webhook_retry_for": 0.3}))
+    short = Runtime(
+        engine=rt.engine,
+        publish=stub,
+        settings=rt.settings.model_copy(update={"webhook_retry_for": 0.3}),
+    )
     run_id = _submit(short, webhook=_hook(receiver.url))
     stub.drain(short)
     deadline = time.monotonic() + 5
@@ -144,26 +150,37 @@ def test_backoff_grows_threefold_capped_and_stops_after_24h() -> None:
 
 
 def test_events_filter_and_star(rt: Runtime, stub: StubBroker, receiver: Receiver) -> None:
-    spec = agent([{"tool_calls": [call("echo", {"text": "a"}, "c1")]}, {"text": "done"}],
-                 tools=["echo"])
+    spec = agent(
+        [{"tool_calls": [call("echo", {"text": "a"}, "c1")]}, {"text": "done"}], tools=["echo"]
+    )
     only = _submit(rt, spec, webhook=_hook(receiver.url, events=["tool.finished"]))
     every = _submit(rt, spec, webhook=_hook(receiver.url, events=["*"]))
     stub.drain(rt)
     assert [d["event_type"] for d in _deliveries(rt, only)] == ["tool.finished"]
     with rt.engine.connect() as conn:
-        types = list(conn.execute(sa.select(events.c.type).where(events.c.run_id == every)
-                                  .order_by(events.c.seq)).scalars())
+        types = list(
+            conn.execute(
+                sa.select(events.c.type).where(events.c.run_id == every).order_by(events.c.seq)
+            ).scalars()
+        )
     assert [d["event_type"] for d in _deliveries(rt, every)] == types
-    assert types == ["run.queued", "round.started", "tool.started", "tool.finished",
-                     "round.started", "run.completed"]
+    assert types == [
+        "run.queued",
+        "round.started",
+        "tool.started",
+        "tool.finished",
+        "round.started",
+        "run.completed",
+    ]
     with pytest.raises(SpecError, match="text.delta"):
         _submit(rt, webhook=_hook(receiver.url, events=["text.delta"]))
 
 
 def test_tenant_default_webhook(rt: Runtime, stub: StubBroker, receiver: Receiver) -> None:
     # the operator's default URL is trusted: reachable without allow-listing its host
-    settings = rt.settings.model_copy(update={
-        "allow_hosts": "", "webhook_url": receiver.url, "webhook_secret_env": SECRET_ENV})
+    settings = rt.settings.model_copy(
+        update={"allow_hosts": "", "webhook_url": receiver.url, "webhook_secret_env": SECRET_ENV}
+    )
     dflt = Runtime(engine=rt.engine, settings=settings, publish=stub)
     run_id = _submit(dflt)
     child = _submit(dflt, parent_run_id=run_id, parent_call_id="c1")
@@ -200,7 +217,7 @@ def _run_with_webhook_worker(rt: Runtime, stub: StubBroker) -> tuple[float, thre
     t.start()
     started = time.monotonic()
     while (item := stub.pop()) is not None:
-        if item[1] == "webhook":
+        if item.kind == "webhook":
             hooks.put(item)
         else:
             stub.deliver(rt, item)
@@ -211,13 +228,21 @@ def _run_with_webhook_worker(rt: Runtime, stub: StubBroker) -> tuple[float, thre
 
 @pytest.mark.parametrize("mode", ["refused", "hanging"])
 def test_a_down_receiver_does_not_slow_the_run(rt: Runtime, stub: StubBroker, mode: str) -> None:
-    rt = Runtime(engine=rt.engine, publish=stub,
-                 settings=rt.settings.model_copy(update={"webhook_timeout": 5.0}))
+    rt = Runtime(
+        engine=rt.engine,
+        publish=stub,
+        settings=rt.settings.model_copy(update={"webhook_timeout": 5.0}),
+    )
     receiver = Receiver(hang=6.0).start() if mode == "hanging" else None
     url = receiver.url if receiver else closed_port_url()
-    spec = agent([{"tool_calls": [call("echo", {"text": "a"}, "c1")]},
-                  {"tool_calls": [call("echo", {"text": "b"}, "c2")]}, {"text": "done"}],
-                 tools=["echo"])
+    spec = agent(
+        [
+            {"tool_calls": [call("echo", {"text": "a"}, "c1")]},
+            {"tool_calls": [call("echo", {"text": "b"}, "c2")]},
+            {"text": "done"},
+        ],
+        tools=["echo"],
+    )
     try:
         run_id = _submit(rt, spec, webhook=WebhookSpec(url=url, events=["round.started"]))
         elapsed, worker = _run_with_webhook_worker(rt, stub)

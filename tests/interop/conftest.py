@@ -24,9 +24,15 @@ from tests.support import ROOT, wait_for
 
 SECRET = "whsec_" + base64.b64encode(b"interop-test-secret-0123456789ab").decode()
 
-ASK = {"reason": "I need the environment",
-       "questions": [{"question": "Env?", "options": [{"label": "Prod", "value": "prod"},
-                                                      {"label": "Dev", "value": "dev"}]}]}
+ASK = {
+    "reason": "I need the environment",
+    "questions": [
+        {
+            "question": "Env?",
+            "options": [{"label": "Prod", "value": "prod"}, {"label": "Dev", "value": "dev"}],
+        }
+    ],
+}
 
 
 def _scripted(*replies: dict[str, Any]) -> dict[str, Any]:
@@ -34,25 +40,48 @@ def _scripted(*replies: dict[str, Any]) -> dict[str, Any]:
 
 
 AGENTS: dict[str, dict[str, Any]] = {
-    "it-chat": {"kind": "chat", "model": _scripted(
-        {"text": "Hello there, friend.", "reasoning": "Say hi."})},
-    "it-ask": {"kind": "agent", "ask": True, "model": _scripted(
-        {"tool_calls": [{"id": "call_9", "name": "ask_user", "arguments": ASK}]},
-        {"text": "Deploying now."})},
-    "it-guard": {"kind": "agent", "guarded": True, "parallel_tools": 2,
-                 "tools": ["echo", "write_thing"], "model": _scripted(
-                     {"tool_calls": [
-                         {"id": "r1", "name": "echo", "arguments": {"text": "read it"}},
-                         {"id": "w1", "name": "write_thing", "arguments": {"item": "A"}},
-                         {"id": "w2", "name": "write_thing", "arguments": {"item": "B"}}]},
-                     {"text": "Wrote A; B was declined."})},
-    "it-tool": {"kind": "agent", "tools": ["echo"], "model": _scripted(
-        {"tool_calls": [{"id": "e1", "name": "echo", "arguments": {"text": "ping"}}]},
-        # the pause lets a stream opened right after the submit subscribe before the deltas
-        {"text": "The echo said ping.", "reasoning": "I have the result.", "sleep": 0.3})},
+    "it-chat": {
+        "kind": "chat",
+        "model": _scripted({"text": "Hello there, friend.", "reasoning": "Say hi."}),
+    },
+    "it-ask": {
+        "kind": "agent",
+        "ask": True,
+        "model": _scripted(
+            {"tool_calls": [{"id": "call_9", "name": "ask_user", "arguments": ASK}]},
+            {"text": "Deploying now."},
+        ),
+    },
+    "it-guard": {
+        "kind": "agent",
+        "guarded": True,
+        "parallel_tools": 2,
+        "tools": ["echo", "write_thing"],
+        "model": _scripted(
+            {
+                "tool_calls": [
+                    {"id": "r1", "name": "echo", "arguments": {"text": "read it"}},
+                    {"id": "w1", "name": "write_thing", "arguments": {"item": "A"}},
+                    {"id": "w2", "name": "write_thing", "arguments": {"item": "B"}},
+                ]
+            },
+            {"text": "Wrote A; B was declined."},
+        ),
+    },
+    "it-tool": {
+        "kind": "agent",
+        "tools": ["echo"],
+        "model": _scripted(
+            {"tool_calls": [{"id": "e1", "name": "echo", "arguments": {"text": "ping"}}]},
+            # the pause lets a stream opened right after the submit subscribe before the deltas
+            {"text": "The echo said ping.", "reasoning": "I have the result.", "sleep": 0.3},
+        ),
+    },
     "it-slow": {"kind": "chat", "model": _scripted({"text": "too late", "sleep": 4})},
-    "it-long": {"kind": "chat", "model": _scripted(
-        {"text": " ".join(f"word{i}" for i in range(40)), "sleep": 0.5})},
+    "it-long": {
+        "kind": "chat",
+        "model": _scripted({"text": " ".join(f"word{i}" for i in range(40)), "sleep": 0.5}),
+    },
 }
 
 
@@ -73,17 +102,19 @@ def _env(tmp: Path, receiver: Receiver) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TREADLE_")}
     agents = tmp / "agents.yaml"
     agents.write_text(yaml.safe_dump(AGENTS), encoding="utf-8")
-    env.update({
-        "TREADLE_DATABASE_URL": f"sqlite:///{tmp / 'interop.db'}",
-        "TREADLE_AGENTS_FILE": str(agents),
-        "TREADLE_PLUGINS": "tests.plugins",
-        "TREADLE_TEST_EFFECTS": str(tmp / "effects.log"),
-        "TREADLE_ALLOW_HOSTS": "127.0.0.1",
-        "TREADLE_WEBHOOK_URL": receiver.url,
-        "TREADLE_WEBHOOK_SECRET_ENV": "INTEROP_HOOK_SECRET",
-        "INTEROP_HOOK_SECRET": SECRET,
-        "TREADLE_REAPER_INTERVAL": "1",
-    })
+    env.update(
+        {
+            "TREADLE_DATABASE_URL": f"sqlite:///{tmp / 'interop.db'}",
+            "TREADLE_AGENTS_FILE": str(agents),
+            "TREADLE_PLUGINS": "tests.plugins",
+            "TREADLE_TEST_EFFECTS": str(tmp / "effects.log"),
+            "TREADLE_ALLOW_HOSTS": "127.0.0.1",
+            "TREADLE_WEBHOOK_URL": receiver.url,
+            "TREADLE_WEBHOOK_SECRET_ENV": "INTEROP_HOOK_SECRET",
+            "INTEROP_HOOK_SECRET": SECRET,
+            "TREADLE_REAPER_INTERVAL": "1",
+        }
+    )
     return env
 
 
@@ -94,8 +125,12 @@ def _serve(tmp: Path, receiver: Receiver, **extra: str) -> Iterator[str]:
     log = open(tmp / "up.log", "wb")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(
         [sys.executable, "-m", "scheduler.cli", "up", "--port", str(port), "-c", "8"],
-        cwd=ROOT, env={**_env(tmp, receiver), **extra}, stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True)
+        cwd=ROOT,
+        env={**_env(tmp, receiver), **extra},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
 
     def ready() -> bool:
@@ -130,6 +165,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 class Keyed:
     url: str
     keys: dict[str, str]  # tenant → API key
+    receiver: Receiver
+    key_ids: dict[str, str]  # tenant → the key's id (who decided, in the records)
 
 
 @pytest.fixture(scope="session")
@@ -142,12 +179,13 @@ def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keyed]:
     engine = make_engine(f"sqlite:///{tmp / 'interop.db'}")
     migrate(engine)
     with engine.begin() as conn:
-        made = {t: keys.create_key(conn, t).secret for t in ("acme", "globex")}
+        made = {t: keys.create_key(conn, t) for t in ("acme", "globex")}
     engine.dispose()
     receiver = Receiver().start()
+    secrets = {t: m.secret for t, m in made.items()}
     try:
         with _serve(tmp, receiver, TREADLE_AUTH="required") as url:
-            yield Keyed(url, made)
+            yield Keyed(url, secrets, receiver, {t: m.key.id for t, m in made.items()})
     finally:
         receiver.stop()
 
@@ -165,5 +203,4 @@ class Counter:
         self(request)
 
     def count(self, fragment: str = "", method: str | None = None) -> int:
-        return sum(1 for m, p in self.requests
-                   if fragment in p and (method is None or m == method))
+        return sum(1 for m, p in self.requests if fragment in p and (method is None or m == method))

@@ -1,4 +1,4 @@
-"""The real ``langgraph-sdk`` drives treadle through the LangGraph facade (issue #16)."""
+"""The real ``langgraph-sdk`` drives treadle through the LangGraph facade."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ def _run(served: Served, test: Callable[[LangGraphClient, Counter], Awaitable[No
             await asyncio.wait_for(test(client, counter), timeout=60)
         finally:
             await client.aclose()
+
     asyncio.run(main())
 
 
@@ -78,15 +79,18 @@ def test_submit_join_get_list(served: Served) -> None:
     _run(served, test)
 
 
-@pytest.mark.parametrize("resume", [
-    {"decisions": [{"type": "respond", "message": "prod"}]},
-    "prod",
-    ["prod"],
-    {"answers": ["prod"]},
-    {"call_9": "prod"},
-    [{"type": "response", "args": "prod"}],
-    {"decisions": [{"type": "reject", "message": "prod"}]},
-])
+@pytest.mark.parametrize(
+    "resume",
+    [
+        {"decisions": [{"type": "respond", "message": "prod"}]},
+        "prod",
+        ["prod"],
+        {"answers": ["prod"]},
+        {"call_9": "prod"},
+        [{"type": "response", "args": "prod"}],
+        {"decisions": [{"type": "reject", "message": "prod"}]},
+    ],
+)
 def test_ask_interrupts_and_resumes(served: Served, resume: Any) -> None:
     async def test(client: LangGraphClient, counter: Counter) -> None:
         tid, first, joined = await _paused(client, "it-ask")
@@ -115,8 +119,9 @@ def test_bad_resumes_and_busy_threads(served: Served) -> None:
     async def test(client: LangGraphClient, counter: Counter) -> None:
         tid, _, _ = await _paused(client, "it-ask")
         with pytest.raises(UnprocessableEntityError):
-            await client.runs.create(tid, "it-ask", command={"resume": {"decisions": [
-                {"type": "approve"}]}})
+            await client.runs.create(
+                tid, "it-ask", command={"resume": {"decisions": [{"type": "approve"}]}}
+            )
         with pytest.raises(UnprocessableEntityError):
             await client.runs.create(tid, "it-ask", command={"resume": True})
         with pytest.raises(ConflictError):
@@ -126,8 +131,9 @@ def test_bad_resumes_and_busy_threads(served: Served) -> None:
         with pytest.raises(NotFoundError):
             await client.threads.get("no-such-thread")
         with pytest.raises(NotFoundError):
-            await client.runs.create(tid, "no-such-agent", input=HELLO,
-                                     multitask_strategy="interrupt")
+            await client.runs.create(
+                tid, "no-such-agent", input=HELLO, multitask_strategy="interrupt"
+            )
         # interrupt: the waiting run is cancelled, the new one starts
         run = await client.runs.create(tid, "it-chat", input=HELLO, multitask_strategy="interrupt")
         values = await client.runs.join(tid, run["run_id"])
@@ -150,20 +156,31 @@ def test_approval_accept_one_reject_one(served: Served) -> None:
         value = joined["__interrupt__"][0]["value"]
         assert [r["name"] for r in value["action_requests"]] == ["write_thing", "write_thing"]
         assert [r["args"]["item"] for r in value["action_requests"]] == ["A", "B"]
-        assert value["review_configs"] == [{"action_name": "write_thing",
-                                            "allowed_decisions": ["approve", "reject"]}]
+        assert value["review_configs"] == [
+            {"action_name": "write_thing", "allowed_decisions": ["approve", "edit", "reject"]}
+        ]
         assert (await client.threads.get_state(tid))["next"] == ["tools"]
-        for bad in ({"decisions": [{"type": "edit", "edited_action": {}}, {"type": "approve"}]},
-                    {"decisions": [{"type": "approve"}]}, "yes"):
+        for bad in (
+            {"decisions": [{"type": "edit", "edited_action": {}}, {"type": "approve"}]},
+            {"decisions": [{"type": "approve"}]},
+            "yes",
+        ):
             with pytest.raises(UnprocessableEntityError):
                 await client.runs.create(tid, "it-guard", command={"resume": bad})
-        run = await client.runs.create(tid, "it-guard", command={"resume": {"decisions": [
-            {"type": "approve"}, {"type": "reject", "message": "not B"}]}})
+        run = await client.runs.create(
+            tid,
+            "it-guard",
+            command={
+                "resume": {
+                    "decisions": [{"type": "approve"}, {"type": "reject", "message": "not B"}]
+                }
+            },
+        )
         values = await client.runs.join(tid, run["run_id"])
         assert _last(values)["content"] == "Wrote A; B was declined."
         tools = {m["tool_call_id"]: m["content"] for m in values["messages"] if m["type"] == "tool"}
-        assert tools["w2"] == "Declined by user" and tools["r1"] == "read it"
-        new = _effects(served)[len(before):]
+        assert tools["w2"] == "Declined by user: not B" and tools["r1"] == "read it"
+        new = _effects(served)[len(before) :]
         assert len(new) == 1 and new[0].endswith(" A")  # A ran once; B never
 
     _run(served, test)
@@ -178,16 +195,22 @@ def test_stream_modes(served: Served) -> None:
         thread = await client.threads.create()
         tid = thread["thread_id"]
         started = time.monotonic()
-        parts = await _collect(client.runs.stream(
-            tid, "it-tool", input=HELLO, stream_mode=["values", "messages-tuple", "updates"]))
+        parts = await _collect(
+            client.runs.stream(
+                tid, "it-tool", input=HELLO, stream_mode=["values", "messages-tuple", "updates"]
+            )
+        )
         assert time.monotonic() - started < 10
         assert parts[0].event == "metadata"
         run_id = parts[0].data["run_id"]
         final = [p for p in parts if p.event == "values"][-1].data
         ai = _last(final)
         assert ai["type"] == "ai" and ai["content"] == "The echo said ping."
-        chunks = [p.data[0] for p in parts if p.event == "messages"
-                  and p.data[0]["type"] == "AIMessageChunk"]
+        chunks = [
+            p.data[0]
+            for p in parts
+            if p.event == "messages" and p.data[0]["type"] == "AIMessageChunk"
+        ]
         assert chunks and {c["id"] for c in chunks} == {ai["id"]}
         assert "".join(c["content"] for c in chunks) == ai["content"]
         assert any(p.event == "messages" and p.data[0]["type"] == "tool" for p in parts)
@@ -203,8 +226,11 @@ def test_stream_modes(served: Served) -> None:
 def test_stream_v2_values_carry_the_interrupt(served: Served) -> None:
     async def test(client: LangGraphClient, counter: Counter) -> None:
         thread = await client.threads.create()
-        parts = await _collect(client.runs.stream(thread["thread_id"], "it-ask", input=HELLO,
-                                                  stream_mode="values", version="v2"))
+        parts = await _collect(
+            client.runs.stream(
+                thread["thread_id"], "it-ask", input=HELLO, stream_mode="values", version="v2"
+            )
+        )
         last = parts[-1]
         assert last["type"] == "values" and last["interrupts"][0]["id"] == "call_9"
         assert last["data"]["messages"][-1]["tool_calls"][0]["name"] == "ask_user"
@@ -216,8 +242,11 @@ def test_stream_v2_values_carry_the_interrupt(served: Served) -> None:
 def test_stream_events_and_custom_modes(served: Served) -> None:
     async def test(client: LangGraphClient, counter: Counter) -> None:
         thread = await client.threads.create()
-        parts = await _collect(client.runs.stream(thread["thread_id"], "it-tool", input=HELLO,
-                                                  stream_mode=["events", "custom"]))
+        parts = await _collect(
+            client.runs.stream(
+                thread["thread_id"], "it-tool", input=HELLO, stream_mode=["events", "custom"]
+            )
+        )
         kinds = {p.data["event"] for p in parts if p.event == "events"}
         assert {"on_chat_model_stream", "on_tool_start", "on_tool_end"} <= kinds
         custom = [p.data["type"] for p in parts if p.event == "custom"]
@@ -258,15 +287,16 @@ def _after(parts: list[Any], last_id: str) -> list[tuple[str, str]]:
     """What a client that saw up to ``last_id`` has not seen (an SSE id is the last one sent,
     so the parts of the next event before its own id carry it too)."""
     cut = next(i for i, p in enumerate(parts) if p.id == last_id)
-    return _body(parts[cut + 1:])
+    return _body(parts[cut + 1 :])
 
 
 def test_join_stream_replays_after_last_event_id(served: Served) -> None:
     async def test(client: LangGraphClient, counter: Counter) -> None:
         thread = await client.threads.create()
         tid = thread["thread_id"]
-        run = await client.runs.create(tid, "it-tool", input=HELLO,
-                                       stream_mode=["values", "updates"])
+        run = await client.runs.create(
+            tid, "it-tool", input=HELLO, stream_mode=["values", "updates"]
+        )
         await client.runs.join(tid, run["run_id"])
         full = await _collect(client.runs.join_stream(tid, run["run_id"]))
         ids = list(dict.fromkeys(p.id for p in full if p.id))
@@ -283,19 +313,23 @@ def test_reconnect_a_live_stream_midway(served: Served) -> None:
     async def test(client: LangGraphClient, counter: Counter) -> None:
         thread = await client.threads.create()
         tid = thread["thread_id"]
-        run = await client.runs.create(tid, "it-tool", input=HELLO,
-                                       stream_mode=["values", "updates"])
+        run = await client.runs.create(
+            tid, "it-tool", input=HELLO, stream_mode=["values", "updates"]
+        )
         seen: list[Any] = []
         async for part in client.runs.join_stream(tid, run["run_id"]):
             seen.append(part)
             if part.id:
                 break  # drop the connection after the first durable event
-        rest = await _collect(client.runs.join_stream(tid, run["run_id"],
-                                                      last_event_id=seen[-1].id))
+        rest = await _collect(
+            client.runs.join_stream(tid, run["run_id"], last_event_id=seen[-1].id)
+        )
         whole = await _collect(client.runs.join_stream(tid, run["run_id"]))
         assert _body(seen) + _body(rest) == _body(whole)
-        assert _last([p for p in rest if p.event == "values"][-1].data)["content"] == \
-            "The echo said ping."
+        assert (
+            _last([p for p in rest if p.event == "values"][-1].data)["content"]
+            == "The echo said ping."
+        )
 
     _run(served, test)
 
@@ -322,8 +356,11 @@ def test_cancel(served: Served) -> None:
 
 
 def _lg_hooks(served: Served, thread_id: str) -> list[Any]:
-    return [r for r in served.receiver.received
-            if "values" in r.json and r.json.get("thread_id") == thread_id]
+    return [
+        r
+        for r in served.receiver.received
+        if "values" in r.json and r.json.get("thread_id") == thread_id
+    ]
 
 
 def test_webhook_once_per_run(served: Served) -> None:
@@ -335,8 +372,9 @@ def test_webhook_once_per_run(served: Served) -> None:
         await client.runs.join(tid, first["run_id"])
         second = await client.runs.create(tid, "it-ask", command={"resume": "prod"}, webhook=hook)
         await client.runs.join(tid, second["run_id"])
-        got = await asyncio.to_thread(wait_for, lambda: len(_lg_hooks(served, tid)) >= 2, 15,
-                                      what="two LangGraph webhooks")
+        got = await asyncio.to_thread(
+            wait_for, lambda: len(_lg_hooks(served, tid)) >= 2, 15, what="two LangGraph webhooks"
+        )
         assert got
         hooks = sorted(_lg_hooks(served, tid), key=lambda r: r.json["run_ended_at"])
         assert [h.json["run_id"] for h in hooks] == [first["run_id"], second["run_id"]]
@@ -361,3 +399,49 @@ def test_sync_client_and_info(served: Served) -> None:
     assert "it-chat" in {a["assistant_id"] for a in assistants}
     assert client.assistants.get("it-ask")["graph_id"] == "it-ask"
     assert client.http.get("/info")["flags"]["assistants"] is True
+
+
+def _says(text: str) -> dict[str, Any]:
+    return {"provider": "scripted", "replies": [{"text": text}]}
+
+
+def test_assistants_create_update_versions_and_run_an_old_version(served: Served) -> None:
+    async def test(client: LangGraphClient, counter: Counter) -> None:
+        made = await client.assistants.create(
+            "it-chat",
+            context={"model": _says("Version one here.")},
+            assistant_id="greeter",
+            name="Greeter",
+            metadata={"team": "a"},
+        )
+        assert (made["assistant_id"], made["version"], made["name"]) == ("greeter", 1, "Greeter")
+        assert made["graph_id"] == "it-chat"
+        updated = await client.assistants.update(
+            "greeter", context={"model": _says("Version two here.")}, metadata={"stage": "b"}
+        )
+        assert updated["version"] == 2
+        assert updated["metadata"] == {"team": "a", "stage": "b"}
+        versions = await client.assistants.get_versions("greeter")
+        assert [v["version"] for v in versions] == [2, 1]
+        assert (await client.assistants.get("greeter"))["version"] == 2
+        found = await client.assistants.search(graph_id="it-chat", limit=100)
+        assert "greeter" in {a["assistant_id"] for a in found}
+
+        thread = await client.threads.create()
+        old = await client.runs.wait(thread["thread_id"], "greeter@1", input=HELLO)
+        assert _last(old)["content"] == "Version one here."  # version 1 after version 2
+        latest = await client.runs.wait(None, "greeter", input=HELLO)
+        assert _last(latest)["content"] == "Version two here."
+
+        with pytest.raises(ConflictError):
+            await client.assistants.create("it-chat", assistant_id="greeter")
+        same = await client.assistants.create(
+            "it-chat", assistant_id="greeter", if_exists="do_nothing"
+        )
+        assert same["version"] == 2
+        with pytest.raises(ConflictError):
+            await client.assistants.update("it-chat", context={"system_prompt": "x"})
+        with pytest.raises(UnprocessableEntityError):
+            await client.assistants.create("it-chat", context={"no_such_field": 1})
+
+    _run(served, test)

@@ -1,4 +1,4 @@
-"""Pure translations of the facades (issue #16): resume values, interrupts, statuses."""
+"""Pure translations of the facades: resume values, interrupts, statuses."""
 
 from __future__ import annotations
 
@@ -7,9 +7,12 @@ from typing import Any
 import pytest
 
 from scheduler.interop.lg_stream import modes_of
-from scheduler.interop.shapes import (
+from shared.agent.approval import ItemDecision
+from shared.errors import Conflict, SpecError
+from shared.interop.shapes import (
     Answer,
     Approve,
+    approval_of,
     decode_resume,
     input_messages,
     interrupt_of,
@@ -17,58 +20,121 @@ from scheduler.interop.shapes import (
     lg_thread_status,
     oa_status,
 )
-from shared.errors import Conflict, SpecError
 
-ASK = {"kind": "ask", "ask_id": "call_9", "reason": "why",
-       "questions": [{"question": "Env?", "options": [{"label": "Prod", "value": "prod"}]},
-                     {"question": "Region?", "options": []}]}
-APPROVAL = {"kind": "approval", "approval_id": "apr_1", "items": [
-    {"call_id": "w1", "tool": "write", "arguments": {"item": "A"}, "preview": "write(item=A)"},
-    {"call_id": "w2", "tool": "write", "arguments": {"item": "B"}, "preview": "write(item=B)"}]}
+ASK = {
+    "kind": "ask",
+    "ask_id": "call_9",
+    "reason": "why",
+    "questions": [
+        {"question": "Env?", "options": [{"label": "Prod", "value": "prod"}]},
+        {"question": "Region?", "options": []},
+    ],
+}
+APPROVAL = {
+    "kind": "approval",
+    "approval_id": "apr_1",
+    "items": [
+        {"call_id": "w1", "tool": "write", "arguments": {"item": "A"}, "preview": "write(item=A)"},
+        {"call_id": "w2", "tool": "write", "arguments": {"item": "B"}, "preview": "write(item=B)"},
+    ],
+}
 
 
-@pytest.mark.parametrize(("value", "answers"), [
-    ("prod", ["prod"]),
-    (["prod", "eu"], ["prod", "eu"]),
-    ({"answers": ["prod", "eu"]}, ["prod", "eu"]),
-    ({"ask_id": "call_9", "answers": ["prod"]}, ["prod"]),
-    ({"call_9": ["prod", "eu"]}, ["prod", "eu"]),
-    ({"decisions": [{"type": "respond", "message": "prod"},
-                    {"type": "reject", "message": "eu"}]}, ["prod", "eu"]),
-    ([{"type": "response", "args": "prod"}, {"type": "ignore", "args": None}], ["prod", ""]),
-])
+@pytest.mark.parametrize(
+    ("value", "answers"),
+    [
+        ("prod", ["prod"]),
+        (["prod", "eu"], ["prod", "eu"]),
+        ({"answers": ["prod", "eu"]}, ["prod", "eu"]),
+        ({"ask_id": "call_9", "answers": ["prod"]}, ["prod"]),
+        ({"call_9": ["prod", "eu"]}, ["prod", "eu"]),
+        (
+            {
+                "decisions": [
+                    {"type": "respond", "message": "prod"},
+                    {"type": "reject", "message": "eu"},
+                ]
+            },
+            ["prod", "eu"],
+        ),
+        ([{"type": "response", "args": "prod"}, {"type": "ignore", "args": None}], ["prod", ""]),
+    ],
+)
 def test_ask_resumes(value: Any, answers: list[str]) -> None:
     assert decode_resume(ASK, value) == Answer(answers)
 
 
-@pytest.mark.parametrize(("value", "decided"), [
-    (True, Approve("all")),
-    (False, Approve([], ["w1", "w2"])),
-    ({"approve": "all"}, Approve("all")),
-    ({"approve": ["w1"], "reject": ["w2"], "note": "no B"}, Approve(["w1"], ["w2"], "no B")),
-    ({"apr_1": {"decisions": [{"type": "approve"}, {"type": "reject", "message": "no B"}]}},
-     Approve(["w1"], ["w2"], "no B")),
-    ({"decisions": [{"type": "respond", "message": "later"}, {"type": "approve"}]},
-     Approve(["w2"], ["w1"], "later")),
-    ([{"type": "accept"}, {"type": "ignore"}], Approve(["w1"], ["w2"])),
-    ([{"type": "response", "args": "why?"}, {"type": "accept"}], Approve(["w2"], ["w1"], "why?")),
-])
+def _d(call_id: str, action: str, **more: Any) -> ItemDecision:
+    return ItemDecision.model_validate({"call_id": call_id, "action": action, **more})
+
+
+@pytest.mark.parametrize(
+    ("value", "decided"),
+    [
+        (True, Approve("all")),
+        (False, Approve([], ["w1", "w2"])),
+        ({"approve": "all"}, Approve("all")),
+        ({"approve": ["w1"], "reject": ["w2"], "note": "no B"}, Approve(["w1"], ["w2"], "no B")),
+        (
+            {"apr_1": {"decisions": [{"type": "approve"}, {"type": "reject", "message": "no B"}]}},
+            approval_of([_d("w1", "approve"), _d("w2", "reject", message="no B")]),
+        ),
+        (
+            {"decisions": [{"type": "respond", "message": "later"}, {"type": "approve"}]},
+            approval_of([_d("w1", "reject", message="later"), _d("w2", "approve")]),
+        ),
+        (
+            {
+                "decisions": [
+                    {"type": "edit", "edited_action": {"name": "write", "args": {"item": "C"}}},
+                    {"type": "reject"},
+                ]
+            },
+            approval_of([_d("w1", "edit", arguments={"item": "C"}), _d("w2", "reject")]),
+        ),
+        (
+            [{"type": "accept"}, {"type": "ignore"}],
+            approval_of([_d("w1", "approve"), _d("w2", "reject")]),
+        ),
+        (
+            [{"type": "response", "args": "why?"}, {"type": "edit", "args": {"args": {"x": 1}}}],
+            approval_of([_d("w1", "reject", message="why?"), _d("w2", "edit", arguments={"x": 1})]),
+        ),
+    ],
+)
 def test_approval_resumes(value: Any, decided: Approve) -> None:
     assert decode_resume(APPROVAL, value) == decided
 
 
-@pytest.mark.parametrize(("pending", "value"), [
-    (ASK, {"decisions": [{"type": "approve"}, {"type": "respond", "message": "x"}]}),
-    (ASK, {"decisions": [{"type": "respond", "message": "x"}]}),  # one per question
-    (ASK, True),
-    (ASK, {"approve": "all"}),
-    (APPROVAL, "yes"),
-    (APPROVAL, ["yes"]),
-    (APPROVAL, {"answers": ["yes"]}),
-    (APPROVAL, {"decisions": [{"type": "approve"}]}),
-    (APPROVAL, {"decisions": [{"type": "edit", "edited_action": {}}, {"type": "approve"}]}),
-    (APPROVAL, [{"type": "edit", "args": {}}, {"type": "accept"}]),
-])
+@pytest.mark.parametrize(
+    ("pending", "value"),
+    [
+        (ASK, {"decisions": [{"type": "approve"}, {"type": "respond", "message": "x"}]}),
+        (ASK, {"decisions": [{"type": "respond", "message": "x"}]}),  # one per question
+        (ASK, True),
+        (ASK, {"approve": "all"}),
+        (APPROVAL, "yes"),
+        (APPROVAL, ["yes"]),
+        (APPROVAL, {"answers": ["yes"]}),
+        (APPROVAL, {"decisions": [{"type": "approve"}]}),
+        (APPROVAL, {"decisions": [{"type": "edit", "edited_action": {}}, {"type": "approve"}]}),
+        (APPROVAL, [{"type": "edit", "args": {}}, {"type": "accept"}]),
+        (
+            APPROVAL,
+            {"decisions": [{"type": "edit", "edited_action": {"args": []}}, {"type": "approve"}]},
+        ),
+        (
+            APPROVAL,
+            {
+                "decisions": [
+                    {"type": "edit", "edited_action": {"name": "other", "args": {}}},
+                    {"type": "approve"},
+                ]
+            },
+        ),
+        (APPROVAL, {"decisions": [{"type": "reject", "message": "x" * 5000}, {"type": "approve"}]}),
+    ],
+)
 def test_resumes_a_pause_does_not_take(pending: dict[str, Any], value: Any) -> None:
     with pytest.raises(SpecError):
         decode_resume(pending, value)
@@ -88,9 +154,13 @@ def test_interrupts_in_the_human_in_the_loop_shape() -> None:
     approval = interrupt_of(APPROVAL)
     assert approval["id"] == "apr_1"
     assert approval["value"]["action_requests"][0] == {
-        "name": "write", "args": {"item": "A"}, "description": "write(item=A)"}
+        "name": "write",
+        "args": {"item": "A"},
+        "description": "write(item=A)",
+    }
     assert approval["value"]["review_configs"] == [
-        {"action_name": "write", "allowed_decisions": ["approve", "reject"]}]
+        {"action_name": "write", "allowed_decisions": ["approve", "edit", "reject"]}
+    ]
     assert approval["value"]["treadle"] == {"kind": "approval", "call_ids": ["w1", "w2"]}
 
 
@@ -101,20 +171,32 @@ def test_statuses() -> None:
     assert lg_run_status(waiting, {"type": "run.waiting", "data": {}}) == "success"
     assert lg_run_status(running, {"type": "run.failed", "data": {}}) == "error"
     assert lg_run_status(running, {"type": "run.cancelled", "data": {}}) == "interrupted"
-    assert lg_run_status(running, {"type": "run.completed",
-                                   "data": {"stop_reason": "budget_deadline"}}) == "timeout"
-    assert [lg_thread_status(r) for r in (None, waiting, running, {"status": "failed"},
-                                          {"status": "cancelled"})] == [
-        "idle", "interrupted", "busy", "error", "idle"]
+    assert (
+        lg_run_status(
+            running, {"type": "run.completed", "data": {"stop_reason": "budget_deadline"}}
+        )
+        == "timeout"
+    )
+    assert [
+        lg_thread_status(r)
+        for r in (None, waiting, running, {"status": "failed"}, {"status": "cancelled"})
+    ] == ["idle", "interrupted", "busy", "error", "idle"]
     assert oa_status({"status": "queued"}, None) == "queued"
     assert oa_status(waiting, {"type": "run.waiting", "data": {}}) == "completed"
-    assert oa_status(running, {"type": "run.completed",
-                               "data": {"stop_reason": "max_rounds"}}) == "incomplete"
+    assert (
+        oa_status(running, {"type": "run.completed", "data": {"stop_reason": "max_rounds"}})
+        == "incomplete"
+    )
 
 
 def test_inputs_and_modes() -> None:
-    got = input_messages([{"type": "human", "content": [{"type": "text", "text": "hi"}]},
-                          {"role": "ai", "content": "yo"}, {"role": "user", "content": "x"}])
+    got = input_messages(
+        [
+            {"type": "human", "content": [{"type": "text", "text": "hi"}]},
+            {"role": "ai", "content": "yo"},
+            {"role": "user", "content": "x"},
+        ]
+    )
     assert [m["role"] for m in got] == ["user", "assistant", "user"]
     assert got[0]["content"] == [{"type": "text", "text": "hi"}]
     with pytest.raises(SpecError):

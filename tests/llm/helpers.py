@@ -14,10 +14,8 @@ from shared.llm.base import ModelRequest, ToolDef
 from shared.llm.fake_server import FakeLLMServer
 from shared.llm.openai_compat import OpenAICompatModel
 
-# The team kit sits beside the repo root (in CI: ../shared relative to the clone).
-SSE_DIR = (Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "sse").resolve()
-if not (SSE_DIR / "EXPECTED.json").is_file():
-    raise RuntimeError(f"recorded SSE fixtures not found at {SSE_DIR} (the kit beside the repo)")
+# Recorded provider streams, kept in the repository (provenance in tests/fixtures/sse/INDEX.md).
+SSE_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "sse"
 
 SSE_HEADERS = {"content-type": "text/event-stream"}
 

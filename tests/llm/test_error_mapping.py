@@ -218,3 +218,15 @@ def test_error_json_is_not_mistaken_for_a_reply() -> None:
 
     with pytest.raises(TransientModelError, match="quota"):
         mock_model(handler, stream=False).complete(request())
+
+
+def test_a_huge_retry_after_is_capped() -> None:
+    """A provider (a tenant's own server, maybe) does not choose how long a profile pauses."""
+    err = _error_for("azure_429_message_retry_after_33s.txt", headers={"Retry-After": "120"})
+    assert err.retry_after == 60.0
+    assert (
+        _error_for(
+            "azure_429_message_retry_after_33s.txt", headers={"Retry-After": "86400"}
+        ).retry_after
+        == 60.0
+    )

@@ -259,3 +259,43 @@ def test_models_and_health_endpoints(fake: FakeLLMServer) -> None:
     assert httpx.get(fake.base_url.removesuffix("/v1") + "/healthz").json() == {"ok": True}
     bad = httpx.post(fake.base_url + "/chat/completions", content=b"nope")
     assert bad.status_code == 400
+
+
+def _calc_call(call_id: str = "c1") -> Message:
+    return Message(role="assistant", tool_calls=(ToolCall(call_id, "calculator", "{}"),))
+
+
+def test_strict_refuses_a_dangling_tool_call_as_openai_does(fake: FakeLLMServer) -> None:
+    fake.enqueue("kept for the next request")
+    dangling = request(user("q"), _calc_call("c1"), user("and?"))
+    with pytest.raises(FatalModelError) as err:
+        fake_model(fake).complete(dangling)
+    assert err.value.status == 400
+    assert "The following tool_call_ids did not have response messages: c1" in str(err.value)
+    assert fake.violations and fake.pending == 1  # the programmed reply was not taken
+    answered = Message(role="tool", content="4", tool_call_id="c1", name="calculator")
+    ok = request(user("q"), _calc_call("c1"), answered)
+    assert fake_model(fake).complete(ok).text == "kept for the next request"
+    fake.reset()
+
+
+def test_a_refused_request_hidden_by_a_fallback_still_fails_the_test() -> None:
+    # auto tool mode retries a 400 in prompt mode (SPEC M-6), where the history has no
+    # tool_calls: the run goes on, so the server's exit check is what catches it
+    dangling = request(user("q"), _calc_call("c1"), user("and?"), tools=(CALC,))
+    with pytest.raises(AssertionError, match="strict provider refuses"), FakeLLMServer() as server:
+        assert fake_model(server).complete(dangling).text == "echo: and?"
+
+
+def test_strict_refuses_a_tool_message_without_a_call(fake: FakeLLMServer) -> None:
+    orphan = Message(role="tool", content="4", tool_call_id="c9", name="calculator")
+    with pytest.raises(FatalModelError, match="must be a response to a preceeding message"):
+        fake_model(fake).complete(request(user("q"), orphan))
+    fake.reset()  # the violation was the point: the server's exit check must not see it
+
+
+def test_lenient_server_accepts_what_a_strict_one_refuses(fake: FakeLLMServer) -> None:
+    fake.strict = False
+    assert fake_model(fake).complete(request(user("q"), _calc_call())).text == "echo: q"
+    fake.reset()
+    assert fake.strict  # reset restores the strict default

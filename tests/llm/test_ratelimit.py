@@ -1,4 +1,4 @@
-"""Fleet-wide limits per model profile (issue Operations): local and Redis implementations."""
+"""Fleet-wide limits per model profile: local and Redis implementations."""
 
 from __future__ import annotations
 
@@ -7,7 +7,15 @@ import uuid
 
 import pytest
 
-from shared.llm.ratelimit import Limits, LocalLimiter, RateLimiter, RedisLimiter
+from shared.agent.spec import ModelProfile
+from shared.llm.ratelimit import (
+    DEFAULT_MAX_PAUSE_S,
+    Limits,
+    LocalLimiter,
+    RateLimiter,
+    RedisLimiter,
+    limit_key,
+)
 from tests.support import REDIS_BASE, need_service
 
 
@@ -66,3 +74,24 @@ def test_pause_holds_everyone_off(limiter: RateLimiter) -> None:
     assert not p.granted and 0.3 < p.wait <= 0.5
     time.sleep(0.55)
     assert limiter.acquire("p", Limits(max_concurrent=10), 1, 5).granted
+
+
+def test_a_pause_is_capped(limiter: RateLimiter) -> None:
+    capped = LocalLimiter(max_pause=0.3) if isinstance(limiter, LocalLimiter) else _redis()
+    if isinstance(capped, RedisLimiter):
+        capped.max_pause = 0.3
+    capped.pause("p", 120)
+    assert not capped.acquire("p", Limits(max_concurrent=1), 1, 5).granted
+    time.sleep(0.5)
+    assert capped.acquire("p", Limits(max_concurrent=1), 1, 5).granted
+    assert DEFAULT_MAX_PAUSE_S == 60.0 and LocalLimiter().max_pause == 60.0
+
+
+def test_inline_profiles_are_limited_per_tenant_and_operator_ones_by_name() -> None:
+    inline = ModelProfile(name="gpt", base_url="https://a.example/v1", model="m")
+    operator = ModelProfile(name="gpt", base_url="https://a.example/v1", model="m").as_operator()
+    assert limit_key(operator, "acme") == limit_key(operator, "globex") == "gpt"
+    keys = {limit_key(inline, "acme"), limit_key(inline, "globex"), limit_key(operator, "acme")}
+    assert len(keys) == 3
+    spoof = ModelProfile.model_validate({"name": "gpt", "base_url": "https://a.example/v1"})
+    assert not spoof.operator  # nothing in a submitted spec can claim the operator's trust

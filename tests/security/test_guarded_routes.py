@@ -9,8 +9,8 @@ from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
-from scheduler.api import create_app
-from scheduler.auth import metrics_access, require
+from scheduler.app import create_app
+from scheduler.http.auth import metrics_access, require
 from shared.engine.runtime import Runtime
 from shared.store import keys
 
@@ -26,9 +26,11 @@ def _calls(dependant: Dependant) -> Iterator[object]:
 
 def test_every_route_is_guarded() -> None:
     app = create_app(lambda: None, auth="required")  # type: ignore[arg-type,return-value]
-    unguarded = [f"{sorted(r.methods)} {r.path}" for r in app.routes
-                 if isinstance(r, APIRoute) and r.path not in OPEN
-                 and not GUARDS & set(_calls(r.dependant))]
+    unguarded = [
+        f"{sorted(r.methods)} {r.path}"
+        for r in app.routes
+        if isinstance(r, APIRoute) and r.path not in OPEN and not GUARDS & set(_calls(r.dependant))
+    ]
     assert unguarded == []
 
 

@@ -1,4 +1,4 @@
-"""Hostile input changes nothing (issue #11): malformed JSON, wrong types, huge strings, unknown
+"""Hostile input changes nothing: malformed JSON, wrong types, huge strings, unknown
 fields, invalid UTF-8, bad ids, NUL characters — each gets a clear 4xx in the error shape, and
 every table keeps its rows (counted, and compared whole). On SQLite and on PostgreSQL (which
 refuses NUL in text columns and enforces column lengths)."""
@@ -16,9 +16,8 @@ from fastapi.testclient import TestClient
 from shared.config import Settings
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
-from shared.store.tables import metadata
 from tests.engine.helpers import agent, call
-from tests.security.conftest import MakeKey, bearer, row_counts
+from tests.security.conftest import DATA_TABLES, MakeKey, bearer, row_counts
 
 HUGE = "x" * 2_100_000
 
@@ -38,7 +37,7 @@ def secure_rt(request: pytest.FixtureRequest, stub: StubBroker) -> Runtime:
 def _snapshot(rt: Runtime) -> tuple[dict[str, int], str]:
     digest = hashlib.sha256()
     with rt.engine.connect() as conn:
-        for table in metadata.sorted_tables:
+        for table in DATA_TABLES:
             for row in conn.execute(sa.select(table).order_by(*table.primary_key.columns)):
                 digest.update(json.dumps(list(row), default=str).encode())
     return row_counts(rt), digest.hexdigest()
@@ -49,8 +48,9 @@ def key(api: TestClient, secure_rt: Runtime, stub: StubBroker, make_key: MakeKey
     """A tenant with a run waiting on an ask, a thread and a file."""
     k = make_key("acme")
     ask = {"question": "Which city?", "options": ["Paris", "Rome"]}
-    spec = agent([{"tool_calls": [call("ask_user", ask, "ask1")]}, {"text": "ok"}],
-                 ask=True).model_dump(mode="json", exclude_none=True)
+    spec = agent(
+        [{"tool_calls": [call("ask_user", ask, "ask1")]}, {"text": "ok"}], ask=True
+    ).model_dump(mode="json", exclude_none=True)
     made = api.post("/v1/runs", json={"agent": spec, "input": "go"}, headers=bearer(k))
     stub.drain(secure_rt)
     run = api.get(f"/v1/runs/{made.json()['id']}", headers=bearer(k)).json()
@@ -73,23 +73,38 @@ BODIES: list[tuple[str, bytes | str | dict[str, Any]]] = [
     ("nul bytes", b'{"agent": "demo", "input": "hi"}\x00\x00'),
     ("wrong types", {"agent": 42, "input": {"a": 1}, "attachments": "file_x"}),
     ("unknown field", {"agent": "demo", "input": "hi", "admin": True}),
-    ("unknown spec field", {"agent": {"kind": "chat", "model": "demo", "shell": "rm -rf /"},
-                            "input": "hi"}),
+    (
+        "unknown spec field",
+        {"agent": {"kind": "chat", "model": "demo", "shell": "rm -rf /"}, "input": "hi"},
+    ),
     ("bad thread id", {"agent": "demo", "input": "hi", "thread_id": "../../etc/passwd"}),
     ("long thread id", {"agent": "demo", "input": "hi", "thread_id": "t" * 41}),
     ("nul in thread id", {"agent": "demo", "input": "hi", "thread_id": "thr_\u0000"}),
-    ("nul in webhook url", {"agent": "demo", "input": "hi", "webhook": {
-        "url": "https://93.184.216.34/\u0000", "events": ["*"]}}),
-    ("bad secret_env", {"agent": "demo", "input": "hi", "webhook": {
-        "url": "https://93.184.216.34/", "secret_env": "X" * 200}}),
+    (
+        "nul in webhook url",
+        {
+            "agent": "demo",
+            "input": "hi",
+            "webhook": {"url": "https://93.184.216.34/\u0000", "events": ["*"]},
+        },
+    ),
+    (
+        "bad secret_env",
+        {
+            "agent": "demo",
+            "input": "hi",
+            "webhook": {"url": "https://93.184.216.34/", "secret_env": "X" * 200},
+        },
+    ),
     ("huge string", {"agent": "demo", "input": HUGE}),
     ("huge metadata", {"agent": "demo", "input": "hi", "metadata": {"k": HUGE}}),
-    ("deep nesting", b'{"agent": "demo", "input": "hi", "metadata": ' + b"[" * 5000
-     + b"]" * 5000 + b"}"),
+    (
+        "deep nesting",
+        b'{"agent": "demo", "input": "hi", "metadata": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+    ),
     ("empty input", {"agent": "demo", "input": ""}),
     ("unknown agent", {"agent": "no-such-agent", "input": "hi"}),
-    ("unknown tool", {"agent": {"kind": "agent", "model": "demo", "tools": ["rm"]},
-                      "input": "hi"}),
+    ("unknown tool", {"agent": {"kind": "agent", "model": "demo", "tools": ["rm"]}, "input": "hi"}),
 ]
 
 
@@ -115,13 +130,18 @@ def test_hostile_submissions_change_nothing(
     assert _snapshot(secure_rt) == before
 
 
-@pytest.mark.parametrize(("what", "body"), BODIES[:7] + [
-    ("wrong answer types", {"ask_id": 1, "answers": "Paris"}),
-    ("too many answers", {"ask_id": "ask1", "answers": ["a", "b", "c", "d"]}),
-    ("unknown field", {"ask_id": "ask1", "answers": ["Paris"], "force": True}),
-    ("huge answer", {"ask_id": "ask1", "answers": [HUGE]}),
-    ("wrong ask", {"ask_id": "ask9", "answers": ["Paris"]}),
-], ids=[b[0] for b in BODIES[:7]] + ["types", "count", "unknown", "huge", "wrong ask"])
+@pytest.mark.parametrize(
+    ("what", "body"),
+    BODIES[:7]
+    + [
+        ("wrong answer types", {"ask_id": 1, "answers": "Paris"}),
+        ("too many answers", {"ask_id": "ask1", "answers": ["a", "b", "c", "d"]}),
+        ("unknown field", {"ask_id": "ask1", "answers": ["Paris"], "force": True}),
+        ("huge answer", {"ask_id": "ask1", "answers": [HUGE]}),
+        ("wrong ask", {"ask_id": "ask9", "answers": ["Paris"]}),
+    ],
+    ids=[b[0] for b in BODIES[:7]] + ["types", "count", "unknown", "huge", "wrong ask"],
+)
 def test_hostile_answers_change_nothing(
     api: TestClient, secure_rt: Runtime, key: str, what: str, body: Any
 ) -> None:
@@ -161,3 +181,81 @@ def test_hostile_requests_elsewhere_change_nothing(
     _assert_clear_4xx(empty, "empty file")
     assert _snapshot(secure_rt) == before
     assert api.get(f"/v1/runs/{run_id}", headers=bearer(key)).json()["status"] == "waiting"
+
+
+def _nested(depth: int, leaf: str = "1") -> str:
+    return '{"a":' * depth + leaf + "}" * depth
+
+
+EDGE: list[tuple[str, str, str]] = [
+    ("deep metadata", "/v1/runs", '{"agent":"demo","input":"x","metadata":' + _nested(900) + "}"),
+    ("deep spec", "/v1/runs", '{"agent":"demo","input":"x","inputs":' + _nested(100) + "}"),
+    ("metadata 9 deep", "/v1/runs", '{"agent":"demo","input":"x","metadata":' + _nested(9) + "}"),
+    (
+        "big metadata",
+        "/v1/runs",
+        json.dumps({"agent": "demo", "input": "x", "metadata": {"k": "v" * 20_000}}),
+    ),  # fmt: skip
+    ("NaN", "/v1/runs", '{"agent":"demo","input":"x","metadata":{"a":NaN}}'),
+    ("1e999", "/v1/runs", '{"agent":{"kind":"chat","budget":{"max_cost":1e999}},"input":"x"}'),
+    ("-Infinity", "/v1/runs", '{"agent":"demo","input":"x","metadata":{"a":-Infinity}}'),
+    ("NUL", "/v1/runs", '{"agent":"demo","input":"x\\u0000y"}'),
+    ("NUL key", "/v1/runs", '{"agent":"demo","input":"x","metadata":{"a\\u0000":1}}'),
+    ("NUL dataset name", "/v1/datasets", '{"name":"a\\u0000b"}'),
+    ("deep responses", "/openai/v1/responses", "[" * 100_000 + "]" * 100_000),
+    ("unknown model", "/openai/v1/responses", '{"model":"nope","input":"hi"}'),
+    ("too long", "/openai/v1/responses", '{"model":"demo","input":"' + "x" * 250_000 + '"}'),
+    ("unknown assistant", "/langgraph/runs", '{"assistant_id":"nope","input":{}}'),
+    ("bad messages", "/langgraph/runs", '{"assistant_id":"demo","input":{"messages":"x"}}'),
+    ("lg limit abc", "/langgraph/threads/search", '{"limit":"abc"}'),
+    ("lg limit -1", "/langgraph/threads/search", '{"limit":-1}'),
+    ("lg deep", "/langgraph/threads", '{"metadata":' + _nested(50) + "}"),
+]
+
+
+@pytest.mark.parametrize(("what", "path", "body"), EDGE, ids=[e[0] for e in EDGE])
+def test_hostile_json_is_refused_at_the_edge_and_writes_nothing(
+    api: TestClient, secure_rt: Runtime, key: str, what: str, path: str, body: str
+) -> None:
+    before = _snapshot(secure_rt)
+    _assert_clear_4xx(_send(api, "POST", path, body.encode(), key), what)
+    assert _snapshot(secure_rt) == before
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/v1/runs/%00/usage", "/langgraph/threads/%00", "/v1/runs?status=%00", "/v1/files/a%01"],
+)
+def test_control_characters_in_paths_are_refused(api: TestClient, key: str, path: str) -> None:
+    got = api.get(path, headers=bearer(key))
+    assert got.status_code == 422 and "control characters" in got.text
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/v1/runs", "/openai/v1/responses", "/langgraph/runs", "/langgraph/threads/search"],
+)
+def test_the_key_is_checked_before_the_body_is_read(
+    api: TestClient, secure_rt: Runtime, path: str
+) -> None:
+    before = _snapshot(secure_rt)
+    for body in (b"{not json", b"[" * 5000, b'{"model": 7}'):
+        got = api.post(path, content=body, headers=JSON)
+        assert got.status_code == 401, (path, body[:20], got.text)
+    assert _snapshot(secure_rt) == before
+
+
+def test_limits_count_sub_agents_and_system_prompts(
+    api: TestClient, secure_rt: Runtime, key: str
+) -> None:
+    tools = [{"name": f"t{i}", "http": {"url": "https://93.184.216.34/"}} for i in range(40)]
+    sub = {"kind": "agent", "model": "demo", "tools": tools}
+    spec = {"kind": "agent", "model": "demo", "tools": [*tools, {"name": "sub", "agent": sub}]}
+    prompt = {"kind": "chat", "model": "demo", "system_prompt": "p" * 199_999}
+    before = _snapshot(secure_rt)
+    for agent_spec, words in ((spec, "TREADLE_MAX_TOOLS"), (prompt, "TREADLE_MAX_INPUT_CHARS")):
+        got = api.post(
+            "/v1/runs", json={"agent": agent_spec, "input": "hello"}, headers=bearer(key)
+        )
+        assert got.status_code == 413 and words in got.text, got.text
+    assert _snapshot(secure_rt) == before

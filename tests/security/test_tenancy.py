@@ -1,4 +1,4 @@
-"""Tenancy and API keys (issue #11, acceptance 1): every endpoint answers another tenant's run,
+"""Tenancy and API keys: every endpoint answers another tenant's run,
 thread or file with 404 (as if it did not exist) and changes nothing; no key → 401; a key
 without the scope → 403. Resume tokens keep working without a key."""
 
@@ -13,15 +13,21 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from scheduler.api import create_app
+from scheduler.app import create_app
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.store import keys
 from tests.engine.helpers import agent, call
 from tests.receiver import Receiver, closed_port_url
-from tests.security.conftest import MakeKey, bearer
+from tests.security.conftest import MakeKey, bearer, with_settings
 
 ASK = {"question": "Which city?", "options": ["Paris", "Rome"]}
+HOOK = closed_port_url()  # a tenant's webhook host must be allow-listed to be on loopback
+
+
+@pytest.fixture
+def secure_rt(secure_rt: Runtime) -> Runtime:
+    return with_settings(secure_rt, allow_hosts=HOOK.split("/")[2])
 
 
 def _ask_spec() -> dict[str, Any]:
@@ -30,8 +36,11 @@ def _ask_spec() -> dict[str, Any]:
 
 
 def _approval_spec() -> dict[str, Any]:
-    spec = agent([{"tool_calls": [call("write_thing", {"item": "x"}, "w1")]}, {"text": "Wrote."}],
-                 tools=["write_thing"], guarded=True)
+    spec = agent(
+        [{"tool_calls": [call("write_thing", {"item": "x"}, "w1")]}, {"text": "Wrote."}],
+        tools=["write_thing"],
+        guarded=True,
+    )
     return spec.model_dump(mode="json", exclude_none=True)
 
 
@@ -51,16 +60,19 @@ class World:
 @pytest.fixture
 def world(api: TestClient, secure_rt: Runtime, stub: StubBroker, make_key: MakeKey) -> World:
     a, b = make_key("acme"), make_key("globex")
-    hook = {"url": closed_port_url()}
-    ask_run = api.post("/v1/runs", json={"agent": _ask_spec(), "input": "Book", "webhook": hook},
-                       headers=bearer(a)).json()["id"]
-    approval_run = api.post("/v1/runs", json={"agent": _approval_spec(), "input": "Write"},
-                            headers=bearer(a)).json()["id"]
+    hook = {"url": HOOK}
+    ask_run = api.post(
+        "/v1/runs", json={"agent": _ask_spec(), "input": "Book", "webhook": hook}, headers=bearer(a)
+    ).json()["id"]
+    approval_run = api.post(
+        "/v1/runs", json={"agent": _approval_spec(), "input": "Write"}, headers=bearer(a)
+    ).json()["id"]
     stub.drain(secure_rt)
     pending = api.get(f"/v1/runs/{approval_run}", headers=bearer(a)).json()["pending"]
     thread = api.post("/v1/threads", json={}, headers=bearer(a)).json()["id"]
-    file = api.post("/v1/files", files={"file": ("a.txt", b"tenant A's notes")},
-                    headers=bearer(a)).json()["id"]
+    file = api.post(
+        "/v1/files", files={"file": ("a.txt", b"tenant A's notes")}, headers=bearer(a)
+    ).json()["id"]
     return World(a, b, ask_run, approval_run, pending["approval_id"], thread, file)
 
 
@@ -75,8 +87,11 @@ def _endpoints(w: World) -> list[tuple[str, str, dict[str, Any] | None]]:
         ("GET", f"/v1/runs/{r}/webhook-deliveries", None),
         ("GET", f"/v1/runs/{r}/usage", None),
         ("POST", f"/v1/runs/{r}/answer", {"ask_id": "ask1", "answers": ["Paris"]}),
-        ("POST", f"/v1/runs/{w.approval_run}/approval",
-         {"approval_id": w.approval_id, "approve": "all"}),
+        (
+            "POST",
+            f"/v1/runs/{w.approval_run}/approval",
+            {"approval_id": w.approval_id, "approve": "all"},
+        ),
         ("POST", f"/v1/runs/{r}/cancel", None),
         ("GET", f"/v1/threads/{w.thread}", None),
         ("GET", f"/v1/files/{w.file}", None),
@@ -91,8 +106,12 @@ def _call(api: TestClient, method: str, path: str, body: Any, headers: dict[str,
 def _state(api: TestClient, w: World) -> list[Any]:
     """What tenant A sees of its things (must not change when B tries)."""
     get = lambda p: api.get(p, headers=bearer(w.a)).json()  # noqa: E731
-    return [get(f"/v1/runs/{w.ask_run}"), get(f"/v1/runs/{w.approval_run}"),
-            get(f"/v1/threads/{w.thread}"), get(f"/v1/runs/{w.ask_run}/webhook-deliveries")]
+    return [
+        get(f"/v1/runs/{w.ask_run}"),
+        get(f"/v1/runs/{w.approval_run}"),
+        get(f"/v1/threads/{w.thread}"),
+        get(f"/v1/runs/{w.ask_run}/webhook-deliveries"),
+    ]
 
 
 def test_the_owner_reaches_everything(api: TestClient, world: World) -> None:
@@ -100,8 +119,9 @@ def test_the_owner_reaches_everything(api: TestClient, world: World) -> None:
     for method, path, body in reads:  # (an open run's event stream does not end)
         got = _call(api, method, path, body, bearer(world.a))
         assert got.status_code == 200, (method, path, got.text)
-    deliveries = api.get(f"/v1/runs/{world.ask_run}/webhook-deliveries",
-                         headers=bearer(world.a)).json()["deliveries"]
+    deliveries = api.get(
+        f"/v1/runs/{world.ask_run}/webhook-deliveries", headers=bearer(world.a)
+    ).json()["deliveries"]
     assert deliveries, "the waiting run has a webhook delivery"
 
 
@@ -120,17 +140,26 @@ def test_another_tenant_gets_404_everywhere_and_changes_nothing(
 
 
 def test_another_tenants_file_is_unknown_as_an_attachment(api: TestClient, world: World) -> None:
-    got = api.post("/v1/runs", json={"agent": "demo", "input": "read it",
-                                     "attachments": [world.file]}, headers=bearer(world.b))
-    assert got.status_code == 422 and world.file in got.json()["error"]["message"]
+    got = api.post(
+        "/v1/runs",
+        json={"agent": "demo", "input": "read it", "attachments": [world.file]},
+        headers=bearer(world.b),
+    )
+    assert got.status_code == 404 and world.file in got.json()["error"]["message"]
 
 
 def test_no_key_is_401_on_every_endpoint(api: TestClient, world: World) -> None:
-    for method, path, body in _endpoints(world) + [("GET", "/v1/runs", None),
-                                                   ("POST", "/v1/threads", {}),
-                                                   ("GET", "/v1/agents", None)]:
-        for headers in ({}, bearer("trd_not-a-real-key-000000000000000000000000"),
-                        {"X-API-Key": "nope"}, {"Authorization": "Basic dXNlcjpwYXNz"}):
+    for method, path, body in _endpoints(world) + [
+        ("GET", "/v1/runs", None),
+        ("POST", "/v1/threads", {}),
+        ("GET", "/v1/agents", None),
+    ]:
+        for headers in (
+            {},
+            bearer("trd_not-a-real-key-000000000000000000000000"),
+            {"X-API-Key": "nope"},
+            {"Authorization": "Basic dXNlcjpwYXNz"},
+        ):
             got = _call(api, method, path, body, headers)
             assert got.status_code == 401, (method, path, headers, got.text)
             assert got.json()["error"]["code"] == "unauthorized"
@@ -155,10 +184,14 @@ def test_missing_scope_is_403(api: TestClient, world: World, make_key: MakeKey) 
     for method, path, body in writes + [("POST", "/v1/threads", {})]:
         got = _call(api, method, path, body, bearer(reader))
         assert got.status_code == 403, (method, path, got.text)
-        assert got.json()["error"] == {"code": "forbidden",
-                                       "message": "this API key lacks the runs:write scope"}
-    assert api.post("/v1/files", files={"file": ("x.txt", b"x")},
-                    headers=bearer(reader)).status_code == 403
+        assert got.json()["error"] == {
+            "code": "forbidden",
+            "message": "this API key lacks the runs:write scope",
+        }
+    assert (
+        api.post("/v1/files", files={"file": ("x.txt", b"x")}, headers=bearer(reader)).status_code
+        == 403
+    )
     for method, path, body in reads:
         got = _call(api, method, path, body, bearer(writer))
         assert got.status_code == 403, (method, path, got.text)
@@ -189,19 +222,25 @@ def receiver() -> Iterator[Receiver]:
 def test_resume_tokens_work_without_a_key(
     secure_rt: Runtime, stub: StubBroker, make_key: MakeKey, receiver: Receiver
 ) -> None:
-    rt = Runtime(engine=secure_rt.engine, publish=stub,
-                 settings=secure_rt.settings.model_copy(update={"allow_hosts": "127.0.0.1"}))
+    rt = Runtime(
+        engine=secure_rt.engine,
+        publish=stub,
+        settings=secure_rt.settings.model_copy(update={"allow_hosts": "127.0.0.1"}),
+    )
     key = make_key("acme")
     with TestClient(create_app(lambda: rt)) as api:
-        run_id = api.post("/v1/runs", json={"agent": _ask_spec(), "input": "Book",
-                                            "webhook": {"url": receiver.url}},
-                          headers=bearer(key)).json()["id"]
+        run_id = api.post(
+            "/v1/runs",
+            json={"agent": _ask_spec(), "input": "Book", "webhook": {"url": receiver.url}},
+            headers=bearer(key),
+        ).json()["id"]
         stub.drain(rt)
         [hook] = [r.json for r in receiver.received if r.json["type"] == "run.waiting"]
         token = hook["data"]["resume"]["token"]
         body = {"ask_id": "ask1", "answers": ["Paris"]}
-        wrong = api.post(f"/v1/runs/{run_id}/answer", json=body,
-                         headers={"X-Resume-Token": "rtk_" + "x" * 43})
+        wrong = api.post(
+            f"/v1/runs/{run_id}/answer", json=body, headers={"X-Resume-Token": "rtk_" + "x" * 43}
+        )
         assert wrong.status_code == 401
         assert api.get(f"/v1/runs/{run_id}", headers={"X-Resume-Token": token}).status_code == 401
         ok = api.post(f"/v1/runs/{run_id}/answer", json=body, headers=bearer(token))
@@ -212,16 +251,35 @@ def test_open_routes_and_metrics(secure_rt: Runtime, make_key: MakeKey) -> None:
     with TestClient(create_app(lambda: secure_rt)) as api:
         for path in ("/healthz", "/openapi.json", "/docs", "/metrics", "/"):
             assert api.get(path).status_code == 200, path  # "/": the console loads keyless
-    closed = Runtime(engine=secure_rt.engine, publish=secure_rt.publish,
-                     settings=secure_rt.settings.model_copy(update={"metrics_public": False}))
+    closed = Runtime(
+        engine=secure_rt.engine,
+        publish=secure_rt.publish,
+        settings=secure_rt.settings.model_copy(update={"metrics_public": False}),
+    )
     with TestClient(create_app(lambda: closed)) as api:
         assert api.get("/metrics").status_code == 401
         assert api.get("/metrics", headers=bearer(make_key("acme"))).status_code == 403
         assert api.get("/metrics", headers=bearer(make_key("ops", [keys.ADMIN]))).status_code == 200
 
 
+def test_run_counts_in_metrics_need_an_admin_key(secure_rt: Runtime, make_key: MakeKey) -> None:
+    """A public scrape shows process and queue metrics, not how many runs the fleet (other
+    tenants) has; an admin key sees them, also per tenant."""
+    acme, admin = make_key("acme"), make_key("ops", [keys.ADMIN])
+    with TestClient(create_app(lambda: secure_rt)) as api:
+        made = api.post("/v1/runs", json={"agent": "demo", "input": "hi"}, headers=bearer(acme))
+        assert made.status_code == 201
+        for headers in ({}, bearer(acme), {"Authorization": "Bearer trd_wrong"}):
+            text = api.get("/metrics", headers=headers).text
+            assert "treadle_runs{" not in text and "treadle_tenant_runs" not in text
+            assert "acme" not in text and "treadle_queue_depth" in text
+        full = api.get("/metrics", headers=bearer(admin)).text
+    assert 'treadle_tenant_runs{status="queued",tenant="acme"} 1.0' in full
+    assert 'treadle_runs{status="queued"}' in full
+
+
 def test_auth_off_by_default_only_for_embedded_on_loopback(sqlite_rt: Runtime) -> None:
-    from scheduler.auth import OFF, REQUIRED, auth_mode, check_bind
+    from scheduler.http.auth import OFF, REQUIRED, auth_mode, check_bind
     from shared.errors import ConfigError
 
     s = sqlite_rt.settings
@@ -235,20 +293,19 @@ def test_auth_off_by_default_only_for_embedded_on_loopback(sqlite_rt: Runtime) -
         assert api.get("/v1/runs").status_code == 200
 
 
-def test_keys_cli_create_list_revoke(
-    sqlite_rt: Runtime, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from scheduler.keys_cli import keys_app as app
+def test_keys_cli_create_list_revoke(sqlite_rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    from scheduler.cli.keys import keys_app as app
+    from shared import wiring
     from shared.config import reset_settings
     from shared.store.db import reset_engines
-    from worker import runtime as worker_runtime
 
     monkeypatch.setenv("TREADLE_DATABASE_URL", sqlite_rt.settings.database_url)
     reset_settings()
-    worker_runtime.set_runtime(None)
+    wiring.set_runtime(None)
     cli = CliRunner()
-    made = cli.invoke(app, ["create", "--tenant", "acme", "--scope", "runs:read",
-                            "--name", "ci", "--json"])
+    made = cli.invoke(
+        app, ["create", "--tenant", "acme", "--scope", "runs:read", "--name", "ci", "--json"]
+    )
     assert made.exit_code == 0, made.output
     new = json.loads(made.output)
     assert new["key"].startswith("trd_") and new["scopes"] == ["runs:read"]
@@ -260,7 +317,9 @@ def test_keys_cli_create_list_revoke(
     assert json.loads(cli.invoke(app, ["list", "--json"]).output)[0]["revoked_at"]
     bad = cli.invoke(app, ["create", "--tenant", "acme", "--scope", "root"])
     assert bad.exit_code == 2 and "unknown scope" in bad.output
-    worker_runtime.set_runtime(None)
+    reserved = cli.invoke(app, ["create", "--tenant", "default"])
+    assert reserved.exit_code == 2 and "reserved" in reserved.output
+    wiring.set_runtime(None)
     reset_settings()
     reset_engines()
 

@@ -1,4 +1,4 @@
-"""Fleet-wide limits with 3 worker processes × 16 threads (issue Operations, acceptance 3)."""
+"""Fleet-wide limits with 3 worker processes × 16 threads."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from scheduler.api import create_app
+from scheduler.app import create_app
 from shared.engine.runtime import Runtime
 from shared.llm.fake_server import FakeLLMServer, ReplySpec
 from shared.llm.ratelimit import RedisLimiter

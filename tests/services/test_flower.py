@@ -1,5 +1,5 @@
-"""Flower starts against the Redis broker and lists the workers and recent tasks (issue
-Operations, acceptance 4)."""
+"""Flower starts against the Redis broker and lists the workers and recent
+tasks."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from scheduler.api import create_app
+from scheduler.app import create_app
 from shared.engine.runtime import Runtime
 from tests.support import ROOT, WorkerProcs, wait_for
 

@@ -1,4 +1,4 @@
-"""A worker SIGKILLed while executing an approved write (issue Guarded agent, acceptance 3):
+"""A worker SIGKILLed while executing an approved write:
 the endpoint sees at most one completed effect per idempotency key, and the run completes."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from scheduler.api import create_app
+from scheduler.app import create_app
 from scheduler.embedded import ReaperLoop
 from shared.engine.runtime import Runtime
-from tests.support import EffectServer, WorkerProcs, wait_for
+from tests.support import EffectServer, WorkerProcs, record_tool, wait_for
 
 
 @pytest.fixture
@@ -32,21 +32,10 @@ def fast_recovery(effects: EffectServer) -> dict[str, str]:
 def test_kill_during_approved_write(
     prod_rt: Runtime, workers: WorkerProcs, effects: EffectServer
 ) -> None:
-    record = {
-        "name": "record",
-        "description": "Record an item.",
-        "read_only": False,
-        "parameters": {
-            "type": "object",
-            "properties": {"item": {"type": "string"}},
-            "required": ["item"],
-        },
-        "http": {"method": "POST", "url": f"{effects.url}/record"},
-    }
     agent = {
         "kind": "agent",
         "guarded": True,
-        "tools": [record],
+        "tools": [record_tool(effects.url)],
         "model": {
             "provider": "scripted",
             "replies": [

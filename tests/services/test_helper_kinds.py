@@ -8,13 +8,15 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from scheduler.api import create_app
+from scheduler.app import create_app
 from shared.engine.runtime import Runtime
 from tests.support import WorkerProcs, wait_for
 
-CATEGORIES = [{"key": "weather", "description": "questions about weather"},
-              {"key": "travel", "description": "trips and bookings"},
-              {"key": "other", "description": "anything else"}]
+CATEGORIES = [
+    {"key": "weather", "description": "questions about weather"},
+    {"key": "travel", "description": "trips and bookings"},
+    {"key": "other", "description": "anything else"},
+]
 
 
 def _scripted(*texts: str, **profile: Any) -> dict[str, Any]:
@@ -23,8 +25,14 @@ def _scripted(*texts: str, **profile: Any) -> dict[str, Any]:
 
 def _finish(client: TestClient, run_id: str, timeout: float = 30) -> dict[str, Any]:
     done: dict[str, Any] = wait_for(
-        lambda: (r := client.get(f"/v1/runs/{run_id}").json())["status"]
-        in ("completed", "failed", "cancelled") and r, timeout, what=f"run {run_id} to finish")
+        lambda: (
+            (r := client.get(f"/v1/runs/{run_id}").json())["status"]
+            in ("completed", "failed", "cancelled")
+            and r
+        ),
+        timeout,
+        what=f"run {run_id} to finish",
+    )
     return done
 
 
@@ -32,18 +40,37 @@ def test_each_helper_kind_completes_with_its_structured_result(
     prod_rt: Runtime, workers: WorkerProcs
 ) -> None:
     workers.start("alpha")
-    classify = {"kind": "classify", "categories": CATEGORIES,
-                "model": _scripted('{"category": "travel", "reason": "a train"}')}
-    extract = {"kind": "extract", "model": _scripted('Sure: {city: "Rome", days: "2"}'),
-               "fields": [{"name": "city", "type": "string", "required": True},
-                          {"name": "days", "type": "integer"},
-                          {"name": "budget", "type": "number", "required": True, "default": 0}]}
-    expand = {"kind": "expand_query", "keep": 2, "model": _scripted(json.dumps(
-        ["train tickets Rome", "book train to Rome", "Rome rail timetable", "Book a train"]))}
+    classify = {
+        "kind": "classify",
+        "categories": CATEGORIES,
+        "model": _scripted('{"category": "travel", "reason": "a train"}'),
+    }
+    extract = {
+        "kind": "extract",
+        "model": _scripted('Sure: {city: "Rome", days: "2"}'),
+        "fields": [
+            {"name": "city", "type": "string", "required": True},
+            {"name": "days", "type": "integer"},
+            {"name": "budget", "type": "number", "required": True, "default": 0},
+        ],
+    }
+    expand = {
+        "kind": "expand_query",
+        "keep": 2,
+        "model": _scripted(
+            json.dumps(
+                ["train tickets Rome", "book train to Rome", "Rome rail timetable", "Book a train"]
+            )
+        ),
+    }
     with TestClient(create_app(lambda: prod_rt)) as client:
         specs = {"classify": classify, "extract": extract, "expand_query": expand}
-        ids = {kind: client.post("/v1/runs", json={"agent": spec, "input": "Book a train"})
-               .json()["id"] for kind, spec in specs.items()}
+        ids = {
+            kind: client.post("/v1/runs", json={"agent": spec, "input": "Book a train"}).json()[
+                "id"
+            ]
+            for kind, spec in specs.items()
+        }
         runs = {kind: _finish(client, run_id) for kind, run_id in ids.items()}
     assert {k: r["status"] for k, r in runs.items()} == dict.fromkeys(ids, "completed")
     # SPEC H-1: {category, reason?}
@@ -57,4 +84,3 @@ def test_each_helper_kind_completes_with_its_structured_result(
     assert queries[0] == "Book a train" and len(queries) == 3
     assert all(r["result"]["text"] for r in runs.values())
     assert all(r["round"] == 1 and r["usage"]["output_tokens"] > 0 for r in runs.values())
-

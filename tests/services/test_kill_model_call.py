@@ -1,4 +1,4 @@
-"""A worker SIGKILLed mid model call (issue Crash safety, acceptance 3): the round re-runs
+"""A worker SIGKILLed mid model call: the round re-runs
 (a second model request) but commits once; the usage table bills both calls honestly."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from scheduler.api import create_app
+from scheduler.app import create_app
 from scheduler.embedded import ReaperLoop
 from shared.engine.runtime import Runtime
 from shared.store.tables import messages, usage

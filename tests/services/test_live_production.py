@@ -1,4 +1,4 @@
-"""Live events and webhooks in production mode (issue #9): PostgreSQL, Redis (broker and live
+"""Live events and webhooks in production mode: PostgreSQL, Redis (broker and live
 bus), two real `celery worker` processes, the API under uvicorn in this process. Deltas and
 wakes cross processes on Redis pub/sub; webhooks are sent by the workers."""
 
@@ -16,6 +16,7 @@ from standardwebhooks import Webhook
 from shared.engine.livebus import RedisBus
 from shared.engine.reaper import reap
 from shared.engine.runtime import Runtime
+from shared.isotime import epoch
 from shared.llm.fake_server import FakeLLMServer, ReplySpec
 from shared.store import deliveries, repo
 from tests.engine.helpers import agent, call
@@ -29,8 +30,12 @@ SECRET = "whsec_" + base64.b64encode(b"production-webhook-secret-012345").decode
 @pytest.fixture
 def live_rt(prod_rt: Runtime, redis_url: str) -> Runtime:
     """The production runtime with the Redis live bus, as ``treadle api`` has it."""
-    return Runtime(engine=prod_rt.engine, settings=prod_rt.settings, publish=prod_rt.publish,
-                   live=RedisBus(redis_url))
+    return Runtime(
+        engine=prod_rt.engine,
+        settings=prod_rt.settings,
+        publish=prod_rt.publish,
+        live=RedisBus(redis_url),
+    )
 
 
 @pytest.fixture
@@ -55,16 +60,20 @@ def test_sse_across_processes_reconnect_exactly_once(
     workers.start("alpha")
     workers.start("beta")
     replies: list[dict[str, Any]] = [
-        {"sleep": 0.2, "tool_calls": [call("sleepy", {"seconds": 0.1}, f"r{r}s{i}")
-                                      for i in range(3)]} for r in range(3)]
+        {
+            "sleep": 0.2,
+            "tool_calls": [call("sleepy", {"seconds": 0.1}, f"r{r}s{i}") for i in range(3)],
+        }
+        for r in range(3)
+    ]
     spec = agent([*replies, {"sleep": 0.2, "text": "done"}], tools=["sleepy"], parallel_tools=3)
-    run_id = _submit(api, {"agent": spec.model_dump(mode="json", exclude_none=True),
-                           "input": "go"})
+    run_id = _submit(api, {"agent": spec.model_dump(mode="json", exclude_none=True), "input": "go"})
     url = f"{api}/v1/runs/{run_id}/events"
     seen: list[Frame] = []
     for _ in range(4):
-        frames, status = read_sse(url, last_event_id=seen[-1].id if seen else None,
-                                  stop=lambda fs: len(_durable(fs)) >= 4)
+        frames, status = read_sse(
+            url, last_event_id=seen[-1].id if seen else None, stop=lambda fs: len(_durable(fs)) >= 4
+        )
         assert status == 200
         seen += _durable(frames)
         time.sleep(0.2)
@@ -82,8 +91,13 @@ def test_deltas_cross_processes_while_the_model_streams(
 ) -> None:
     workers.start("alpha")
     with FakeLLMServer() as llm:
-        llm.enqueue(ReplySpec(text="".join(f"w{i} " for i in range(30)), chunk_latency=0.05,
-                              first_byte_latency=0.5))
+        llm.enqueue(
+            ReplySpec(
+                text="".join(f"w{i} " for i in range(30)),
+                chunk_latency=0.05,
+                first_byte_latency=0.5,
+            )
+        )
         model = {"provider": "openai", "base_url": llm.base_url, "model": "m"}
         run_id = _submit(api, {"agent": {"kind": "chat", "model": model}, "input": "hi"})
         frames, _ = read_sse(f"{api}/v1/runs/{run_id}/events")
@@ -91,7 +105,11 @@ def test_deltas_cross_processes_while_the_model_streams(
     done = next(f for f in frames if f.event == "run.completed")
     assert len(deltas) >= 20 and done.at - deltas[0].at > 0.8
     connected = frames[0].at
-    lags = [(f.at - f.data["ts"]) * 1000 for f in _durable(frames) if f.data["ts"] > connected]
+    lags = [
+        (f.at - epoch(f.data["ts"])) * 1000
+        for f in _durable(frames)
+        if epoch(f.data["ts"]) > connected
+    ]
     assert lags and max(lags) < 500, lags
 
 
@@ -99,17 +117,27 @@ def test_webhook_from_a_worker_fails_twice_then_succeeds(
     live_rt: Runtime, workers: WorkerProcs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     receiver = Receiver(statuses=[500, 502]).start()
-    workers.env.update({"TREADLE_ALLOW_HOSTS": "127.0.0.1", "TREADLE_WEBHOOK_RETRY_BASE": "0.2",
-                        "WH_SECRET": SECRET})
+    workers.env.update(
+        {
+            "TREADLE_ALLOW_HOSTS": "127.0.0.1",
+            "TREADLE_WEBHOOK_RETRY_BASE": "0.2",
+            "WH_SECRET": SECRET,
+        }
+    )
     workers.start("alpha")
     try:
         spec = {"kind": "chat", "model": {"provider": "scripted", "replies": [{"text": "ok"}]}}
         from shared.agent.spec import AgentSpec, WebhookSpec
         from shared.engine import commands
 
-        row, _ = commands.submit_run(live_rt, commands.RunInput(
-            agent=AgentSpec.model_validate(spec), input="hi",
-            webhook=WebhookSpec(url=receiver.url, secret_env="WH_SECRET")))
+        row, _ = commands.submit_run(
+            live_rt,
+            commands.RunInput(
+                agent=AgentSpec.model_validate(spec),
+                input="hi",
+                webhook=WebhookSpec(url=receiver.url, secret_env="WH_SECRET"),
+            ),
+        )
 
         def delivered() -> bool:
             reap(live_rt)  # the beat's job: re-send webhook rows that are due

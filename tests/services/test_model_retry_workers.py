@@ -1,10 +1,10 @@
-"""Transient model errors retried by the real Celery round task (SPEC M-8, issue Model client)."""
+"""Transient model errors retried by the real Celery round task (SPEC M-8)."""
 
 from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from scheduler.api import create_app
+from scheduler.app import create_app
 from shared.engine.runtime import Runtime
 from shared.llm.fake_server import FakeLLMServer, ReplySpec
 from tests.support import WorkerProcs, wait_for

@@ -1,5 +1,5 @@
 """Planning agent through real workers: a pause holds nothing, survives a restart of every
-worker, and an answer resumes the same message chain (issue Planning agent, acceptance 2, 3)."""
+worker, and an answer resumes the same message chain."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from typing import Any
 import redis
 from fastapi.testclient import TestClient
 
-from scheduler.api import create_app
+from scheduler.app import create_app
 from shared.engine.runtime import Runtime
 from shared.llm.fake_server import FakeLLMServer, ReplySpec
+from shared.priorities import queue_keys
 from tests.support import WorkerProcs, wait_for
 
 ASK = {
@@ -58,9 +59,9 @@ def _queued(rt: Runtime) -> int:
     """Messages in the broker: queued, or delivered and not yet acknowledged."""
     r = redis.Redis.from_url(rt.settings.broker_url)
     p = rt.settings.broker_prefix
-    return sum(int(r.llen(f"{p}{q}")) for q in ("treadle.rounds", "treadle.tools")) + int(
-        r.hlen(f"{p}unacked")
-    )
+    return sum(
+        int(r.llen(f"{p}{k}")) for q in ("treadle.rounds", "treadle.tools") for k in queue_keys(q)
+    ) + int(r.hlen(f"{p}unacked"))
 
 
 def _active_tasks(prod_rt: Runtime) -> int:

@@ -1,5 +1,5 @@
 """Production mode: Redis broker, PostgreSQL, the API in-process, two `celery worker`
-processes (issue Foundation, acceptance 3 and 4)."""
+processes."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from pathlib import Path
 import redis
 from fastapi.testclient import TestClient
 
-from scheduler.api import create_app
+from scheduler.app import create_app
 from shared.engine.runtime import Runtime
+from shared.names import ROUND_TASK, ROUNDS_QUEUE
+from shared.priorities import queue_keys
+from shared.wiring import task_args
 from tests.support import WorkerProcs, model_calls, wait_for
-from worker.runtime import task_args
 
 CHAT = {"kind": "chat", "model": {"provider": "scripted", "replies": [{"text": "done"}]}}
 SLOW = {
@@ -55,13 +57,13 @@ def test_duplicate_delivery_executes_round_once(
     prod_rt.publish = lambda items: (captured.extend(items), real_publish(items))  # type: ignore[assignment]
     with TestClient(create_app(lambda: prod_rt)) as client:
         run = client.post("/v1/runs", json={"agent": SLOW, "input": "hi"}).json()
-        ((outbox_id, kind, payload),) = captured
+        (dispatch,) = captured
         celery_app = real_publish.app  # type: ignore[attr-defined]
         for _ in range(2):  # the same message twice more, while the first is in flight
-            celery_app.send_task("treadle.round", args=task_args(kind, payload, outbox_id))
+            celery_app.send_task(ROUND_TASK, args=task_args(dispatch))
         wait_for(lambda: client.get(f"/v1/runs/{run['id']}").json()["status"] == "completed", 30)
         # and once more after it committed
-        celery_app.send_task("treadle.round", args=task_args(kind, payload, outbox_id))
+        celery_app.send_task(ROUND_TASK, args=task_args(dispatch))
         time.sleep(1.5)  # give the duplicate time to be consumed (and dropped)
         msgs = client.get(f"/v1/runs/{run['id']}/messages").json()["messages"]
     assert len(model_calls(call_log)) == 1
@@ -76,8 +78,8 @@ def test_cancelled_runs_queued_round_does_nothing(
         assert client.post(f"/v1/runs/{run['id']}/cancel").json()["status"] == "cancelled"
         workers.start("alpha")  # the round message was queued before the cancel
         r = redis.Redis.from_url(prod_rt.settings.broker_url)
-        queue = f"{prod_rt.settings.broker_prefix}treadle.rounds"
-        wait_for(lambda: r.llen(queue) == 0, 20, what="queue drained")
+        keys = [f"{prod_rt.settings.broker_prefix}{k}" for k in queue_keys(ROUNDS_QUEUE)]
+        wait_for(lambda: sum(r.llen(k) for k in keys) == 0, 20, what="queue drained")
         time.sleep(1.0)
         assert client.get(f"/v1/runs/{run['id']}").json()["status"] == "cancelled"
     assert model_calls(call_log) == []

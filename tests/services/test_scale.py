@@ -1,5 +1,5 @@
 """Scale: 3 worker processes, 300 runs of 5 rounds against the fake server with 200 ms model
-latency: all complete, work spread over every worker (issue Operations, acceptance 2)."""
+latency: all complete, work spread over every worker."""
 
 from __future__ import annotations
 

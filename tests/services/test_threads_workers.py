@@ -1,4 +1,4 @@
-"""Threads through real Celery workers on Redis + PostgreSQL (DESIGN §7): history across
+"""Threads through real Celery workers on Redis + PostgreSQL: history across
 runs, one active run per thread, and the multitask policies under concurrent submits (the
 thread row lock serializes admission and release; lock order thread → runs, no deadlock)."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from scheduler.api import create_app
+from scheduler.app import create_app
 from shared.agent.spec import AgentSpec
 from shared.engine import commands, threads
 from shared.engine.runtime import Runtime
@@ -19,8 +19,10 @@ from shared.store import repo
 from shared.store import threads as thread_store
 from tests.support import WorkerProcs, wait_for
 
-CATEGORIES = [{"key": "weather", "description": "questions about weather"},
-              {"key": "other", "description": "anything else"}]
+CATEGORIES = [
+    {"key": "weather", "description": "questions about weather"},
+    {"key": "other", "description": "anything else"},
+]
 FINAL = {"completed", "failed", "cancelled"}
 
 
@@ -31,7 +33,9 @@ def _scripted(*texts: str, sleep: float = 0.0) -> dict[str, Any]:
 def _finish(client: TestClient, run_id: str, timeout: float = 30) -> dict[str, Any]:
     done: dict[str, Any] = wait_for(
         lambda: (r := client.get(f"/v1/runs/{run_id}").json())["status"] in FINAL and r,
-        timeout, what=f"run {run_id} to finish")
+        timeout,
+        what=f"run {run_id} to finish",
+    )
     return done
 
 
@@ -43,8 +47,12 @@ def test_a_thread_of_runs_through_real_workers(prod_rt: Runtime, workers: Worker
     chat = {"kind": "chat", "model": _scripted("answer")}
     with TestClient(create_app(lambda: prod_rt)) as client:
         tid = client.post("/v1/threads", json={}).json()["id"]
-        ids = [client.post("/v1/runs", json={"agent": chat, "input": f"q{i}",
-                                             "thread_id": tid}).json()["id"] for i in range(5)]
+        ids = [
+            client.post(
+                "/v1/runs", json={"agent": chat, "input": f"q{i}", "thread_id": tid}
+            ).json()["id"]
+            for i in range(5)
+        ]
         for run_id in ids:
             assert _finish(client, run_id)["status"] == "completed"
         for i, run_id in enumerate(ids):
@@ -53,8 +61,9 @@ def test_a_thread_of_runs_through_real_workers(prod_rt: Runtime, workers: Worker
             assert history == [x for j in range(i) for x in (f"q{j}", "answer")]
         classify = {"kind": "classify", "categories": CATEGORIES, "model": _scripted("weather")}
         for text in ("rain?", "and tomorrow?"):
-            run = client.post("/v1/runs", json={"agent": classify, "input": text,
-                                                "thread_id": tid}).json()
+            run = client.post(
+                "/v1/runs", json={"agent": classify, "input": text, "thread_id": tid}
+            ).json()
             assert _finish(client, run["id"])["result"]["category"] == "weather"
         thread = client.get(f"/v1/threads/{tid}").json()
     assert [r["status"] for r in thread["runs"]] == ["completed"] * 7
@@ -92,8 +101,9 @@ def test_concurrent_submits_keep_one_active_run_per_thread(
     def submit(job: tuple[str, AgentSpec, str]) -> str:
         tid, spec, text = job
         try:
-            row, _ = commands.submit_run(prod_rt, commands.RunInput(agent=spec, input=text,
-                                                                    thread_id=tid))
+            row, _ = commands.submit_run(
+                prod_rt, commands.RunInput(agent=spec, input=text, thread_id=tid)
+            )
         except Conflict:
             return "rejected"
         if rng.random() < 0.1:  # cancel some (held or active) at once

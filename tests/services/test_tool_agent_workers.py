@@ -1,11 +1,12 @@
-"""The tool agent through real Celery workers on Redis + PostgreSQL (issue Tool agent)."""
+"""The tool agent through real Celery workers on Redis + PostgreSQL."""
 
 from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from scheduler.api import create_app
+from scheduler.app import create_app
 from shared.engine.runtime import Runtime
+from shared.isotime import epoch
 from tests.support import WorkerProcs, wait_for
 
 TOOLS = ["echo", "boom", "sleepy"]
@@ -76,7 +77,7 @@ def _batch_wall(client: TestClient, parallel: int) -> float:
     run = client.post("/v1/runs", json={"agent": agent, "input": "go"}).json()
     _finish(client, run["id"])
     calls = client.get(f"/v1/runs/{run['id']}/tool-calls").json()["tool_calls"]
-    return max(c["finished_at"] for c in calls) - min(c["started_at"] for c in calls)
+    return max(epoch(c["finished_at"]) for c in calls) - min(epoch(c["started_at"]) for c in calls)
 
 
 def test_parallel_batch_runs_concurrently_serial_does_not(

@@ -100,6 +100,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._chunked([b"y" * 1024] * (int(q["n"]) // 1024), delay=0.0)
         elif seen.path == "/slow":
             self._chunked([b"z"] * 100, delay=float(q.get("delay", "0.2")))
+        elif seen.path == "/stop":
+            self._send(
+                200, b"done here", "text/plain", headers={"Treadle-Stop": q.get("value", "")}
+            )
         elif seen.path == "/binary":
             self._send(200, b"\x89PNG\r\n\x1a\n" + bytes(100), "image/png")
         elif seen.path == "/gzip":
@@ -114,9 +118,18 @@ class _Handler(BaseHTTPRequestHandler):
             }
             self._send(200, json.dumps(echo).encode(), "application/json")
 
-    def _send(self, code: int, body: bytes, ctype: str, gzip: bool = False) -> None:
+    def _send(
+        self,
+        code: int,
+        body: bytes,
+        ctype: str,
+        gzip: bool = False,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self.send_response(code)
         self.send_header("Content-Type", f"{ctype}; charset=utf-8")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         if gzip:
             self.send_header("Content-Encoding", "gzip")

@@ -1,16 +1,22 @@
-"""Inline HTTP tools (DESIGN §8) and the http_get built-in, against a real local server."""
+"""Inline HTTP tools (docs/api.md) and the http_get built-in, against a real local server."""
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
-from shared.agent.spec import InlineTool
-from shared.errors import SpecError, ToolError
+from shared.agent.spec import HttpToolSpec, InlineTool
+from shared.engine.runtime import Runtime
+from shared.engine.testing import StubBroker
+from shared.errors import CallCancelled, SpecError, ToolError
+from shared.llm.abort import Abort
 from shared.tools import HttpTool, InvalidToolArguments, ToolContext, fill_url, get
+from tests.engine.helpers import agent, call, model_rounds, run, submit, transcript
 
 from .conftest import LocalServer
 
@@ -153,8 +159,17 @@ def test_fill_url() -> None:
         "https://x.test/1%2F2/3",
         {"c": True},
     )
-    with pytest.raises(SpecError, match="absolute http"):
-        HttpTool(InlineTool.model_validate({"name": "t", "http": {"url": "/relative/{x}"}}))
+    with pytest.raises(ValidationError, match="http.url"):  # the spec's schema says so
+        InlineTool.model_validate({"name": "t", "http": {"url": "/relative/{x}"}})
+    with pytest.raises(SpecError, match="absolute http"):  # and the tool, for code that skips it
+        HttpTool(
+            InlineTool.model_construct(
+                name="t",
+                http=HttpToolSpec.model_construct(
+                    method="GET", url="/relative/{x}", headers_env={}, timeout_s=5.0
+                ),
+            )
+        )
 
 
 def test_http_get_fetches_text(server: LocalServer) -> None:
@@ -182,3 +197,57 @@ def test_http_get_limits(server: LocalServer) -> None:
     assert binary.text == "(binary content: image/png, 108 bytes; not shown)"
     with pytest.raises(InvalidToolArguments, match="url: Field required"):
         http_get.execute({}, context(server))
+
+
+@pytest.mark.parametrize(
+    ("value", "stop"), [("true", True), ("TRUE", True), ("1", True), ("false", False), ("", False)]
+)
+def test_treadle_stop_header_ends_the_run(server: LocalServer, value: str, stop: bool) -> None:
+    # SPEC L-6: a stop signal from an HTTP tool, as a plugin tool's ToolResult(stop=True)
+    remote = make_tool(server, "GET", f"/stop?value={value}", read_only=True)
+    result = remote.execute({"id": "1"}, context(server))
+    assert (result.text, result.stop) == ("done here", stop)
+
+
+def test_no_stop_without_the_header(server: LocalServer) -> None:
+    remote = make_tool(server, "GET", "/items/{id}", read_only=True)
+    assert remote.execute({"id": "1"}, context(server)).stop is False
+
+
+@pytest.mark.parametrize("path", ["/slow?id={id}&delay=0.5", "/slow?id={id}&delay=20"])
+def test_an_abort_ends_the_request_at_once(server: LocalServer, path: str) -> None:
+    """The engine cancels a timed-out or cancelled call: the socket is shut, not abandoned
+    (a trickle, and a server silent before its first byte of body)."""
+    remote = make_tool(server, "GET", path, timeout_s=60, read_only=True)
+    abort = Abort()
+    threading.Timer(0.6, abort.cancel).start()
+    started = time.monotonic()
+    with pytest.raises(CallCancelled):
+        remote.execute({"id": "1"}, context(server, abort=abort))
+    assert time.monotonic() - started < 0.6 + 0.6
+
+
+def test_an_http_tool_answering_treadle_stop_ends_the_run(
+    sqlite_rt: Runtime, stub: StubBroker, server: LocalServer
+) -> None:
+    # SPEC L-6 over HTTP: Treadle-Stop: true on a 2xx ends the loop after this round's calls
+    settings = sqlite_rt.settings.model_copy(update={"allow_hosts": "127.0.0.1"})
+    rt = Runtime(engine=sqlite_rt.engine, settings=settings, publish=sqlite_rt.publish)
+    finish = {
+        "name": "finish_up",
+        "description": "Hand the work over; the run ends.",
+        "read_only": True,
+        "parameters": {"type": "object", "properties": {}},
+        "http": {"method": "GET", "url": server.url("/stop?value=true")},
+    }
+    spec = agent(
+        [{"tool_calls": [call("finish_up", {}, "f1")]}, {"text": "never asked"}],
+        tools=[finish],
+    )
+    run_id = submit(rt, spec)
+    stub.drain(rt)
+    r = run(rt, run_id)
+    assert (r["status"], r["stop_reason"]) == ("completed", "stop_tool")
+    assert model_rounds(rt, run_id) == 1  # exactly one model call
+    tools = [x[1] for x in transcript(rt, run_id) if x[0] == "tool"]
+    assert tools == ["done here"]

@@ -60,7 +60,7 @@ def test_raw_json_text_is_parsed() -> None:
 
 
 def test_legacy_single_question_form_is_converted() -> None:
-    # SPEC A-1: the seed's {question, options: [2-5 strings]}
+    # SPEC A-1: the older single-question form {question, options: [2-5 strings]}
     ask = parse_ask(
         {
             "question": " Which mod loader? ",

@@ -15,25 +15,39 @@ from shared.agent.state import LoopState
 from shared.agent.step import step
 from shared.agent.thread import thread_history
 
-CATEGORIES = [{"key": "weather", "description": "questions about weather"},
-              {"key": "other", "description": "anything else"}]
-FIELDS = [{"name": "city", "type": "string", "required": True},
-          {"name": "days", "type": "integer"}]
+CATEGORIES = [
+    {"key": "weather", "description": "questions about weather"},
+    {"key": "other", "description": "anything else"},
+]
+FIELDS = [{"name": "city", "type": "string", "required": True}, {"name": "days", "type": "integer"}]
 
 
 def _spec(kind: str = "chat", **kw: Any) -> AgentSpec:
     return AgentSpec.model_validate({"kind": kind, "model": "demo", **kw})
 
 
-def _plan(spec: AgentSpec, messages: list[Message], profile: ModelProfile | None = None,
-          **inputs: Any) -> Any:
-    return plan_request(spec, profile=profile or ModelProfile(name="p"), state=LoopState(),
-                        messages=messages, catalog={}, plan=None, inputs=inputs)
+def _plan(
+    spec: AgentSpec, messages: list[Message], profile: ModelProfile | None = None, **inputs: Any
+) -> Any:
+    return plan_request(
+        spec,
+        profile=profile or ModelProfile(name="p"),
+        state=LoopState(),
+        messages=messages,
+        catalog={},
+        plan=None,
+        inputs=inputs,
+    )
 
 
 def _turns(n: int, size: int = 200) -> list[Message]:
-    runs = [[Message(role="user", content=f"q{i} " + "x" * size),
-             Message(role="assistant", content=f"a{i} " + "y" * size)] for i in range(1, n + 1)]
+    runs = [
+        [
+            Message(role="user", content=f"q{i} " + "x" * size),
+            Message(role="assistant", content=f"a{i} " + "y" * size),
+        ]
+        for i in range(1, n + 1)
+    ]
     return thread_history(runs)
 
 
@@ -44,8 +58,12 @@ def test_chat_request_joins_system_parts_and_quotes() -> None:
     # SPEC C-1, C-2: profile prompt, agent prompt, quote prompt; quotes in the system prompt
     spec = _spec(system_prompt="Be brief.")
     profile = ModelProfile(name="p", default_system_prompt="House rules.")
-    req = _plan(spec, [Message(role="user", content="Q?")], profile,
-                quotes=[{"q": "Paris is the capital.", "a": "", "source": "wiki"}])
+    req = _plan(
+        spec,
+        [Message(role="user", content="Q?")],
+        profile,
+        quotes=[{"q": "Paris is the capital.", "a": "", "source": "wiki"}],
+    )
     system = req.messages[0].text
     assert system.startswith("House rules." + SYSTEM_PROMPT_SEPARATOR + "Be brief.")
     assert "Paris is the capital." in system
@@ -54,8 +72,11 @@ def test_chat_request_joins_system_parts_and_quotes() -> None:
 
 def test_chat_user_role_quotes_go_into_the_question() -> None:
     # SPEC C-2: quote_role user → quotes and question in the user message
-    req = _plan(_spec(quote_role="user"), [Message(role="user", content="Q?")],
-                quotes=[{"q": "fact one"}, {"q": "fact two"}])
+    req = _plan(
+        _spec(quote_role="user"),
+        [Message(role="user", content="Q?")],
+        quotes=[{"q": "fact one"}, {"q": "fact two"}],
+    )
     assert "fact one\n------\nfact two" in req.messages[-1].text
     assert 'Question: """Q?"""' in req.messages[-1].text
 
@@ -72,8 +93,9 @@ def test_chat_thread_history_comes_before_the_question() -> None:
 def test_chat_small_window_drops_the_oldest_turns_first() -> None:
     # SPEC C-3: groups kept newest first while they fit; system and the question always kept
     profile = ModelProfile(name="p", context_window=500, max_tokens=100)
-    req = _plan(_spec(system_prompt="S"), [*_turns(5), Message(role="user", content="now")],
-                profile)
+    req = _plan(
+        _spec(system_prompt="S"), [*_turns(5), Message(role="user", content="now")], profile
+    )
     firsts = [m.text.split()[0] for m in req.messages]
     assert firsts[0] == "S" and firsts[-1] == "now"
     kept = [f for f in firsts if f.startswith("q")]
@@ -84,8 +106,11 @@ def test_chat_small_window_drops_the_oldest_turns_first() -> None:
 def test_helper_history_is_trimmed_too() -> None:
     # SPEC C-3 applies to helper requests as well
     profile = ModelProfile(name="p", context_window=500, max_tokens=100)
-    req = _plan(_spec("classify", categories=CATEGORIES),
-                [*_turns(5), Message(role="user", content="rain?")], profile)
+    req = _plan(
+        _spec("classify", categories=CATEGORIES),
+        [*_turns(5), Message(role="user", content="rain?")],
+        profile,
+    )
     firsts = [m.text.split()[0] for m in req.messages if m.role != "system"]
     assert firsts[-1] == "rain?" and "q1" not in firsts
 
@@ -120,8 +145,11 @@ def test_chat_answer_is_the_run_text() -> None:
 def test_classify_previous_result_on_the_thread_is_context() -> None:
     # SPEC H-1: the previous result on the same thread is given as context
     spec = _spec("classify", categories=CATEGORIES)
-    req = _plan(spec, [Message(role="user", content="and tomorrow?")],
-                last_result={"text": "weather", "category": "weather"})
+    req = _plan(
+        spec,
+        [Message(role="user", content="and tomorrow?")],
+        last_result={"text": "weather", "category": "weather"},
+    )
     assert "classified as: weather" in req.messages[0].text
     fresh = _plan(spec, [Message(role="user", content="and tomorrow?")])
     assert "Previous result" not in fresh.messages[0].text
@@ -153,8 +181,11 @@ def test_extract_response_format_only_where_the_profile_supports_it() -> None:
 
 def test_extract_previous_fields_are_context() -> None:
     # SPEC H-1 applied to extract: the previous result on the thread
-    req = _plan(_spec("extract", fields=FIELDS), [Message(role="user", content="make it 4")],
-                last_result={"fields": {"city": "Oslo", "days": 3}, "success": True})
+    req = _plan(
+        _spec("extract", fields=FIELDS),
+        [Message(role="user", content="make it 4")],
+        last_result={"fields": {"city": "Oslo", "days": 3}, "success": True},
+    )
     assert '"city": "Oslo"' in req.messages[0].text
 
 
@@ -162,8 +193,10 @@ def test_extract_step_result_never_raises() -> None:
     # SPEC H-2
     spec = _spec("extract", fields=FIELDS)
     d = step(spec, LoopState(), Reply(text='Sure: {city: "Oslo", days: "3"}'), {}).decision
-    assert isinstance(d, Finish) and d.result == {"fields": {"city": "Oslo", "days": 3},
-                                                  "success": True}
+    assert isinstance(d, Finish) and d.result == {
+        "fields": {"city": "Oslo", "days": 3},
+        "success": True,
+    }
     d = step(spec, LoopState(), Reply(text="garbage"), {}).decision
     assert isinstance(d, Finish) and d.result == {"fields": {}, "success": False}
 

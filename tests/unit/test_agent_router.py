@@ -15,7 +15,7 @@ RULES = [RESOLVE, SCAN, SEARCH]
 
 
 def test_specific_rule_before_general_one() -> None:
-    # SPEC N-1 / seed 003: "处理冲突" goes before the general "冲突"
+    # SPEC N-1: the specific "处理冲突" goes before the general "冲突"
     assert route("帮我处理一下模组冲突", RULES) is RESOLVE
     assert route("检查模组冲突", RULES) is SCAN
 

@@ -1,4 +1,4 @@
-"""A thread's earlier turns as a new run's history (DESIGN §7 threads; SPEC C-3, L-8)."""
+"""A thread's earlier turns as a new run's history (SPEC C-3, L-8)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,11 @@ def _answer(text: str) -> Message:
 def test_runs_in_order_and_marked_as_history() -> None:
     history = thread_history([[_user("q1"), _answer("a1")], [_user("q2"), _answer("a2")]])
     assert [(m.role, m.text) for m in history] == [
-        ("user", "q1"), ("assistant", "a1"), ("user", "q2"), ("assistant", "a2")]
+        ("user", "q1"),
+        ("assistant", "a1"),
+        ("user", "q2"),
+        ("assistant", "a2"),
+    ]
     assert {m.kind for m in history} == {HISTORY_KIND}
 
 
@@ -51,8 +55,11 @@ def test_dangling_tool_calls_are_dropped_pairs_kept() -> None:
 def test_tool_call_ids_pair_within_a_run() -> None:
     # the same id in two runs: a result in run 2 does not answer run 1's call
     first = [_user("q1"), Message(role="assistant", content="", tool_calls=(ToolCall("c1", "t"),))]
-    second = [_user("q2"), Message(role="assistant", content="", tool_calls=(ToolCall("c1", "t"),)),
-              Message(role="tool", content="r", tool_call_id="c1", name="t")]
+    second = [
+        _user("q2"),
+        Message(role="assistant", content="", tool_calls=(ToolCall("c1", "t"),)),
+        Message(role="tool", content="r", tool_call_id="c1", name="t"),
+    ]
     history = thread_history([first, second])
     assert history[1].tool_calls == () and history[3].tool_calls == (ToolCall("c1", "t"),)
 

@@ -1,4 +1,4 @@
-"""The knowledge base's pure text logic (issue #10): chunking with overlap, sources, queries,
+"""The knowledge base's pure text logic: chunking with overlap, sources, queries,
 rank fusion, the relevance filter's answer."""
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ def test_chunks_are_about_800_chars_with_overlap() -> None:
 def test_paragraphs_are_kept_whole_when_they_fit() -> None:
     text = "First paragraph about refunds.\n\nSecond paragraph about shipping.\n\n\nThird."
     assert chunk_text(text) == [
-        "First paragraph about refunds.\n\nSecond paragraph about shipping.\n\nThird."]
+        "First paragraph about refunds.\n\nSecond paragraph about shipping.\n\nThird."
+    ]
 
 
 def test_a_giant_word_run_is_cut_hard() -> None:
@@ -46,7 +47,9 @@ def test_a_giant_word_run_is_cut_hard() -> None:
 def test_sources_name_pdf_pages_and_markdown_headings() -> None:
     pdf = "--- page 1 ---\nIntro text.\n\n--- page 2 ---\nRefunds take 30 days."
     assert [(c.source, c.text) for c in chunk_document(pdf, "policy.pdf")] == [
-        ("policy.pdf, p. 1", "Intro text."), ("policy.pdf, p. 2", "Refunds take 30 days.")]
+        ("policy.pdf, p. 1", "Intro text."),
+        ("policy.pdf, p. 2", "Refunds take 30 days."),
+    ]
     md = "# Handbook\n\nWelcome.\n\n## Refunds\n\n" + SENTENCES
     sources = [c.source for c in chunk_document(md, "hb.md", markdown=True)]
     assert sources[0] == "hb.md › Handbook" and sources[-1] == "hb.md › Refunds"
@@ -87,5 +90,6 @@ def test_passages_for_the_model_and_as_quotes() -> None:
     hits = [{"text": "Refunds take 30 days.", "source": "policy.pdf, p. 2", "document": "p"}]
     assert format_passages(hits) == "[1] Source: policy.pdf, p. 2\nRefunds take 30 days."
     assert format_passages([]) == "No matching passages."
-    assert passage_quotes(hits) == [{"q": "Refunds take 30 days.", "a": "",
-                                     "source": "policy.pdf, p. 2"}]
+    assert passage_quotes(hits) == [
+        {"q": "Refunds take 30 days.", "a": "", "source": "policy.pdf, p. 2"}
+    ]

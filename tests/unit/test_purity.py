@@ -1,4 +1,4 @@
-"""SPEC/DESIGN §2: shared/agent is the pure core — no celery, sqlalchemy, httpx, redis."""
+"""The functional core: shared/agent is pure — no celery, sqlalchemy, httpx, redis."""
 
 from __future__ import annotations
 

@@ -1,0 +1,147 @@
+"""The floor plan as tests: imports point down only.
+
+``shared/`` (core → adapters → engine) is below ``worker/`` and ``scheduler/``; nothing in
+``shared/`` or ``worker/`` imports ``scheduler/``, and ``scheduler/`` never imports ``worker/``
+(it sends tasks by name). Inside ``scheduler/`` neither the modules nor the rooms (``cli``,
+``app``, ``interop``, ``http``, ``embedded``) form a cycle. The store imports nothing above
+it. Every import counts, lazy ones inside functions too: a lazy import hides a cycle, it does
+not remove it.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("shared", "worker", "scheduler")
+STORE_MAY_IMPORT = (
+    "shared.store",
+    "shared.agent",
+    "shared.config",
+    "shared.errors",
+    "shared.isotime",
+)
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _sources(package: str) -> Iterator[Path]:
+    yield from sorted((ROOT / package).rglob("*.py"))
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module a file imports (``from a.b import c`` counts as ``a.b`` and ``a.b.c``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}: relative import"
+            assert node.module is not None
+            names.add(node.module)
+            names |= {f"{node.module}.{a.name}" for a in node.names}
+    return names
+
+
+def _graph(package: str) -> dict[str, set[str]]:
+    """Module → the modules of ``package`` it imports."""
+    modules = {_module_name(p): p for p in _sources(package)}
+    return {
+        name: {m for m in _imports(path) if m in modules and m != name}
+        for name, path in modules.items()
+    }
+
+
+def _cycle(graph: Mapping[str, set[str]]) -> list[str] | None:
+    """A cycle of the graph as a path, or None (depth-first, three colours)."""
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)) is not None:
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)) is not None:
+            return found
+    return None
+
+
+def _offenders(package: str, forbidden: tuple[str, ...]) -> list[str]:
+    return [
+        f"{path.relative_to(ROOT)} imports {m}"
+        for path in _sources(package)
+        for m in sorted(_imports(path))
+        if m.split(".")[0] in forbidden
+    ]
+
+
+def test_nothing_below_imports_the_scheduler() -> None:
+    assert _offenders("shared", ("scheduler",)) == []
+    assert _offenders("worker", ("scheduler",)) == []
+
+
+def test_shared_never_imports_the_worker() -> None:
+    assert _offenders("shared", ("worker",)) == []
+
+
+def test_the_scheduler_never_imports_the_worker() -> None:
+    assert _offenders("scheduler", ("worker",)) == []
+
+
+def test_the_scheduler_modules_have_no_import_cycle() -> None:
+    assert _cycle(_graph("scheduler")) is None
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "scheduler"
+
+
+def test_the_scheduler_rooms_have_no_import_cycle() -> None:
+    rooms: dict[str, set[str]] = {}
+    for module, deps in _graph("scheduler").items():
+        rooms.setdefault(_room(module), set()).update(
+            _room(d) for d in deps if _room(d) != _room(module)
+        )
+    rooms.pop("scheduler", None)  # the package's own __init__ imports nothing
+    assert _cycle(rooms) is None, rooms
+
+
+def test_the_store_imports_nothing_above_it() -> None:
+    bad = [
+        f"{path.relative_to(ROOT)} imports {m}"
+        for path in _sources("shared/store")
+        for m in sorted(_imports(path))
+        if m.split(".")[0] in PACKAGES and not m.startswith(STORE_MAY_IMPORT)
+    ]
+    assert bad == []
+
+
+def test_the_store_loads_no_code_by_name() -> None:
+    """A renderer (or anything else) the store calls is handed to it, never imported from a
+    string found in a row."""
+    for path in _sources("shared/store"):
+        text = path.read_text(encoding="utf-8")
+        assert "import_module" not in text and "__import__" not in text, path
+
+
+def test_the_checks_see_a_violation() -> None:
+    """The helpers themselves: a cycle and an upward import are found."""
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+    assert "scheduler.http.auth" in _imports(ROOT / "scheduler" / "app.py")
