@@ -32,23 +32,24 @@ services:  ## PostgreSQL and Redis reachable (started when installed and down); 
 	@bash .ci/system-deps.sh
 
 test: install services  ## the whole suite
-	@$(BIN)/pytest -q -p no:cacheprovider
+	@$(BIN)/pytest -q -p no:cacheprovider --durations=25
 
 test-fast: install  ## without the real-service and end-to-end tests
 	@$(BIN)/pytest -q tests/unit tests/llm tests/tools tests/engine tests/api
 
-test-chaos: install services  ## the crash-safety storm alone (CHAOS_RUNS, CHAOS_KILLS, CHAOS_SEED)
+test-chaos: install services  ## the crash-safety storm alone (CHAOS_RUNS, CHAOS_KILLS, CHAOS_SEED, CHAOS_BROKERS=redis,rabbitmq)
 	@$(BIN)/pytest -q -s -p no:cacheprovider tests/chaos
 
 bench: install services  ## the benchmarks side by side with their floor: bench/results/latest.md
 	@$(BIN)/python -m bench.all
 
-lint: install
-	@$(BIN)/ruff check shared worker scheduler tests bench
-	@$(BIN)/mypy
+lint: install  ## the CI gates, in seconds: lint, format, strict types (shared, worker, scheduler)
+	@$(BIN)/ruff check .
+	@$(BIN)/ruff format --check .
+	@$(BIN)/mypy --strict
 
 typecheck: install
-	@$(BIN)/mypy
+	@$(BIN)/mypy --strict
 
 clean:
 	rm -rf .treadle .pytest_cache .mypy_cache .ruff_cache

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Make sure PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379) answer; start local servers
-# when they are installed and not running. Exit non-zero if a service stays down.
+# Make sure PostgreSQL (127.0.0.1:5432), Redis (127.0.0.1:6379) and RabbitMQ (127.0.0.1:5672)
+# answer; start local servers when they are installed and not running. Exit non-zero if a
+# service stays down.
 set -u
 up() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 wait_up() { for _ in $(seq 1 60); do up "$1" && return 0; sleep 0.5; done; return 1; }
@@ -24,5 +25,13 @@ if ! up 5432; then
   wait_up 5432 || { echo "services: PostgreSQL is not reachable on 127.0.0.1:5432"; status=1; }
 fi
 
-[ $status -eq 0 ] && echo "services: PostgreSQL and Redis are up"
+if ! up 5672; then
+  if command -v rabbitmq-server >/dev/null; then
+    echo "services: starting RabbitMQ"
+    rabbitmq-server -detached >/dev/null 2>&1 || true
+  fi
+  wait_up 5672 || { echo "services: RabbitMQ is not reachable on 127.0.0.1:5672"; status=1; }
+fi
+
+[ $status -eq 0 ] && echo "services: PostgreSQL, Redis and RabbitMQ are up"
 exit $status

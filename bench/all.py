@@ -17,13 +17,14 @@ import time
 
 from bench.common import PG_ADMIN, PY, REDIS_URL, RESULTS, ROOT, machine
 
-SCRIPTS = ["floor", "rounds", "throughput", "pause", "stream"]
+SCRIPTS = ["floor", "rounds", "throughput", "inflight", "pause", "stream"]
 
 
 def _out(cmd: list[str]) -> str:
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
-                              timeout=20).stdout.strip()
+        return subprocess.run(
+            cmd, capture_output=True, text=True, cwd=ROOT, timeout=20
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "?"
 
@@ -37,12 +38,12 @@ def _services() -> tuple[str, str]:
         eng = sa.create_engine(PG_ADMIN)
         with eng.connect() as conn:
             pg = str(conn.execute(sa.text("SHOW server_version")).scalar_one())
-            pg += ", max_connections " + str(conn.execute(sa.text("SHOW max_connections"))
-                                             .scalar_one())
+            pg += ", max_connections " + str(
+                conn.execute(sa.text("SHOW max_connections")).scalar_one()
+            )
         eng.dispose()
     with contextlib.suppress(Exception):
-        rv = str(redis.Redis.from_url(REDIS_URL, socket_timeout=5).info("server")
-                 ["redis_version"])
+        rv = str(redis.Redis.from_url(REDIS_URL, socket_timeout=5).info("server")["redis_version"])
     return pg, rv
 
 
@@ -103,15 +104,23 @@ def main(argv: list[str]) -> int:
         f"- **engine**: commit {commit}"
         + (" plus uncommitted changes in the working tree" if dirty else ""),
         f"- **command**: `{command}` — wall time {total / 60:.1f} min ("
-        + ", ".join(f"{n} {w:.0f} s" for n, w in walls.items()) + ")",
+        + ", ".join(f"{n} {w:.0f} s" for n, w in walls.items())
+        + ")",
     ]
     if failed:
         lines.append(f"- **failed**: {', '.join(failed)} (see their output above the tables)")
     if restarted:
-        lines.append(f"- **PostgreSQL was restarted** (by another suite's chaos test) during: "
-                     f"{', '.join(restarted)} — their figures include the outage")
-    lines += ["", "## Summary", "", "| bench | measure | value | target | verdict |",
-              "|---|---|---|---|---|"]
+        lines.append(
+            f"- **PostgreSQL was restarted** (by another suite's chaos test) during: "
+            f"{', '.join(restarted)} — their figures include the outage"
+        )
+    lines += [
+        "",
+        "## Summary",
+        "",
+        "| bench | measure | value | target | verdict |",
+        "|---|---|---|---|---|",
+    ]
     for name in names:
         with contextlib.suppress(OSError, ValueError):
             for row in json.loads((RESULTS / f"{name}.json.tmp").read_text()):

@@ -26,6 +26,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from shared.names import ROUNDS_QUEUE, TOOLS_QUEUE
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 PY = sys.executable
@@ -34,7 +36,7 @@ REDIS_URL = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379/0")
 TAG = uuid.uuid4().hex[:8]
 LOG_DIR = Path(tempfile.gettempdir()) / f"treadle-bench-{TAG}"
 CLK = os.sysconf("SC_CLK_TCK")
-QUEUES = "treadle.rounds,treadle.tools"
+QUEUES = f"{ROUNDS_QUEUE},{TOOLS_QUEUE}"
 TEXT_500 = ("The quick brown fox jumps over the lazy dog; " * 12)[:480]
 
 
@@ -100,8 +102,13 @@ class Section:
         return "\n".join(out)
 
 
-def emit(name: str, title: str, sections: list[Section], started: float,
-         headline: list[list[str]] | None = None) -> str:
+def emit(
+    name: str,
+    title: str,
+    sections: list[Section],
+    started: float,
+    headline: list[list[str]] | None = None,
+) -> str:
     """Print the script's tables; write them (``<name>.md.tmp``) and its headline rows
     (``<name>.json.tmp``: measure, value, target, verdict) for ``bench.all``."""
     wall = time.time() - started
@@ -170,16 +177,22 @@ def wal_lsn(conn: sa.Connection) -> int:
 def table_bytes(conn: sa.Connection, tables: Sequence[str]) -> dict[str, int]:
     """pg_total_relation_size (heap + TOAST + indexes) per table."""
     return {
-        t: int(conn.execute(sa.text("SELECT pg_total_relation_size(CAST(:t AS regclass))"),
-                            {"t": t}).scalar_one())
+        t: int(
+            conn.execute(
+                sa.text("SELECT pg_total_relation_size(CAST(:t AS regclass))"), {"t": t}
+            ).scalar_one()
+        )
         for t in tables
     }
 
 
 def pg_backend_cpu(conn: sa.Connection, dbname: str) -> dict[int, float]:
     """CPU seconds of each PostgreSQL backend connected to ``dbname``."""
-    pids = conn.execute(sa.text("SELECT pid FROM pg_stat_activity WHERE datname = :d"),
-                        {"d": dbname}).scalars().all()
+    pids = (
+        conn.execute(sa.text("SELECT pid FROM pg_stat_activity WHERE datname = :d"), {"d": dbname})
+        .scalars()
+        .all()
+    )
     return {int(p): proc_cpu(int(p)) for p in pids}
 
 
@@ -205,13 +218,14 @@ def redis_cleanup(prefix: str) -> int:
     r = redis_client()
     keys = list(r.scan_iter(match=f"{prefix}*", count=1000))
     for i in range(0, len(keys), 500):
-        r.delete(*keys[i:i + 500])
+        r.delete(*keys[i : i + 500])
     r.close()
     return len(keys)
 
 
-def queued_messages(prefix: str, queues: Sequence[str] = ("treadle.rounds", "treadle.tools")) -> \
-        dict[str, int]:
+def queued_messages(
+    prefix: str, queues: Sequence[str] = (ROUNDS_QUEUE, TOOLS_QUEUE)
+) -> dict[str, int]:
     """Messages in the broker for a prefix: ready in each queue, and delivered-but-unacked."""
     r = redis_client()
     out = {q: int(r.llen(f"{prefix}{q}")) for q in queues}
@@ -261,8 +275,14 @@ class Procs:
 
     def start(self, name: str, cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
         logf = open(LOG_DIR / f"{name}.log", "ab")  # noqa: SIM115 - lives with the process
-        proc = subprocess.Popen(cmd, env={**os.environ, **env}, cwd=ROOT, stdout=logf,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            env={**os.environ, **env},
+            cwd=ROOT,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.procs[name] = proc
         return proc
 
@@ -311,18 +331,38 @@ def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float
 
 
 def celery_worker_cmd(app: str, name: str, concurrency: int, queues: str) -> list[str]:
-    return [PY, "-m", "celery", "-A", app, "worker", "-P", "threads", "-c", str(concurrency),
-            "--without-mingle", "--without-gossip", "-Q", queues, "-n", f"{name}@%h",
-            "--loglevel=WARNING"]
+    return [
+        PY,
+        "-m",
+        "celery",
+        "-A",
+        app,
+        "worker",
+        "-P",
+        "threads",
+        "-c",
+        str(concurrency),
+        "--without-mingle",
+        "--without-gossip",
+        "-Q",
+        queues,
+        "-n",
+        f"{name}@%h",
+        "--loglevel=WARNING",
+    ]
 
 
 # --------------------------------------------------------------------------- the floor
 
 
 def floor_env(url: str, prefix: str, events: bool = False, preping: bool = False) -> dict[str, str]:
-    return {"BENCH_FLOOR_DB": url, "TREADLE_BROKER_URL": REDIS_URL,
-            "TREADLE_BROKER_PREFIX": prefix, "BENCH_FLOOR_EVENTS": "1" if events else "0",
-            "BENCH_FLOOR_PREPING": "1" if preping else "0"}
+    return {
+        "BENCH_FLOOR_DB": url,
+        "TREADLE_BROKER_URL": REDIS_URL,
+        "TREADLE_BROKER_PREFIX": prefix,
+        "BENCH_FLOOR_EVENTS": "1" if events else "0",
+        "BENCH_FLOOR_PREPING": "1" if preping else "0",
+    }
 
 
 FLOOR_DDL = [
@@ -348,16 +388,28 @@ class FloorResult:
 
 def merge(results: Sequence[FloorResult]) -> FloorResult:
     """Blocks of the same measurement, pooled (hops/s = all hops / all spans)."""
-    return FloorResult([x for r in results for x in r.hop_latencies],
-                       sum(r.hops for r in results), sum(r.span for r in results),
-                       sum(r.worker_cpu for r in results))
+    return FloorResult(
+        [x for r in results for x in r.hop_latencies],
+        sum(r.hops for r in results),
+        sum(r.span for r in results),
+        sum(r.worker_cpu for r in results),
+    )
 
 
 class Floor:
     """Floor worker processes on a scratch database, and chains of hops driven through them."""
 
-    def __init__(self, procs: Procs, url: str, prefix: str, *, workers: int = 1,
-                 concurrency: int = 8, events: bool = False, preping: bool = False) -> None:
+    def __init__(
+        self,
+        procs: Procs,
+        url: str,
+        prefix: str,
+        *,
+        workers: int = 1,
+        concurrency: int = 8,
+        events: bool = False,
+        preping: bool = False,
+    ) -> None:
         from bench.floorapp import QUEUE, make_app
 
         self.procs, self.url, self.prefix = procs, url, prefix
@@ -377,34 +429,50 @@ class Floor:
         """Start ``chains`` chains of ``hops`` hops; their chain ids."""
         with self.engine.begin() as conn:
             conn.execute(sa.text("LOCK TABLE floor_chain IN EXCLUSIVE MODE"))
-            first = int(conn.execute(sa.text(
-                "SELECT coalesce(max(id), -1) + 1 FROM floor_chain")).scalar_one())
+            first = int(
+                conn.execute(
+                    sa.text("SELECT coalesce(max(id), -1) + 1 FROM floor_chain")
+                ).scalar_one()
+            )
             ids = list(range(first, first + chains))
-            conn.execute(sa.text("INSERT INTO floor_chain (id, version) VALUES (:id, 0)"),
-                         [{"id": i} for i in ids])
+            conn.execute(
+                sa.text("INSERT INTO floor_chain (id, version) VALUES (:id, 0)"),
+                [{"id": i} for i in ids],
+            )
         for i in ids:
             self.app.send_task("bench.hop", args=[i, 0, hops - 1, sleep_even], queue=self.queue)
         return ids
 
-    def run(self, chains: int, hops: int, sleep_even: float = 0.0,
-            timeout: float = 300) -> FloorResult:
+    def run(
+        self, chains: int, hops: int, sleep_even: float = 0.0, timeout: float = 300
+    ) -> FloorResult:
         cpu0 = sum(proc_cpu(p) for p in self.pids())
         ids = self.launch(chains, hops, sleep_even)
         lo, hi = ids[0], ids[-1]
 
         def done() -> bool:
             with self.engine.connect() as conn:
-                n = conn.execute(sa.text("SELECT count(*) FROM floor_log WHERE chain BETWEEN "
-                                         ":lo AND :hi"), {"lo": lo, "hi": hi}).scalar_one()
+                n = conn.execute(
+                    sa.text("SELECT count(*) FROM floor_log WHERE chain BETWEEN :lo AND :hi"),
+                    {"lo": lo, "hi": hi},
+                ).scalar_one()
             return int(n) >= chains * hops
 
-        wait_for(done, min(timeout, 30 + chains * hops * (0.3 + sleep_even)),
-                 f"{chains} floor chains of {hops} hops", interval=0.1)
+        wait_for(
+            done,
+            min(timeout, 30 + chains * hops * (0.3 + sleep_even)),
+            f"{chains} floor chains of {hops} hops",
+            interval=0.1,
+        )
         cpu = sum(proc_cpu(p) for p in self.pids()) - cpu0
         with self.engine.connect() as conn:
-            rows = conn.execute(sa.text("SELECT chain, hop, started_at FROM floor_log WHERE "
-                                        "chain BETWEEN :lo AND :hi ORDER BY chain, hop"),
-                                {"lo": lo, "hi": hi}).all()
+            rows = conn.execute(
+                sa.text(
+                    "SELECT chain, hop, started_at FROM floor_log WHERE "
+                    "chain BETWEEN :lo AND :hi ORDER BY chain, hop"
+                ),
+                {"lo": lo, "hi": hi},
+            ).all()
         lat: list[float] = []
         starts = [r[2] for r in rows]
         for a, b in zip(rows, rows[1:], strict=False):
@@ -426,20 +494,34 @@ class Floor:
 
 
 def treadle_env(url: str, prefix: str, **extra: str) -> dict[str, str]:
-    return {"TREADLE_DATABASE_URL": url, "TREADLE_BROKER_URL": REDIS_URL,
-            "TREADLE_BROKER_PREFIX": prefix, "TREADLE_PLUGINS": "bench.plugins",
-            "TREADLE_LOG_LEVEL": "WARNING", **extra}
+    return {
+        "TREADLE_DATABASE_URL": url,
+        "TREADLE_BROKER_URL": REDIS_URL,
+        "TREADLE_BROKER_PREFIX": prefix,
+        "TREADLE_PLUGINS": "bench.plugins",
+        "TREADLE_LOG_LEVEL": "WARNING",
+        "TREADLE_ALLOW_TEST_MODELS": "true",  # the benchmarks' agents use the scripted model
+        **extra,
+    }
 
 
-def start_treadle_workers(procs: Procs, env: dict[str, str], n: int, concurrency: int,
-                          tag: str = "tw", metrics_ports: Sequence[int] = ()) -> list[str]:
+def start_treadle_workers(
+    procs: Procs,
+    env: dict[str, str],
+    n: int,
+    concurrency: int,
+    tag: str = "tw",
+    metrics_ports: Sequence[int] = (),
+) -> list[str]:
     """``n`` worker processes; with ``metrics_ports``, each serves /metrics on its port."""
     names = [f"{tag}{i + 1}-{uuid.uuid4().hex[:4]}" for i in range(n)]
     for i, name in enumerate(names):
-        extra = ({"TREADLE_WORKER_METRICS_PORT": str(metrics_ports[i])}
-                 if i < len(metrics_ports) else {})
-        procs.start(name, celery_worker_cmd("worker.app", name, concurrency, QUEUES),
-                    {**env, **extra})
+        extra = (
+            {"TREADLE_WORKER_METRICS_PORT": str(metrics_ports[i])} if i < len(metrics_ports) else {}
+        )
+        procs.start(
+            name, celery_worker_cmd("worker.app", name, concurrency, QUEUES), {**env, **extra}
+        )
     return names
 
 
@@ -472,16 +554,20 @@ def treadle_runtime(url: str, prefix: str, pool_size: int = 10) -> Any:
     """A driver-side Runtime: submits and answers through the engine's commands and publishes
     to the Redis broker, like the API does."""
     import bench.plugins  # noqa: F401  (the bench tools must be known where runs are submitted)
+    from shared.celery_app import make_app
     from shared.config import Settings
     from shared.engine.runtime import Runtime
     from shared.store.db import make_engine
-    from worker.app import make_app
-    from worker.runtime import CeleryPublisher
+    from shared.wiring import CeleryPublisher
 
-    settings = Settings(database_url=url, broker_url=REDIS_URL, broker_prefix=prefix,
-                        plugins="bench.plugins")
-    return Runtime(engine=make_engine(url, pool_size=pool_size), settings=settings,
-                   publish=CeleryPublisher(make_app(settings)))
+    settings = Settings(
+        database_url=url, broker_url=REDIS_URL, broker_prefix=prefix, plugins="bench.plugins"
+    )
+    return Runtime(
+        engine=make_engine(url, pool_size=pool_size),
+        settings=settings,
+        publish=CeleryPublisher(make_app(settings)),
+    )
 
 
 def close_runtime(rt: Any) -> None:
@@ -507,27 +593,32 @@ def submit(rt: Any, agent: dict[str, Any], text: str = "go") -> str:
     from shared.agent.spec import AgentSpec
     from shared.engine.commands import RunInput, submit_run
 
-    row, _ = retrying(submit_run, rt, RunInput(agent=AgentSpec.model_validate(agent),
-                                                input=text))
+    row, _ = retrying(submit_run, rt, RunInput(agent=AgentSpec.model_validate(agent), input=text))
     return str(row["id"])
 
 
-def tool_agent(rounds: int, sleep: float = 0.0, name: str = "scripted",
-               text: str = TEXT_500) -> dict[str, Any]:
+def tool_agent(
+    rounds: int, sleep: float = 0.0, name: str = "scripted", text: str = TEXT_500
+) -> dict[str, Any]:
     """A tool agent on the scripted model: reply k is one ``bench_echo`` call (id ``call_k``)
     with a ~500-char argument (assistant and tool messages ~500 chars), after ``sleep``
     seconds; the run ends on ``max_rounds`` after ``rounds`` tool rounds (that last round
     makes no model call). The spec holds one reply per round (~0.6 KB each)."""
     replies: list[dict[str, Any]] = []
     for k in range(rounds):
-        reply: dict[str, Any] = {"tool_calls": [{"id": f"call_{k}", "name": "bench_echo",
-                                                 "arguments": {"text": text}}]}
+        reply: dict[str, Any] = {
+            "tool_calls": [{"id": f"call_{k}", "name": "bench_echo", "arguments": {"text": text}}]
+        }
         if sleep:
             reply["sleep"] = sleep
         replies.append(reply)
-    return {"kind": "agent", "tools": ["bench_echo"], "max_rounds": rounds,
-            "force_answer_after": 10_000,
-            "model": {"provider": "scripted", "name": name, "replies": replies}}
+    return {
+        "kind": "agent",
+        "tools": ["bench_echo"],
+        "max_rounds": rounds,
+        "force_answer_after": 10_000,
+        "model": {"provider": "scripted", "name": name, "replies": replies},
+    }
 
 
 def tool_responder(body: dict[str, Any]) -> Any:
@@ -536,28 +627,40 @@ def tool_responder(body: dict[str, Any]) -> Any:
     from shared.llm.fake_server import ReplySpec
 
     n = sum(1 for m in body.get("messages") or () if m.get("role") == "assistant")
-    return ReplySpec(tool_calls=[{"id": f"call_{n}", "name": "bench_echo",
-                                  "arguments": {"text": TEXT_500}}])
+    return ReplySpec(
+        tool_calls=[{"id": f"call_{n}", "name": "bench_echo", "arguments": {"text": TEXT_500}}]
+    )
 
 
 def http_tool_agent(base_url: str, rounds: int) -> dict[str, Any]:
     """A tool agent on the fake OpenAI-compatible server (``tool_responder``): ``rounds`` tool
     rounds, then the run ends on ``max_rounds`` (no model call in that last round)."""
-    return {"kind": "agent", "tools": ["bench_echo"], "max_rounds": rounds,
-            "force_answer_after": 10_000,
-            "model": {"provider": "openai", "base_url": base_url, "model": "fake"}}
+    return {
+        "kind": "agent",
+        "tools": ["bench_echo"],
+        "max_rounds": rounds,
+        "force_answer_after": 10_000,
+        "model": {"provider": "openai", "base_url": base_url, "model": "fake"},
+    }
 
 
 def count_status(engine: sa.Engine, statuses: Sequence[str]) -> int:
     with engine.connect() as conn:
-        return int(conn.execute(sa.text("SELECT count(*) FROM runs WHERE status = ANY(:s)"),
-                                {"s": list(statuses)}).scalar_one())
+        return int(
+            conn.execute(
+                sa.text("SELECT count(*) FROM runs WHERE status = ANY(:s)"), {"s": list(statuses)}
+            ).scalar_one()
+        )
 
 
 def failed_runs(engine: sa.Engine) -> list[tuple[str, Any]]:
     with engine.connect() as conn:
-        return [(r[0], r[1]) for r in conn.execute(sa.text(
-            "SELECT id, error FROM runs WHERE status = 'failed' LIMIT 5")).all()]
+        return [
+            (r[0], r[1])
+            for r in conn.execute(
+                sa.text("SELECT id, error FROM runs WHERE status = 'failed' LIMIT 5")
+            ).all()
+        ]
 
 
 # --------------------------------------------------------------------------- machine
@@ -573,14 +676,21 @@ def machine() -> dict[str, str]:
     mem = "?"
     with contextlib.suppress(OSError), open("/proc/meminfo") as fh:
         mem = f"{int(fh.readline().split()[1]) / 1024 / 1024:.0f} GB"
-    return {"cores": str(os.cpu_count()), "cpu": cpu, "memory": mem,
-            "kernel": os.uname().release, "python": sys.version.split()[0]}
+    return {
+        "cores": str(os.cpu_count()),
+        "cpu": cpu,
+        "memory": mem,
+        "kernel": os.uname().release,
+        "python": sys.version.split()[0],
+    }
 
 
 # --------------------------------------------------------------------------- SQL probe
 
-_LABEL = re.compile(r"^\s*(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+\"?(\w+)|\bFROM\s+\"?(\w+)",
-                    re.IGNORECASE | re.DOTALL)
+_LABEL = re.compile(
+    r"^\s*(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+\"?(\w+)|\bFROM\s+\"?(\w+)",
+    re.IGNORECASE | re.DOTALL,
+)
 
 
 def sql_label(statement: str) -> str:
@@ -631,12 +741,14 @@ class Probe:
     def summary(self, a: int, b: int) -> dict[str, float]:
         part = self.log[a:b]
         stmts = [e for e in part if e[0] == "stmt"]
-        return {"statements": len(stmts),
-                "commits": sum(1 for e in part if e[0] == "commit"),
-                "rollbacks": sum(1 for e in part if e[0] == "rollback"),
-                "checkouts": sum(1 for e in part if e[0] == "checkout"),
-                "sql_s": sum(e[2] for e in stmts),
-                "rows": sum(e[3] for e in stmts if e[1].startswith(("SELECT", "UPDATE")))}
+        return {
+            "statements": len(stmts),
+            "commits": sum(1 for e in part if e[0] == "commit"),
+            "rollbacks": sum(1 for e in part if e[0] == "rollback"),
+            "checkouts": sum(1 for e in part if e[0] == "checkout"),
+            "sql_s": sum(e[2] for e in stmts),
+            "rows": sum(e[3] for e in stmts if e[1].startswith(("SELECT", "UPDATE"))),
+        }
 
     def transactions(self, a: int, b: int) -> list[list[str]]:
         """The statements of [a, b), grouped by transaction."""

@@ -45,17 +45,27 @@ VARIANTS = [
 def main() -> None:
     started = time.time()
     procs = Procs()
-    table = Section("Floor: one hop = a Celery task doing one versioned SQL transaction",
-                    ["variant", "1 chain: hop median ms", "p95 ms", "20 chains: hop median ms",
-                     "p95 ms", "hops/s (20 chains)", "worker CPU ms/hop (20 chains)"])
+    table = Section(
+        "Floor: one hop = a Celery task doing one versioned SQL transaction",
+        [
+            "variant",
+            "1 chain: hop median ms",
+            "p95 ms",
+            "20 chains: hop median ms",
+            "p95 ms",
+            "hops/s (20 chains)",
+            "worker CPU ms/hop (20 chains)",
+        ],
+    )
     prefixes = [new_prefix(f"floor{i}") for i in range(len(VARIANTS))]
     with scratch_db("floor", treadle_schema=False) as url:
         floors: list[Floor] = []
         try:
             for (label, events, preping), prefix in zip(VARIANTS, prefixes, strict=True):
                 log(f"floor: start worker for {label}")
-                floors.append(Floor(procs, url, prefix, concurrency=CHAINS, events=events,
-                                    preping=preping))
+                floors.append(
+                    Floor(procs, url, prefix, concurrency=CHAINS, events=events, preping=preping)
+                )
             one: list[list[FloorResult]] = [[] for _ in VARIANTS]
             many: list[list[FloorResult]] = [[] for _ in VARIANTS]
             for rep in range(REPEATS):
@@ -74,24 +84,46 @@ def main() -> None:
     for (label, _, _), o, m in zip(VARIANTS, one, many, strict=True):
         a, b = merge(o), merge(m)
         if not head:
-            head = [["floor hop, 1 chain (median / p95)",
-                     f"{ms(med(a.hop_latencies), 2)} / {ms(p95(a.hop_latencies), 2)} ms", "", ""],
-                    ["floor, 20 chains", f"{num(b.hops_per_s, 0)} hops/s", "", ""]]
+            head = [
+                [
+                    "floor hop, 1 chain (median / p95)",
+                    f"{ms(med(a.hop_latencies), 2)} / {ms(p95(a.hop_latencies), 2)} ms",
+                    "",
+                    "",
+                ],
+                ["floor, 20 chains", f"{num(b.hops_per_s, 0)} hops/s", "", ""],
+            ]
         elif "pre_ping" not in label:
-            head.append(["floor + Celery task events, 20 chains",
-                         f"{num(b.hops_per_s, 0)} hops/s, worker CPU "
-                         f"{ms(b.worker_cpu / b.hops, 2)} ms/hop", "", ""])
-        table.row(label, ms(med(a.hop_latencies), 2), ms(p95(a.hop_latencies), 2),
-                  ms(med(b.hop_latencies), 1), ms(p95(b.hop_latencies), 1),
-                  num(b.hops_per_s, 0), ms(b.worker_cpu / b.hops, 2))
-    table.note(f"1 chain: {REPEATS} x {HOPS} sequential hops; 20 chains: {REPEATS} x {CHAINS} "
-               f"chains of {CHAIN_HOPS} hops at once. One worker process per variant, "
-               f"`-P threads -c {CHAINS}`, its own broker prefix; the variants' blocks "
-               "alternate. Hop latency = start of hop n+1 - start of hop n (the transaction, "
-               "the send, the broker, the pickup). Worker CPU = utime+stime of the worker "
-               "process / hops.")
-    table.note("Every treadle script below measures its own one-chain floor (the first row's "
-               "setup, interleaved with its treadle blocks) and quotes its ratios against it.")
+            head.append(
+                [
+                    "floor + Celery task events, 20 chains",
+                    f"{num(b.hops_per_s, 0)} hops/s, worker CPU "
+                    f"{ms(b.worker_cpu / b.hops, 2)} ms/hop",
+                    "",
+                    "",
+                ]
+            )
+        table.row(
+            label,
+            ms(med(a.hop_latencies), 2),
+            ms(p95(a.hop_latencies), 2),
+            ms(med(b.hop_latencies), 1),
+            ms(p95(b.hop_latencies), 1),
+            num(b.hops_per_s, 0),
+            ms(b.worker_cpu / b.hops, 2),
+        )
+    table.note(
+        f"1 chain: {REPEATS} x {HOPS} sequential hops; 20 chains: {REPEATS} x {CHAINS} "
+        f"chains of {CHAIN_HOPS} hops at once. One worker process per variant, "
+        f"`-P threads -c {CHAINS}`, its own broker prefix; the variants' blocks "
+        "alternate. Hop latency = start of hop n+1 - start of hop n (the transaction, "
+        "the send, the broker, the pickup). Worker CPU = utime+stime of the worker "
+        "process / hops."
+    )
+    table.note(
+        "Every treadle script below measures its own one-chain floor (the first row's "
+        "setup, interleaved with its treadle blocks) and quotes its ratios against it."
+    )
     emit("floor", "Floor (raw Celery + PostgreSQL hop)", [table], started, head)
 
 

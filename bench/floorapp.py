@@ -78,7 +78,9 @@ def engine() -> sa.engine.Engine:
     global _engine
     if _engine is None:
         _engine = sa.create_engine(
-            os.environ["BENCH_FLOOR_DB"], pool_size=POOL, max_overflow=POOL,
+            os.environ["BENCH_FLOOR_DB"],
+            pool_size=POOL,
+            max_overflow=POOL,
             pool_pre_ping=os.environ.get("BENCH_FLOOR_PREPING") == "1",
         )
     return _engine

@@ -59,21 +59,31 @@ PACED = min(int(os.environ.get("BENCH_PAUSE_PACED", "200")), N)
 WORKERS = int(os.environ.get("BENCH_PAUSE_WORKERS", "2"))
 CONC = int(os.environ.get("BENCH_PAUSE_CONCURRENCY", "16"))
 TABLES = ["runs", "messages", "tool_calls", "events", "usage", "outbox"]
-ASK = {"reason": "I need the user's choice to go on.",
-       "questions": [{"question": "Which colour should the report use?",
-                      "options": [{"label": "Red", "value": "red"},
-                                  {"label": "Blue", "value": "blue"}]}]}
+ASK = {
+    "reason": "I need the user's choice to go on.",
+    "questions": [
+        {
+            "question": "Which colour should the report use?",
+            "options": [{"label": "Red", "value": "red"}, {"label": "Blue", "value": "blue"}],
+        }
+    ],
+}
 TARGET_HOPS = 3.0
 
 
 def ask_agent(i: int) -> dict[str, Any]:
     """Reply 1 asks, reply 2 answers. The paced runs' profiles are named ``p<i>`` (the worker's
     model-call log then tells their calls apart); the others share one name."""
-    replies = [{"tool_calls": [{"id": "ask_1", "name": "ask_user", "arguments": ASK}]},
-               {"text": "Thanks: the report will be red."}]
+    replies = [
+        {"tool_calls": [{"id": "ask_1", "name": "ask_user", "arguments": ASK}]},
+        {"text": "Thanks: the report will be red."},
+    ]
     name = f"p{i}" if i < PACED else "pause"
-    return {"kind": "agent", "ask": True,
-            "model": {"provider": "scripted", "name": name, "replies": replies}}
+    return {
+        "kind": "agent",
+        "ask": True,
+        "model": {"provider": "scripted", "name": name, "replies": replies},
+    }
 
 
 def model_calls(path: str) -> dict[str, list[float]]:
@@ -104,16 +114,28 @@ def main() -> None:
         floors: list[FloorResult] = []
         try:
             floor = Floor(procs, url, fprefix, concurrency=4)
-            env = treadle_env(url, prefix, TREADLE_MODEL_CALL_LOG=call_log,
-                              TREADLE_DB_POOL_SIZE="8")
+            env = treadle_env(
+                url, prefix, TREADLE_MODEL_CALL_LOG=call_log, TREADLE_DB_POOL_SIZE="8"
+            )
             ports = [free_port() for _ in range(WORKERS)]
-            names = start_treadle_workers(procs, env, WORKERS, CONC, tag="pw",
-                                          metrics_ports=ports)
+            names = start_treadle_workers(procs, env, WORKERS, CONC, tag="pw", metrics_ports=ports)
             # the reaper's clock, as in production (re-drives what a PostgreSQL restart by
             # another suite's chaos test could strand)
-            procs.start("beat", [PY, "-m", "celery", "-A", "worker.app", "beat",
-                                 "--loglevel=WARNING", "-s", str(LOG_DIR / "beat-schedule")],
-                        env)
+            procs.start(
+                "beat",
+                [
+                    PY,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "worker.app",
+                    "beat",
+                    "--loglevel=WARNING",
+                    "-s",
+                    str(LOG_DIR / "beat-schedule"),
+                ],
+                env,
+            )
             pids = [procs.pid(n) for n in names]
             with rt.engine.connect() as conn:
                 bytes0 = table_bytes(conn, TABLES)
@@ -141,8 +163,12 @@ def main() -> None:
                 with ThreadPoolExecutor(4) as pool:
                     list(pool.map(sub, range(done, upto)))
                 done = upto
-                wait_for(lambda upto=upto: count_status(poll, ["waiting"]) >= upto, 600,
-                         f"{upto} waiting runs", interval=0.2)
+                wait_for(
+                    lambda upto=upto: count_status(poll, ["waiting"]) >= upto,
+                    600,
+                    f"{upto} waiting runs",
+                    interval=0.2,
+                )
                 time.sleep(2)
                 curve.append((upto, sum(proc_rss_mb(p) for p in pids)))
             res["curve"] = curve
@@ -153,15 +179,24 @@ def main() -> None:
             res["queued"] = queued_messages(prefix)
             with rt.engine.connect() as conn:
                 bytes1 = table_bytes(conn, TABLES)
-                res["outbox"] = int(conn.execute(sa.text("SELECT count(*) FROM outbox"))
-                                    .scalar_one())
-                res["rows"] = {t: int(conn.execute(sa.text(f"SELECT count(*) FROM {t}"))
-                                      .scalar_one()) for t in TABLES}
-                res["logical"] = int(conn.execute(sa.text(
-                    "SELECT (SELECT sum(pg_column_size(r.*)) FROM runs r) + (SELECT "
-                    "sum(pg_column_size(m.*)) FROM messages m) + (SELECT sum(pg_column_size("
-                    "t.*)) FROM tool_calls t) + (SELECT sum(pg_column_size(e.*)) FROM events "
-                    "e) + (SELECT sum(pg_column_size(u.*)) FROM usage u)")).scalar_one())
+                res["outbox"] = int(
+                    conn.execute(sa.text("SELECT count(*) FROM outbox")).scalar_one()
+                )
+                res["rows"] = {
+                    t: int(conn.execute(sa.text(f"SELECT count(*) FROM {t}")).scalar_one())
+                    for t in TABLES
+                }
+                res["logical"] = int(
+                    conn.execute(
+                        sa.text(
+                            "SELECT (SELECT sum(pg_column_size(r.*)) FROM runs r)"
+                            " + (SELECT sum(pg_column_size(m.*)) FROM messages m)"
+                            " + (SELECT sum(pg_column_size(t.*)) FROM tool_calls t)"
+                            " + (SELECT sum(pg_column_size(e.*)) FROM events e)"
+                            " + (SELECT sum(pg_column_size(u.*)) FROM usage u)"
+                        )
+                    ).scalar_one()
+                )
             res["rss_1k"], res["rss_n"] = [curve[0][1]], [curve[-1][1]]
             cpu0 = sum(proc_cpu(p) for p in pids)
             time.sleep(5)
@@ -177,8 +212,12 @@ def main() -> None:
                 retrying(answer_run, rt, "default", ids[i], "ask_1", ["red"])
                 paced[i] = (a, time.time())
                 rid = ids[i]
-                wait_for(lambda rid=rid: _status(poll, rid) == "completed", 30, f"run {rid}",
-                         interval=0.005)
+                wait_for(
+                    lambda rid=rid: _status(poll, rid) == "completed",
+                    30,
+                    f"run {rid}",
+                    interval=0.005,
+                )
             res["answer_sql"] = probe.summary(m0, probe.mark())
             res["answer_call"] = [b - a for a, b in paced.values()]
             floors.append(floor.run(chains=1, hops=100))
@@ -196,8 +235,12 @@ def main() -> None:
             with ThreadPoolExecutor(4) as pool:
                 list(pool.map(ans, range(PACED, N)))
             res["answer_s"] = time.time() - t1
-            wait_for(lambda: count_status(poll, ["completed"]) >= N, 400,
-                     f"{N} completed runs", interval=0.5)
+            wait_for(
+                lambda: count_status(poll, ["completed"]) >= N,
+                400,
+                f"{N} completed runs",
+                interval=0.5,
+            )
             res["drain_s"] = time.time() - t1
             res["rss_end"] = [proc_rss_mb(p) for p in pids]
             res["outcomes"] = round_outcomes(ports)
@@ -217,8 +260,11 @@ def main() -> None:
 
 def _status(engine: sa.Engine, run_id: str) -> str:
     with engine.connect() as conn:
-        return str(conn.execute(sa.text("SELECT status FROM runs WHERE id = :r"),
-                                {"r": run_id}).scalar_one())
+        return str(
+            conn.execute(
+                sa.text("SELECT status FROM runs WHERE id = :r"), {"r": run_id}
+            ).scalar_one()
+        )
 
 
 def _cache_size() -> int:
@@ -230,15 +276,21 @@ def _cache_size() -> int:
         return 0
 
 
-def _claim_latencies(rt: Any, ids: list[str],
-                     answers: dict[int, tuple[float, float]]) -> tuple[list[float], list[float]]:
+def _claim_latencies(
+    rt: Any, ids: list[str], answers: dict[int, tuple[float, float]]
+) -> tuple[list[float], list[float]]:
     """(answer sent → round 2 claimed, answer committed → round 2 claimed), from the
     ``round.started`` events (taken just before the claim, one transaction before the model
     request)."""
     with rt.engine.connect() as conn:
-        started = dict(conn.execute(sa.text(
-            "SELECT run_id, created_at FROM events WHERE type = 'round.started' AND "
-            "CAST(data AS jsonb) ->> 'round' = '2'")).all())
+        started = dict(
+            conn.execute(
+                sa.text(
+                    "SELECT run_id, created_at FROM events WHERE type = 'round.started' AND "
+                    "CAST(data AS jsonb) ->> 'round' = '2'"
+                )
+            ).all()
+        )
     start, commit = [], []
     for i, (a, b) in answers.items():
         t = started.get(ids[i])
@@ -248,8 +300,9 @@ def _claim_latencies(rt: Any, ids: list[str],
     return start, commit
 
 
-def _latencies(answers: dict[int, tuple[float, float]],
-               calls: dict[str, list[float]]) -> tuple[list[float], list[float]]:
+def _latencies(
+    answers: dict[int, tuple[float, float]], calls: dict[str, list[float]]
+) -> tuple[list[float], list[float]]:
     """(answer sent → 2nd model request, answer committed+published → 2nd model request)."""
     start, commit = [], []
     for i, (a, b) in answers.items():
@@ -264,91 +317,165 @@ def report(res: dict[str, Any], fl: FloorResult, started: float) -> None:
     hop = med(fl.hop_latencies)
     q = res["queued"]
     queued = sum(q.values())
-    s = Section(f"{N:,} runs waiting on an ask ({WORKERS} worker processes x {CONC} threads)",
-                ["measure", "value", "target", "verdict"])
-    s.row("queued broker messages while all wait (ready + unacked)",
-          f"{queued} ({', '.join(f'{k} {v}' for k, v in q.items())})", "0",
-          verdict(queued == 0))
+    s = Section(
+        f"{N:,} runs waiting on an ask ({WORKERS} worker processes x {CONC} threads)",
+        ["measure", "value", "target", "verdict"],
+    )
+    s.row(
+        "queued broker messages while all wait (ready + unacked)",
+        f"{queued} ({', '.join(f'{k} {v}' for k, v in q.items())})",
+        "0",
+        verdict(queued == 0),
+    )
     s.row("outbox rows while all wait", res["outbox"], "0", verdict(res["outbox"] == 0))
     r1, rn = sum(res["rss_1k"]), sum(res["rss_n"])
     grow = rn - r1
-    s.row(f"worker RSS at 1,000 waiting → at {N:,} waiting, idle (MB, all workers)",
-          f"{r1:.1f} → {rn:.1f} ({grow:+.1f})", "no growth",
-          verdict(grow <= max(5.0, 0.05 * r1)))
+    s.row(
+        f"worker RSS at 1,000 waiting → at {N:,} waiting, idle (MB, all workers)",
+        f"{r1:.1f} → {rn:.1f} ({grow:+.1f})",
+        "no growth",
+        verdict(grow <= max(5.0, 0.05 * r1)),
+    )
     if len(res["curve"]) >= 2:
         (na, ra), (nb, rb) = res["curve"][-2], res["curve"][-1]
         s.row(f"… the last step, {na:,} → {nb:,} waiting", f"{rb - ra:+.1f} MB", "", "")
-    s.row("worker RSS by runs waiting (MB, all workers, idle)",
-          " → ".join(f"{n:,}: {r:.0f}" for n, r in res["curve"]), "", "")
-    s.row("worker RSS after all were answered and completed (MB)",
-          f"{sum(res['rss_end']):.1f}", "", "")
+    s.row(
+        "worker RSS by runs waiting (MB, all workers, idle)",
+        " → ".join(f"{n:,}: {r:.0f}" for n, r in res["curve"]),
+        "",
+        "",
+    )
+    s.row(
+        "worker RSS after all were answered and completed (MB)",
+        f"{sum(res['rss_end']):.1f}",
+        "",
+        "",
+    )
     s.row("worker CPU while all wait (idle)", f"{res['idle_cpu'] * 1000:.1f} ms/s", "", "")
     total = sum(res["bytes"].values())
-    s.row("database bytes per waiting run (tables + indexes + TOAST)", f"{total / N:,.0f}", "",
-          "")
-    s.row("… of which row data (pg_column_size of the rows)", f"{res['logical'] / N:,.0f}",
-          "", "")
+    s.row("database bytes per waiting run (tables + indexes + TOAST)", f"{total / N:,.0f}", "", "")
+    s.row("… of which row data (pg_column_size of the rows)", f"{res['logical'] / N:,.0f}", "", "")
     idle = 2 * len(res["curve"])
-    s.row("time until all were waiting (submitted 4 at a time, 2 s idle per 1,000)",
-          f"{res['all_waiting_s']:.1f} s ({N / (res['all_waiting_s'] - idle):.0f} runs/s)", "",
-          "")
-    s.note("Per table, bytes per waiting run: " + ", ".join(
-        f"{t} {b / N:,.0f} ({res['rows'][t] / N:.1f} rows)" for t, b in res["bytes"].items())
-        + ". RSS growth allowance: 5 MB or 5%.")
+    s.row(
+        "time until all were waiting (submitted 4 at a time, 2 s idle per 1,000)",
+        f"{res['all_waiting_s']:.1f} s ({N / (res['all_waiting_s'] - idle):.0f} runs/s)",
+        "",
+        "",
+    )
+    s.note(
+        "Per table, bytes per waiting run: "
+        + ", ".join(
+            f"{t} {b / N:,.0f} ({res['rows'][t] / N:.1f} rows)" for t, b in res["bytes"].items()
+        )
+        + ". RSS growth allowance: 5 MB or 5%."
+    )
     if res.get("cache"):
-        s.note(f"The engine keeps per-process LRU caches of {res['cache']:,} run specs and "
-               f"{res['cache']:,} run histories (`shared/engine/cache.py`), waiting runs "
-               "included: RSS grows with the runs a worker has seen until they are full (here "
-               f"{WORKERS} processes x {res['cache']:,} runs), then stays flat.")
-    s.note("A `celery beat` process ran the reaper every TREADLE_REAPER_INTERVAL (5 s), as "
-           "in production.")
+        s.note(
+            f"The engine keeps per-process LRU caches of {res['cache']:,} run specs and "
+            f"{res['cache']:,} run histories (`shared/engine/cache.py`), waiting runs "
+            "included: RSS grows with the runs a worker has seen until they are full (here "
+            f"{WORKERS} processes x {res['cache']:,} runs), then stays flat."
+        )
+    s.note(
+        "A `celery beat` process ran the reaper every TREADLE_REAPER_INTERVAL (5 s), as "
+        "in production."
+    )
     sp, cp = res["lat_paced"]
     sb, cb = res["lat_bulk"]
-    a = Section("Answer → next model request",
-                ["answers", "from the answer call: median ms", "p95 ms", "in floor hops",
-                 "target", "verdict", "from its commit: median ms", "p95 ms"])
+    a = Section(
+        "Answer → next model request",
+        [
+            "answers",
+            "from the answer call: median ms",
+            "p95 ms",
+            "in floor hops",
+            "target",
+            "verdict",
+            "from its commit: median ms",
+            "p95 ms",
+        ],
+    )
     ratio = med(sp) / hop
-    a.row(f"{len(sp)} paced (one at a time)", ms(med(sp), 2), ms(p95(sp), 2),
-          f"**{ratio:.2f}**", f"<= {TARGET_HOPS:.0f}", verdict(ratio <= TARGET_HOPS),
-          ms(med(cp), 2), ms(p95(cp), 2))
-    a.row(f"{len(sb):,} at once (4 answering threads; → round 2 claimed)", ms(med(sb), 0),
-          ms(p95(sb), 0), f"{med(sb) / hop:.0f}", "", "", ms(med(cb), 0), ms(p95(cb), 0))
-    a.row("floor hop (1 chain, around the paced answers)", ms(hop, 2),
-          ms(p95(fl.hop_latencies), 2), "1.00", "", "", "", "")
-    a.note(f"All {N - PACED:,} at once: answered in {res['answer_s']:.1f} s "
-           f"({(N - PACED) / res['answer_s']:.0f} answers/s), all completed "
-           f"{res['drain_s']:.1f} s after the first ({(N - PACED) / res['drain_s']:.0f} "
-           f"rounds/s); failed runs: {res['failed']}. The latency under load is queueing "
-           "behind the other answers.")
+    a.row(
+        f"{len(sp)} paced (one at a time)",
+        ms(med(sp), 2),
+        ms(p95(sp), 2),
+        f"**{ratio:.2f}**",
+        f"<= {TARGET_HOPS:.0f}",
+        verdict(ratio <= TARGET_HOPS),
+        ms(med(cp), 2),
+        ms(p95(cp), 2),
+    )
+    a.row(
+        f"{len(sb):,} at once (4 answering threads; → round 2 claimed)",
+        ms(med(sb), 0),
+        ms(p95(sb), 0),
+        f"{med(sb) / hop:.0f}",
+        "",
+        "",
+        ms(med(cb), 0),
+        ms(p95(cb), 0),
+    )
+    a.row(
+        "floor hop (1 chain, around the paced answers)",
+        ms(hop, 2),
+        ms(p95(fl.hop_latencies), 2),
+        "1.00",
+        "",
+        "",
+        "",
+        "",
+    )
+    a.note(
+        f"All {N - PACED:,} at once: answered in {res['answer_s']:.1f} s "
+        f"({(N - PACED) / res['answer_s']:.0f} answers/s), all completed "
+        f"{res['drain_s']:.1f} s after the first ({(N - PACED) / res['drain_s']:.0f} "
+        f"rounds/s); failed runs: {res['failed']}. The latency under load is queueing "
+        "behind the other answers."
+    )
     if res.get("outcomes"):
-        a.note("Round tasks the workers ran, by outcome (their `treadle_rounds_total`): "
-               + ", ".join(f"{k} {v:,.0f}" for k, v in sorted(res["outcomes"].items()))
-               + f" for {2 * N:,} rounds of work; `stale` = a duplicate message for a version "
-               "the run had left (the reaper re-sends an outbox row nobody consumed within "
-               "TREADLE_REDRIVE_SECONDS, 15 s: under a backlog that long, every queued "
-               "message is sent again).")
-    a.note("From the answer call = `answer_run` called (the API handler's work: one "
-           "transaction, then the publish) → the scripted model called in the worker; from "
-           "its commit = `answer_run` returned → the model call.")
+        a.note(
+            "Round tasks the workers ran, by outcome (their `treadle_rounds_total`): "
+            + ", ".join(f"{k} {v:,.0f}" for k, v in sorted(res["outcomes"].items()))
+            + f" for {2 * N:,} rounds of work; `stale` = a duplicate message for a version "
+            "the run had left (the reaper re-sends an outbox row nobody consumed within "
+            "TREADLE_REDRIVE_SECONDS, 15 s: under a backlog that long, every queued "
+            "message is sent again)."
+        )
+    a.note(
+        "From the answer call = `answer_run` called (the API handler's work: one "
+        "transaction, then the publish) → the scripted model called in the worker; from "
+        "its commit = `answer_run` returned → the model call."
+    )
     sa_, ss = res["answer_sql"], res["submit_sql"]
     call = res["answer_call"]
-    a.note(f"Per `answer_run` (driver side, {PACED} paced): {ms(med(call), 2)} ms median, "
-           f"{sa_['statements'] / PACED:.1f} statements, {sa_['commits'] / PACED:.1f} commits, "
-           f"{sa_['checkouts'] / PACED:.1f} pool checkouts, SQL "
-           f"{sa_['sql_s'] / PACED * 1000:.2f} ms on average; the rest is Python and the "
-           "Celery publish and the wake-up PUBLISH. "
-           f"Per `submit_run` ({res['submit_n']} sequential): "
-           f"{ss['statements'] / res['submit_n']:.1f} statements, "
-           f"{ss['commits'] / res['submit_n']:.1f} commits, "
-           f"{ss['checkouts'] / res['submit_n']:.1f} pool checkouts.")
-    head = [[f"queued broker messages while {N:,} runs wait", str(queued), "0",
-             verdict(queued == 0)],
-            ["worker RSS, 1,000 → all waiting", f"{r1:.0f} → {rn:.0f} MB ({grow:+.1f})",
-             "no growth", verdict(grow <= max(5.0, 0.05 * r1))],
-            ["database bytes per waiting run", f"{total / N:,.0f}", "", ""],
-            ["answer → next model request, in floor hops (paced, median)",
-             f"{ratio:.2f} ({ms(med(sp), 1)} ms)", f"<= {TARGET_HOPS:.0f}",
-             verdict(ratio <= TARGET_HOPS)]]
+    a.note(
+        f"Per `answer_run` (driver side, {PACED} paced): {ms(med(call), 2)} ms median, "
+        f"{sa_['statements'] / PACED:.1f} statements, {sa_['commits'] / PACED:.1f} commits, "
+        f"{sa_['checkouts'] / PACED:.1f} pool checkouts, SQL "
+        f"{sa_['sql_s'] / PACED * 1000:.2f} ms on average; the rest is Python and the "
+        "Celery publish and the wake-up PUBLISH. "
+        f"Per `submit_run` ({res['submit_n']} sequential): "
+        f"{ss['statements'] / res['submit_n']:.1f} statements, "
+        f"{ss['commits'] / res['submit_n']:.1f} commits, "
+        f"{ss['checkouts'] / res['submit_n']:.1f} pool checkouts."
+    )
+    head = [
+        [f"queued broker messages while {N:,} runs wait", str(queued), "0", verdict(queued == 0)],
+        [
+            "worker RSS, 1,000 → all waiting",
+            f"{r1:.0f} → {rn:.0f} MB ({grow:+.1f})",
+            "no growth",
+            verdict(grow <= max(5.0, 0.05 * r1)),
+        ],
+        ["database bytes per waiting run", f"{total / N:,.0f}", "", ""],
+        [
+            "answer → next model request, in floor hops (paced, median)",
+            f"{ratio:.2f} ({ms(med(sp), 1)} ms)",
+            f"<= {TARGET_HOPS:.0f}",
+            verdict(ratio <= TARGET_HOPS),
+        ],
+    ]
     emit("pause", "Pauses: waiting runs hold nothing", [s, a], started, head)
 
 

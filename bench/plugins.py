@@ -11,7 +11,7 @@ class EchoArgs(BaseModel):
     text: str
 
 
-@tool(read_only=True)
+@tool(read_only=True, quick=True)
 def bench_echo(args: EchoArgs, ctx: ToolContext) -> ToolResult:
     """Return the text (an instant, side-effect-free tool)."""
     return ToolResult(text=args.text)

@@ -63,8 +63,9 @@ def run_and_wait(rt: Any, agent: dict[str, Any], timeout: float = 300) -> str:
 
     def done() -> bool:
         with rt.engine.connect() as conn:
-            status = conn.execute(sa.text("SELECT status FROM runs WHERE id = :r"),
-                                  {"r": run_id}).scalar_one()
+            status = conn.execute(
+                sa.text("SELECT status FROM runs WHERE id = :r"), {"r": run_id}
+            ).scalar_one()
         if status == "failed":
             raise RuntimeError(f"run {run_id} failed")
         return bool(status == "completed")
@@ -80,14 +81,27 @@ def round_phases(engine: sa.Engine, run_id: str) -> list[dict[str, float]]:
     """Per tool round k: its cycle (round k claimed → round k+1 claimed), the model call, and
     the phases between the durable timestamps the engine writes."""
     with engine.connect() as conn:
-        evs = conn.execute(sa.text("SELECT type, created_at, data FROM events WHERE run_id = :r "
-                                   "ORDER BY seq"), {"r": run_id}).all()
-        msg = dict(conn.execute(sa.text(
-            "SELECT round, created_at FROM messages WHERE run_id = :r AND role = 'assistant'"),
-            {"r": run_id}).all())
-        model = dict(conn.execute(sa.text(
-            "SELECT round, latency_ms FROM usage WHERE run_id = :r AND purpose = 'round'"),
-            {"r": run_id}).all())
+        evs = conn.execute(
+            sa.text("SELECT type, created_at, data FROM events WHERE run_id = :r ORDER BY seq"),
+            {"r": run_id},
+        ).all()
+        msg = dict(
+            conn.execute(
+                sa.text(
+                    "SELECT round, created_at FROM messages"
+                    " WHERE run_id = :r AND role = 'assistant'"
+                ),
+                {"r": run_id},
+            ).all()
+        )
+        model = dict(
+            conn.execute(
+                sa.text(
+                    "SELECT round, latency_ms FROM usage WHERE run_id = :r AND purpose = 'round'"
+                ),
+                {"r": run_id},
+            ).all()
+        )
     started: dict[int, float] = {}
     tool_start: dict[int, float] = {}
     tool_end: dict[int, float] = {}
@@ -106,11 +120,18 @@ def round_phases(engine: sa.Engine, run_id: str) -> list[dict[str, float]]:
             continue
         m = (model.get(k) or 0) / 1000
         cycle = started[k + 1] - started[k]
-        out.append({"round": k, "cycle": cycle, "model": m, "overhead": cycle - m,
-                    "claim_model": msg[k] - started[k] - m,
-                    "commit_to_tool": tool_start[k] - msg[k],
-                    "tool": tool_end[k] - tool_start[k],
-                    "tool_commit_to_round": started[k + 1] - tool_end[k]})
+        out.append(
+            {
+                "round": k,
+                "cycle": cycle,
+                "model": m,
+                "overhead": cycle - m,
+                "claim_model": msg[k] - started[k] - m,
+                "commit_to_tool": tool_start[k] - msg[k],
+                "tool": tool_end[k] - tool_start[k],
+                "tool_commit_to_round": started[k + 1] - tool_end[k],
+            }
+        )
     return out
 
 
@@ -127,11 +148,15 @@ def redis_commands(rt: Any, base_url: str, rounds: int) -> tuple[Counter[str], i
     hostport = REDIS_URL.split("//", 1)[1].split("/", 1)[0]
     host, _, port = hostport.rpartition(":")
     out = open(os.devnull, "wb")  # noqa: SIM115
-    mon = subprocess.Popen(["redis-cli", "-h", host or "127.0.0.1", "-p", port or "6379",
-                            "monitor"], stdout=subprocess.PIPE, stderr=out)
+    mon = subprocess.Popen(
+        ["redis-cli", "-h", host or "127.0.0.1", "-p", port or "6379", "monitor"],
+        stdout=subprocess.PIPE,
+        stderr=out,
+    )
     lines: list[bytes] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(mon.stdout.readline, b"")),
-                              daemon=True)  # type: ignore[union-attr]
+    reader = threading.Thread(
+        target=lambda: lines.extend(iter(mon.stdout.readline, b"")), daemon=True
+    )  # type: ignore[union-attr]
     reader.start()
     time.sleep(0.3)
     run_and_wait(rt, http_tool_agent(base_url, rounds))
@@ -153,8 +178,9 @@ def redis_commands(rt: Any, base_url: str, rounds: int) -> tuple[Counter[str], i
 # --------------------------------------------------------------------------- in-process
 
 
-def anatomy(url: str, prefix: str, base_url: str, rounds: int,
-            repeats: int = 1) -> dict[int, dict[str, Any]]:
+def anatomy(
+    url: str, prefix: str, base_url: str, rounds: int, repeats: int = 1
+) -> dict[int, dict[str, Any]]:
     """Drive tool runs with the engine's own functions in this process (no broker: a list),
     snapshotting the WAL position, the statements and the rows at each round boundary."""
     import json5
@@ -181,9 +207,11 @@ def anatomy(url: str, prefix: str, base_url: str, rounds: int,
     bus.publish = live  # type: ignore[method-assign]
     rt = replace(rt, publish=publish, live=bus)
     probe = Probe().attach(rt.engine)
-    PREPING[0] = ("each one a `SELECT 1` round trip: `pool_pre_ping` is on"
-                  if getattr(rt.engine.pool, "_pre_ping", False)
-                  else "`pool_pre_ping` is off: no extra round trip")
+    PREPING[0] = (
+        "each one a `SELECT 1` round trip: `pool_pre_ping` is on"
+        if getattr(rt.engine.pool, "_pre_ping", False)
+        else "`pool_pre_ping` is off: no extra round trip"
+    )
     spawned = Counter[str]()
     real_start = threading.Thread.start
 
@@ -203,6 +231,7 @@ def anatomy(url: str, prefix: str, base_url: str, rounds: int,
             return real_complete(self, *args, **kw)
         finally:
             client_cpu[0] += time.thread_time() - c
+
     real_json5 = json5.loads
 
     def timed_json5(*args: Any, **kw: Any) -> Any:
@@ -222,36 +251,61 @@ def anatomy(url: str, prefix: str, base_url: str, rounds: int,
             _walinspect(lsn_conn)
             for _ in range(repeats):
                 run_id = submit(rt, http_tool_agent(base_url, rounds))
-                marks: list[tuple[int, int, float, int, Counter[str], Counter[str], float,
-                                  float, float]] = []
+                marks: list[
+                    tuple[int, int, float, int, Counter[str], Counter[str], float, float, float]
+                ] = []
                 while queue:
-                    _oid, kind, payload = queue.popleft()
-                    if kind == "round":
-                        seq = int(lsn_conn.execute(sa.text(
-                            "SELECT event_seq FROM runs WHERE id = :r"),
-                            {"r": run_id}).scalar_one())
-                        marks.append((wal_lsn(lsn_conn), probe.mark(), time.perf_counter(), seq,
-                                      Counter(published), Counter(spawned), json5_s[0],
-                                      time.thread_time() - client_cpu[0], client_cpu[0]))
-                        run_round(rt, payload["run_id"], payload["version"], _oid)
-                    elif kind == "tool":
-                        run_tool(rt, payload["run_id"], payload["call_id"], payload["version"],
-                                 _oid)
+                    d = queue.popleft()
+                    if d.kind == "round":
+                        seq = int(
+                            lsn_conn.execute(
+                                sa.text("SELECT event_seq FROM runs WHERE id = :r"), {"r": run_id}
+                            ).scalar_one()
+                        )
+                        marks.append(
+                            (
+                                wal_lsn(lsn_conn),
+                                probe.mark(),
+                                time.perf_counter(),
+                                seq,
+                                Counter(published),
+                                Counter(spawned),
+                                json5_s[0],
+                                time.thread_time() - client_cpu[0],
+                                client_cpu[0],
+                            )
+                        )
+                        run_round(rt, d.run_id, d.version)
+                    elif d.kind == "tool":
+                        run_tool(rt, d.run_id, d.call_id, d.version)
                 sizes = _row_sizes(lsn_conn, run_id, [m[3] for m in marks])
-                model = dict(lsn_conn.execute(sa.text(
-                    "SELECT round, latency_ms FROM usage WHERE run_id = :r AND purpose = "
-                    "'round'"), {"r": run_id}).all())
+                model = dict(
+                    lsn_conn.execute(
+                        sa.text(
+                            "SELECT round, latency_ms FROM usage WHERE run_id = :r AND purpose = "
+                            "'round'"
+                        ),
+                        {"r": run_id},
+                    ).all()
+                )
                 for k in range(1, min(rounds, len(marks) - 1) + 1):
                     (w0, p0, t0, _, pub0, sp0, j0, c0, m0) = marks[k - 1]
                     (w1, p1, t1, _, pub1, sp1, j1, c1, m1) = marks[k]
-                    per_round.setdefault(k, []).append({
-                        "wal": own_wal(lsn_conn, w0, w1), "cluster_wal": w1 - w0,
-                        "seconds": t1 - t0 - (model.get(k) or 0) / 1000,
-                        "cpu": c1 - c0, "client_cpu": m1 - m0,
-                        "json5": j1 - j0, **probe.summary(p0, p1),
-                        "txns": probe.transactions(p0, p1), "rows_bytes": sizes.get(k, 0),
-                        "published": pub1 - pub0, "threads": sp1 - sp0,
-                    })
+                    per_round.setdefault(k, []).append(
+                        {
+                            "wal": own_wal(lsn_conn, w0, w1),
+                            "cluster_wal": w1 - w0,
+                            "seconds": t1 - t0 - (model.get(k) or 0) / 1000,
+                            "cpu": c1 - c0,
+                            "client_cpu": m1 - m0,
+                            "json5": j1 - j0,
+                            **probe.summary(p0, p1),
+                            "txns": probe.transactions(p0, p1),
+                            "rows_bytes": sizes.get(k, 0),
+                            "published": pub1 - pub0,
+                            "threads": sp1 - sp0,
+                        }
+                    )
     finally:
         json5.loads = real_json5
         OpenAICompatModel.complete = real_complete  # type: ignore[method-assign]
@@ -283,14 +337,17 @@ def own_wal(conn: sa.Connection, a: int, b: int) -> tuple[int, int]:
     xid-less records on its relations); the LSN difference when the extension is missing."""
     if not WALINSPECT[0]:
         return b - a, 0
-    row = conn.execute(sa.text(
-        "WITH r AS (SELECT xid, record_length, fpi_length, block_ref FROM "
-        "pg_get_wal_records_info("
-        "CAST(:a AS pg_lsn), CAST(:b AS pg_lsn))), "
-        "mine AS (SELECT DISTINCT xid FROM r WHERE xid <> 0 AND block_ref LIKE :pat) "
-        "SELECT coalesce(sum(record_length), 0), coalesce(sum(fpi_length), 0) FROM r "
-        "WHERE xid IN (SELECT xid FROM mine) OR (xid = 0 AND block_ref LIKE :pat)"),
-        {"a": _lsn(a), "b": _lsn(b), "pat": f"%/{DB_OID[0]}/%"}).one()
+    row = conn.execute(
+        sa.text(
+            "WITH r AS (SELECT xid, record_length, fpi_length, block_ref FROM "
+            "pg_get_wal_records_info("
+            "CAST(:a AS pg_lsn), CAST(:b AS pg_lsn))), "
+            "mine AS (SELECT DISTINCT xid FROM r WHERE xid <> 0 AND block_ref LIKE :pat) "
+            "SELECT coalesce(sum(record_length), 0), coalesce(sum(fpi_length), 0) FROM r "
+            "WHERE xid IN (SELECT xid FROM mine) OR (xid = 0 AND block_ref LIKE :pat)"
+        ),
+        {"a": _lsn(a), "b": _lsn(b), "pat": f"%/{DB_OID[0]}/%"},
+    ).one()
     return int(row[0]), int(row[1])
 
 
@@ -309,8 +366,11 @@ def _walinspect(conn: sa.Connection) -> None:
         WALINSPECT[0] = True
     except sa.exc.DBAPIError:
         WALINSPECT[0] = False
-    DB_OID[0] = int(conn.execute(sa.text(
-        "SELECT oid FROM pg_database WHERE datname = current_database()")).scalar_one())
+    DB_OID[0] = int(
+        conn.execute(
+            sa.text("SELECT oid FROM pg_database WHERE datname = current_database()")
+        ).scalar_one()
+    )
 
 
 def _row_sizes(conn: sa.Connection, run_id: str, event_marks: list[int]) -> dict[int, int]:
@@ -318,12 +378,17 @@ def _row_sizes(conn: sa.Connection, run_id: str, event_marks: list[int]) -> dict
     new version of the runs row per UPDATE of it (counted by the caller's statement log)."""
     out: Counter[int] = Counter()
     for table in ("messages", "tool_calls", "usage"):
-        for k, b in conn.execute(sa.text(
+        for k, b in conn.execute(
+            sa.text(
                 f"SELECT round, sum(pg_column_size(t.*)) FROM {table} t WHERE run_id = :r "
-                "GROUP BY round"), {"r": run_id}).all():
+                "GROUP BY round"
+            ),
+            {"r": run_id},
+        ).all():
             out[int(k)] += int(b)
-    evs = conn.execute(sa.text("SELECT seq, pg_column_size(t.*) FROM events t WHERE run_id = :r"),
-                       {"r": run_id}).all()
+    evs = conn.execute(
+        sa.text("SELECT seq, pg_column_size(t.*) FROM events t WHERE run_id = :r"), {"r": run_id}
+    ).all()
     for k in range(1, len(event_marks)):
         lo, hi = event_marks[k - 1], event_marks[k]
         out[k] += sum(int(b) for s, b in evs if lo < s <= hi)
@@ -382,27 +447,43 @@ def main() -> None:
     hop_med, hop_p95 = med(fl.hop_latencies), p95(fl.hop_latencies)
     over = [r["overhead"] for r in rows]
 
-    s = Section(f"Tool round overhead vs the floor ({RUNS} runs x {ROUNDS} rounds, 1 worker "
-                "`-P threads -c 8`)",
-                ["measure", "median ms", "p95 ms", "in floor hops (median)", "target",
-                 "verdict"])
+    s = Section(
+        f"Tool round overhead vs the floor ({RUNS} runs x {ROUNDS} rounds, 1 worker "
+        "`-P threads -c 8`)",
+        ["measure", "median ms", "p95 ms", "in floor hops (median)", "target", "verdict"],
+    )
     s.row("floor hop (1 chain, interleaved)", ms(hop_med, 2), ms(hop_p95, 2), "1.00", "", "")
     ratio = med(over) / hop_med
-    s.row("**tool round overhead** (model + one tool, minus the model call)", ms(med(over), 2),
-          ms(p95(over), 2), f"**{ratio:.2f}** (= {ratio / 2:.2f} x two hops; p95 "
-          f"{p95(over) / hop_p95:.2f})", f"<= {TARGET_HOPS}", verdict(ratio <= TARGET_HOPS))
+    s.row(
+        "**tool round overhead** (model + one tool, minus the model call)",
+        ms(med(over), 2),
+        ms(p95(over), 2),
+        f"**{ratio:.2f}** (= {ratio / 2:.2f} x two hops; p95 {p95(over) / hop_p95:.2f})",
+        f"<= {TARGET_HOPS}",
+        verdict(ratio <= TARGET_HOPS),
+    )
     models = [r["model"] for r in rows]
-    s.row("model call (fake server, no latency; `usage.latency_ms`)", ms(med(models), 2),
-          ms(p95(models), 2), "", "", "")
-    s.note("Overhead of round k = (round k+1 claimed) - (round k claimed) - (round k's model "
-           "call), from the `events` and `usage` rows the engine writes; the floor blocks "
-           f"({len(floors)} x {FLOOR_HOPS} hops) alternate with the runs on the same Redis and "
-           "PostgreSQL. A tool round is two hops by construction (the round task, the tool "
-           f"task): ideal 2.0 floor hops, target {TARGET_HOPS}.")
+    s.row(
+        "model call (fake server, no latency; `usage.latency_ms`)",
+        ms(med(models), 2),
+        ms(p95(models), 2),
+        "",
+        "",
+        "",
+    )
+    s.note(
+        "Overhead of round k = (round k+1 claimed) - (round k claimed) - (round k's model "
+        "call), from the `events` and `usage` rows the engine writes; the floor blocks "
+        f"({len(floors)} x {FLOOR_HOPS} hops) alternate with the runs on the same Redis and "
+        "PostgreSQL. A tool round is two hops by construction (the round task, the tool "
+        f"task): ideal 2.0 floor hops, target {TARGET_HOPS}."
+    )
     sections.append(s)
 
-    s = Section("Where a tool round's time goes (medians)",
-                ["phase", "median ms", "p95 ms", "in floor hops"])
+    s = Section(
+        "Where a tool round's time goes (medians)",
+        ["phase", "median ms", "p95 ms", "in floor hops"],
+    )
     for key, label in (
         ("claim_model", "round claim txn + history read + request (model call excluded)"),
         ("commit_to_tool", "round commit txn + publish → tool task claimed"),
@@ -411,48 +492,76 @@ def main() -> None:
     ):
         xs = [r[key] for r in rows]
         s.row(label, ms(med(xs), 2), ms(p95(xs), 2), f"{med(xs) / hop_med:.2f}")
-    s.note("Phase boundaries are the timestamps in `events` (round.started, tool.started, "
-           "tool.finished) and the assistant message's `created_at`; each is taken just "
-           "before its transaction begins.")
+    s.note(
+        "Phase boundaries are the timestamps in `events` (round.started, tool.started, "
+        "tool.finished) and the assistant message's `created_at`; each is taken just "
+        "before its transaction begins."
+    )
     sections.append(s)
 
-    s = Section(f"Per-round time and bytes as the run grows ({LONG}-round run)",
-                ["round", "overhead ms (real worker, k±2)", "in floor hops",
-                 "engine in-process ms", "engine CPU ms", "of which json5 ms",
-                 "model client CPU ms", "rows read",
-                 "WAL bytes",
-                 "row bytes written", "statements", "commits", "pool checkouts"])
+    s = Section(
+        f"Per-round time and bytes as the run grows ({LONG}-round run)",
+        [
+            "round",
+            "overhead ms (real worker, k±2)",
+            "in floor hops",
+            "engine in-process ms",
+            "engine CPU ms",
+            "of which json5 ms",
+            "model client CPU ms",
+            "rows read",
+            "WAL bytes",
+            "row bytes written",
+            "statements",
+            "commits",
+            "pool checkouts",
+        ],
+    )
     for k in AT:
         xs = window(long_rows, k, "overhead")
         a = per_round.get(k, {})
-        s.row(k, ms(med(xs), 2), f"{med(xs) / hop_med:.2f}",
-              ms(a.get("seconds", float("nan")), 2), ms(a.get("cpu", float("nan")), 2),
-              ms(a.get("json5", float("nan")), 2), ms(a.get("client_cpu", float("nan")), 2),
-              a.get("rows", ""), f"{a.get('wal', 0):,}" + (f" ({a['fpi']:,} FPI)"
-                                                           if a.get("fpi") else ""),
-              f"{a.get('rows_bytes', 0) + row_size * _runs_updates(a):,}",
-              a.get("statements", ""), a.get("commits", ""), a.get("checkouts", ""))
+        s.row(
+            k,
+            ms(med(xs), 2),
+            f"{med(xs) / hop_med:.2f}",
+            ms(a.get("seconds", float("nan")), 2),
+            ms(a.get("cpu", float("nan")), 2),
+            ms(a.get("json5", float("nan")), 2),
+            ms(a.get("client_cpu", float("nan")), 2),
+            a.get("rows", ""),
+            f"{a.get('wal', 0):,}" + (f" ({a['fpi']:,} FPI)" if a.get("fpi") else ""),
+            f"{a.get('rows_bytes', 0) + row_size * _runs_updates(a):,}",
+            a.get("statements", ""),
+            a.get("commits", ""),
+            a.get("checkouts", ""),
+        )
     w1, wl = per_round.get(AT[0], {}).get("wal", 0), per_round.get(AT[-1], {}).get("wal", 0)
     flat = wl <= max(w1, 1) * 1.25
     r1 = per_round.get(AT[0], {}).get("rows", 0) or 1
     rl = per_round.get(AT[-1], {}).get("rows", 0)
-    reads = ("`rows read` (rows returned by the round's SELECTs and UPDATE … RETURNING) grows "
-             "with the run: the round claim reads the whole history every round"
-             if rl > 2 * r1 else
-             "`rows read` (rows returned by the round's SELECTs and UPDATE … RETURNING) is "
-             "flat: the history is read incrementally")
-    s.note(f"Target: bytes written per round flat to round {AT[-1]}: WAL at round {AT[-1]} is "
-           f"{wl / max(w1, 1):.2f}x round {AT[0]} → {verdict(flat)}. {reads}.")
-    s.note(f"Engine in-process = the same round (round task + tool task, model call excluded) "
-           f"driven by this process with a list for a broker (no Celery): the median over rounds "
-           f"k±2; engine CPU = this thread's CPU time outside the model client's `complete()` "
-           f"(model client CPU = inside it: encoding the request, which carries the whole history, "
-           f"and parsing the streamed reply). WAL = the bytes of the WAL records the round wrote "
-           f"for this database (pg_walinspect over the round's LSN range: records of transactions "
-           f"that touched the bench database, commits included; other databases share the cluster's"
-           f" WAL), full-page images included when a checkpoint fell in the round. Row bytes = "
-           f"`pg_column_size` of the rows the round inserted (messages, tool_calls, usage, events) "
-           f"+ one {row_size:,}-byte `runs` row version per UPDATE of it.")
+    reads = (
+        "`rows read` (rows returned by the round's SELECTs and UPDATE … RETURNING) grows "
+        "with the run: the round claim reads the whole history every round"
+        if rl > 2 * r1
+        else "`rows read` (rows returned by the round's SELECTs and UPDATE … RETURNING) is "
+        "flat: the history is read incrementally"
+    )
+    s.note(
+        f"Target: bytes written per round flat to round {AT[-1]}: WAL at round {AT[-1]} is "
+        f"{wl / max(w1, 1):.2f}x round {AT[0]} → {verdict(flat)}. {reads}."
+    )
+    s.note(
+        f"Engine in-process = the same round (round task + tool task, model call excluded) "
+        f"driven by this process with a list for a broker (no Celery): the median over rounds "
+        f"k±2; engine CPU = this thread's CPU time outside the model client's `complete()` "
+        f"(model client CPU = inside it: encoding the request, which carries the whole history, "
+        f"and parsing the streamed reply). WAL = the bytes of the WAL records the round wrote "
+        f"for this database (pg_walinspect over the round's LSN range: records of transactions "
+        f"that touched the bench database, commits included; other databases share the cluster's"
+        f" WAL), full-page images included when a checkpoint fell in the round. Row bytes = "
+        f"`pg_column_size` of the rows the round inserted (messages, tool_calls, usage, events) "
+        f"+ one {row_size:,}-byte `runs` row version per UPDATE of it."
+    )
     sections.append(s)
 
     ref = per_round.get(10) or per_round.get(max(per_round))
@@ -460,40 +569,65 @@ def main() -> None:
     for i, txn in enumerate(ref["txns"], 1):
         s.row(i, " · ".join(txn))
     pub = ref["published"]
-    s.note(f"Per round: {ref['statements']} statements in {ref['commits']} commits "
-           f"(+{ref['rollbacks']} rollbacks of read-only connections), {ref['checkouts']} pool "
-           f"checkouts ({PREPING[0]}). "
-           f"Of the round's {ref['seconds'] * 1000:.2f} ms in-process (model call excluded): "
-           f"SQL statements {ref['sql_s'] * 1000:.2f} ms, `json5.loads` of the tool arguments "
-           f"(shared/engine/toolrun.py `execute_tool`) {ref['json5'] * 1000:.2f} ms; CPU "
-           f"{ref['cpu'] * 1000:.2f} ms. "
-           + ", ".join(f"{v} {k}" for k, v in sorted(pub.items())) + "; threads started: "
-           + ", ".join(f"{v} {k}" for k, v in sorted(ref["threads"].items())) + ".")
+    s.note(
+        f"Per round: {ref['statements']} statements in {ref['commits']} commits "
+        f"(+{ref['rollbacks']} rollbacks of read-only connections), {ref['checkouts']} pool "
+        f"checkouts ({PREPING[0]}). "
+        f"Of the round's {ref['seconds'] * 1000:.2f} ms in-process (model call excluded): "
+        f"SQL statements {ref['sql_s'] * 1000:.2f} ms, `json5.loads` of the tool arguments "
+        f"(shared/engine/toolrun.py `execute_tool`) {ref['json5'] * 1000:.2f} ms; CPU "
+        f"{ref['cpu'] * 1000:.2f} ms. "
+        + ", ".join(f"{v} {k}" for k, v in sorted(pub.items()))
+        + "; threads started: "
+        + ", ".join(f"{v} {k}" for k, v in sorted(ref["threads"].items()))
+        + "."
+    )
     sections.append(s)
 
-    s = Section(f"Redis commands per tool round (MONITOR over a {mon_rounds}-round run)",
-                ["command", "per round"])
+    s = Section(
+        f"Redis commands per tool round (MONITOR over a {mon_rounds}-round run)",
+        ["command", "per round"],
+    )
     for cmd, n in commands.most_common():
         s.row(cmd, num(n / mon_rounds, 1))
     s.row("**total**", num(sum(commands.values()) / mon_rounds, 1))
-    s.note("All commands on the bench's Redis DB while one run ran (worker + the submitting "
-           "process; PUBLISH = live wake-ups, and Celery task events when "
-           "`TREADLE_TASK_EVENTS` is on).")
+    s.note(
+        "All commands on the bench's Redis DB while one run ran (worker + the submitting "
+        "process; PUBLISH = live wake-ups, and Celery task events when "
+        "`TREADLE_TASK_EVENTS` is on)."
+    )
     sections.append(s)
     k0 = 10 if 10 in per_round else AT[0]
     x1 = per_round.get(k0, {}).get("cpu", float("nan"))
     xl = per_round.get(AT[-1], {}).get("cpu", float("nan"))
-    head = [["tool round overhead, in floor hops (median)",
-             f"{ratio:.2f} ({ms(med(over), 1)} ms vs hop {ms(hop_med, 2)} ms)",
-             f"<= {TARGET_HOPS}", verdict(ratio <= TARGET_HOPS)],
-            [f"WAL bytes per round, round {AT[-1]} vs round {AT[0]}",
-             f"{wl:,} vs {w1:,} ({wl / max(w1, 1):.2f}x)", "flat", verdict(flat)],
-            [f"engine CPU per round (in-process, model client excluded), round {AT[-1]} vs "
-             f"round {k0}",
-             f"{ms(xl, 1)} vs {ms(x1, 1)} ms ({xl / x1:.2f}x)", "", ""],
-            ["statements / commits per tool round",
-             f"{ref['statements']} / {ref['commits']}"
-             + (f" (+{ref['checkouts']} pre-pings)" if "on" in PREPING[0][:40] else ""), "", ""]]
+    head = [
+        [
+            "tool round overhead, in floor hops (median)",
+            f"{ratio:.2f} ({ms(med(over), 1)} ms vs hop {ms(hop_med, 2)} ms)",
+            f"<= {TARGET_HOPS}",
+            verdict(ratio <= TARGET_HOPS),
+        ],
+        [
+            f"WAL bytes per round, round {AT[-1]} vs round {AT[0]}",
+            f"{wl:,} vs {w1:,} ({wl / max(w1, 1):.2f}x)",
+            "flat",
+            verdict(flat),
+        ],
+        [
+            f"engine CPU per round (in-process, model client excluded), round {AT[-1]} vs "
+            f"round {k0}",
+            f"{ms(xl, 1)} vs {ms(x1, 1)} ms ({xl / x1:.2f}x)",
+            "",
+            "",
+        ],
+        [
+            "statements / commits per tool round",
+            f"{ref['statements']} / {ref['commits']}"
+            + (f" (+{ref['checkouts']} pre-pings)" if "on" in PREPING[0][:40] else ""),
+            "",
+            "",
+        ],
+    ]
     emit("rounds", "Tool rounds vs the floor", sections, started, head)
 
 

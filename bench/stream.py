@@ -1,6 +1,6 @@
 """Streaming: model delta → SSE client latency. The fake OpenAI-compatible server (in this
 process) streams a reply word by word; a real worker relays each delta over Redis pub/sub;
-the API (``uvicorn --factory scheduler.api:create_app``, its own process) serves
+the API (``uvicorn --factory scheduler.app:create_app``, its own process) serves
 ``GET /v1/runs/{id}/events``; an SSE client in this process stamps each delta on arrival.
 Latency = arrival at the client - the moment the fake server handed that chunk to its HTTP
 server (same clock). Baseline in the same run: a bare Redis pub/sub hop on the same Redis.
@@ -72,8 +72,9 @@ class SendTimes:
 
 
 def responder(body: dict[str, Any]) -> ReplySpec:
-    user = next((m.get("content") for m in reversed(body["messages"]) if m.get("role") == "user"),
-                "r0")
+    user = next(
+        (m.get("content") for m in reversed(body["messages"]) if m.get("role") == "user"), "r0"
+    )
     tag = str(user).split()[-1]
     text = " ".join(f"{tag}w{i:03d}" for i in range(WORDS))
     return ReplySpec(text=text, first_byte_latency=0.3, chunk_latency=CHUNK)
@@ -157,9 +158,23 @@ def main() -> None:
         port = free_port()
         api = f"http://127.0.0.1:{port}"
         try:
-            procs.start("api", [PY, "-m", "uvicorn", "--factory", "scheduler.api:create_app",
-                                "--host", "127.0.0.1", "--port", str(port), "--log-level",
-                                "warning"], {**env, "TREADLE_AUTH": "off"})
+            procs.start(
+                "api",
+                [
+                    PY,
+                    "-m",
+                    "uvicorn",
+                    "--factory",
+                    "scheduler.app:create_app",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--log-level",
+                    "warning",
+                ],
+                {**env, "TREADLE_AUTH": "off"},
+            )
             start_treadle_workers(procs, env, 1, 8, tag="sw")
             wait_for(lambda: _healthy(api, procs), 60, "the API")
             sse_run(api, "warm")  # imports, connections, pub/sub subscription
@@ -181,22 +196,47 @@ def main() -> None:
             procs.stop_all()
             redis_cleanup(prefix)
             llm.stop()
-    s = Section("Model delta → SSE client",
-                ["path", "deltas", "median ms", "p95 ms", "x the bare pub/sub hop (median)"])
-    s.row("**treadle**: fake model → worker → Redis pub/sub → API → SSE client", len(lat),
-          ms(med(lat), 2), ms(p95(lat), 2), f"**{med(lat) / med(base):.1f}**")
-    s.row("… first delta of each run only", len(first), ms(med(first), 2), ms(p95(first), 2),
-          f"{med(first) / med(base):.1f}")
-    s.row("baseline: bare Redis PUBLISH → subscriber (same Redis)", len(base), ms(med(base), 3),
-          ms(p95(base), 3), "1.0")
-    s.note(f"{RUNS} chat runs, one at a time, each streaming {WORDS} words "
-           f"{CHUNK * 1000:.0f} ms apart; deltas missing at the client: {missing}. One worker "
-           "`-P threads -c 8`, one API process (uvicorn, `TREADLE_AUTH=off` on loopback), "
-           "the client and the fake server in the bench process (the clock they share is the "
-           "one measured against).")
-    head = [["model delta → SSE client (median / p95)",
-             f"{ms(med(lat), 2)} / {ms(p95(lat), 2)} ms = {med(lat) / med(base):.1f}x a bare "
-             "pub/sub hop", "", ""]]
+    s = Section(
+        "Model delta → SSE client",
+        ["path", "deltas", "median ms", "p95 ms", "x the bare pub/sub hop (median)"],
+    )
+    s.row(
+        "**treadle**: fake model → worker → Redis pub/sub → API → SSE client",
+        len(lat),
+        ms(med(lat), 2),
+        ms(p95(lat), 2),
+        f"**{med(lat) / med(base):.1f}**",
+    )
+    s.row(
+        "… first delta of each run only",
+        len(first),
+        ms(med(first), 2),
+        ms(p95(first), 2),
+        f"{med(first) / med(base):.1f}",
+    )
+    s.row(
+        "baseline: bare Redis PUBLISH → subscriber (same Redis)",
+        len(base),
+        ms(med(base), 3),
+        ms(p95(base), 3),
+        "1.0",
+    )
+    s.note(
+        f"{RUNS} chat runs, one at a time, each streaming {WORDS} words "
+        f"{CHUNK * 1000:.0f} ms apart; deltas missing at the client: {missing}. One worker "
+        "`-P threads -c 8`, one API process (uvicorn, `TREADLE_AUTH=off` on loopback), "
+        "the client and the fake server in the bench process (the clock they share is the "
+        "one measured against)."
+    )
+    head = [
+        [
+            "model delta → SSE client (median / p95)",
+            f"{ms(med(lat), 2)} / {ms(p95(lat), 2)} ms = {med(lat) / med(base):.1f}x a bare "
+            "pub/sub hop",
+            "",
+            "",
+        ]
+    ]
     emit("stream", "Streaming latency", [s], started, head)
 
 

@@ -78,8 +78,10 @@ class ConnSampler:
         while not self._stop.wait(0.5):
             try:
                 with self.engine.connect() as conn:
-                    n = conn.execute(sa.text("SELECT count(*) FROM pg_stat_activity WHERE "
-                                             "datname = :d"), {"d": self.name}).scalar_one()
+                    n = conn.execute(
+                        sa.text("SELECT count(*) FROM pg_stat_activity WHERE datname = :d"),
+                        {"d": self.name},
+                    ).scalar_one()
                 self.peak = max(self.peak, int(n))
             except Exception:
                 pass
@@ -93,8 +95,12 @@ class ConnSampler:
 
 def snapshot(admin: sa.Engine, url: str, pids: list[int]) -> dict[str, Any]:
     pg = retrying(_backend_cpu, admin, url)
-    return {"t": time.time(), "machine": machine_cpu()[0], "workers":
-            sum(proc_cpu(p) for p in pids), "pg": pg}
+    return {
+        "t": time.time(),
+        "machine": machine_cpu()[0],
+        "workers": sum(proc_cpu(p) for p in pids),
+        "pg": pg,
+    }
 
 
 def _backend_cpu(admin: sa.Engine, url: str) -> dict[int, float]:
@@ -104,8 +110,11 @@ def _backend_cpu(admin: sa.Engine, url: str) -> dict[int, float]:
 
 def per_round(a: dict[str, Any], b: dict[str, Any], rounds: int) -> dict[str, float]:
     n = max(rounds, 1)
-    return {"cpu": (b["workers"] - a["workers"]) / n, "machine": (b["machine"] - a["machine"]) / n,
-            "pg": pg_cpu_delta(a["pg"], b["pg"]) / n}
+    return {
+        "cpu": (b["workers"] - a["workers"]) / n,
+        "machine": (b["machine"] - a["machine"]) / n,
+        "pg": pg_cpu_delta(a["pg"], b["pg"]) / n,
+    }
 
 
 def measure(procs: Procs, url: str, n_procs: int) -> dict[str, Any]:
@@ -123,10 +132,15 @@ def measure(procs: Procs, url: str, n_procs: int) -> dict[str, Any]:
         time.sleep(WINDOW)
         b = snapshot(admin, url, floor.pids())
         with floor.engine.connect() as conn:
-            n = int(conn.execute(sa.text(
-                "SELECT count(*) FROM floor_log WHERE hop % 2 = 0 AND chain BETWEEN :lo AND :hi "
-                "AND started_at BETWEEN :a AND :b"),
-                {"lo": ids[0], "hi": ids[-1], "a": a["t"], "b": b["t"]}).scalar_one())
+            n = int(
+                conn.execute(
+                    sa.text(
+                        "SELECT count(*) FROM floor_log WHERE hop % 2 = 0"
+                        " AND chain BETWEEN :lo AND :hi AND started_at BETWEEN :a AND :b"
+                    ),
+                    {"lo": ids[0], "hi": ids[-1], "a": a["t"], "b": b["t"]},
+                ).scalar_one()
+            )
         out["floor_rate"] = n / (b["t"] - a["t"])
         out["floor"] = per_round(a, b, n)
     finally:
@@ -144,8 +158,9 @@ def measure(procs: Procs, url: str, n_procs: int) -> dict[str, Any]:
         agent = tool_agent(ROUNDS, sleep=LATENCY, text=TEXT)
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(lambda _: submit(rt, agent), range(RUNS)))
-        env = treadle_env(url, prefix, TREADLE_DB_POOL_SIZE=POOL,
-                          TREADLE_WORKER_CONCURRENCY=str(CONC))
+        env = treadle_env(
+            url, prefix, TREADLE_DB_POOL_SIZE=POOL, TREADLE_WORKER_CONCURRENCY=str(CONC)
+        )
         names = start_treadle_workers(procs, env, n_procs, CONC, tag=f"tp{n_procs}-")
         pids = [procs.pid(n) for n in names]
         wait_for(lambda: count_usage(admin) > 0, 120, "the first round")
@@ -154,15 +169,28 @@ def measure(procs: Procs, url: str, n_procs: int) -> dict[str, Any]:
         time.sleep(WINDOW)
         b = snapshot(admin, url, pids)
         with admin.connect() as conn:
-            n = int(conn.execute(sa.text(
-                "SELECT count(*) FROM usage WHERE purpose = 'round' AND created_at BETWEEN :a "
-                "AND :b"), {"a": a["t"], "b": b["t"]}).scalar_one())
-            finished = int(conn.execute(sa.text(
-                "SELECT count(*) FROM runs WHERE status IN ('completed', 'failed')"))
-                .scalar_one())
-        out.update(rate=n / (b["t"] - a["t"]), rounds=n, finished=finished,
-                   failed=count_status(rt.engine, ["failed"]), fails=failed_runs(rt.engine),
-                   **per_round(a, b, n))
+            n = int(
+                conn.execute(
+                    sa.text(
+                        "SELECT count(*) FROM usage WHERE purpose = 'round'"
+                        " AND created_at BETWEEN :a AND :b"
+                    ),
+                    {"a": a["t"], "b": b["t"]},
+                ).scalar_one()
+            )
+            finished = int(
+                conn.execute(
+                    sa.text("SELECT count(*) FROM runs WHERE status IN ('completed', 'failed')")
+                ).scalar_one()
+            )
+        out.update(
+            rate=n / (b["t"] - a["t"]),
+            rounds=n,
+            finished=finished,
+            failed=count_status(rt.engine, ["failed"]),
+            fails=failed_runs(rt.engine),
+            **per_round(a, b, n),
+        )
     finally:
         out["peak_conns"] = sampler.close()
         for name in names:
@@ -216,50 +244,94 @@ def main() -> None:
                     log("throughput: PostgreSQL restarted during the measurement; again")
         finally:
             procs.stop_all()
-    s = Section(f"Throughput: {RUNS} concurrent tool runs x {ROUNDS} rounds, model latency "
-                f"{LATENCY * 1000:.0f} ms, `-P threads -c {CONC}` per process",
-                ["worker processes", "ideal rounds/s", "**treadle rounds/s**", "of ideal",
-                 "target", "verdict", "floor rounds/s", "treadle / floor"])
+    s = Section(
+        f"Throughput: {RUNS} concurrent tool runs x {ROUNDS} rounds, model latency "
+        f"{LATENCY * 1000:.0f} ms, `-P threads -c {CONC}` per process",
+        [
+            "worker processes",
+            "ideal rounds/s",
+            "**treadle rounds/s**",
+            "of ideal",
+            "target",
+            "verdict",
+            "floor rounds/s",
+            "treadle / floor",
+        ],
+    )
     for r in results:
-        s.row(r["procs"], num(r["ideal"], 0), f"**{num(r['rate'], 1)}**",
-              f"{r['rate'] / r['ideal']:.0%}", f">= {TARGET:.0%}",
-              verdict(r["rate"] >= TARGET * r["ideal"]), num(r["floor_rate"], 1),
-              f"{r['rate'] / r['floor_rate']:.2f}")
-    s.note("Ideal = processes x threads / model latency (every thread always in a model call). "
-           f"Rounds/s = model calls started in a {WINDOW:.0f} s window that opens {RAMP:.0f} s "
-           f"after the first round: the {RUNS} runs ({ROUNDS} rounds each, 200-char tool "
-           "arguments) are all queued before the workers start, and are far from done when "
-           "the window closes. The floor does the same shape with raw Celery: a hop that "
-           "sleeps the model latency then commits one SQL transaction, and a hop that only "
-           "commits one (the tool), per round, same processes and threads, same window.")
+        s.row(
+            r["procs"],
+            num(r["ideal"], 0),
+            f"**{num(r['rate'], 1)}**",
+            f"{r['rate'] / r['ideal']:.0%}",
+            f">= {TARGET:.0%}",
+            verdict(r["rate"] >= TARGET * r["ideal"]),
+            num(r["floor_rate"], 1),
+            f"{r['rate'] / r['floor_rate']:.2f}",
+        )
+    s.note(
+        "Ideal = processes x threads / model latency (every thread always in a model call). "
+        f"Rounds/s = model calls started in a {WINDOW:.0f} s window that opens {RAMP:.0f} s "
+        f"after the first round: the {RUNS} runs ({ROUNDS} rounds each, 200-char tool "
+        "arguments) are all queued before the workers start, and are far from done when "
+        "the window closes. The floor does the same shape with raw Celery: a hop that "
+        "sleeps the model latency then commits one SQL transaction, and a hop that only "
+        "commits one (the tool), per round, same processes and threads, same window."
+    )
     sections = [s]
-    c = Section("CPU per round (milliseconds of CPU time)",
-                ["worker processes", "treadle workers", "treadle PostgreSQL backends",
-                 "treadle whole machine", "floor workers", "floor whole machine",
-                 "peak PG connections (treadle)", "failed runs"])
+    c = Section(
+        "CPU per round (milliseconds of CPU time)",
+        [
+            "worker processes",
+            "treadle workers",
+            "treadle PostgreSQL backends",
+            "treadle whole machine",
+            "floor workers",
+            "floor whole machine",
+            "peak PG connections (treadle)",
+            "failed runs",
+        ],
+    )
     for r in results:
-        c.row(r["procs"], num(r["cpu"] * 1000, 2), num(r["pg"] * 1000, 2),
-              num(r["machine"] * 1000, 2), num(r["floor"]["cpu"] * 1000, 2),
-              num(r["floor"]["machine"] * 1000, 2), r["peak_conns"], r["failed"])
-    c.note("Workers: utime+stime of the worker processes in the window / rounds in it. "
-           "PostgreSQL: the backends connected to the bench database. Whole machine: all busy "
-           "CPU time of the 2 cores (other processes included) / rounds: with 2 cores the "
-           "machine cannot exceed 2000 ms of CPU per second, so 2000 / (machine ms per round) "
-           "is the CPU-bound ceiling in rounds/s.")
-    c.note(f"Workers run with `TREADLE_DB_POOL_SIZE={POOL}` (+ the engine's 5 overflow) per "
-           "process: the default, concurrency + 4 = 68 (+5) per 64-thread process, could open "
-           "more connections than PostgreSQL's max_connections = 100, which other test runs "
-           "share on this machine.")
+        c.row(
+            r["procs"],
+            num(r["cpu"] * 1000, 2),
+            num(r["pg"] * 1000, 2),
+            num(r["machine"] * 1000, 2),
+            num(r["floor"]["cpu"] * 1000, 2),
+            num(r["floor"]["machine"] * 1000, 2),
+            r["peak_conns"],
+            r["failed"],
+        )
+    c.note(
+        "Workers: utime+stime of the worker processes in the window / rounds in it. "
+        "PostgreSQL: the backends connected to the bench database. Whole machine: all busy "
+        "CPU time of the 2 cores (other processes included) / rounds: with 2 cores the "
+        "machine cannot exceed 2000 ms of CPU per second, so 2000 / (machine ms per round) "
+        "is the CPU-bound ceiling in rounds/s."
+    )
+    c.note(
+        f"Workers run with `TREADLE_DB_POOL_SIZE={POOL}` (+ the engine's 5 overflow) per "
+        "process: the default, concurrency + 4 = 68 (+5) per 64-thread process, could open "
+        "more connections than PostgreSQL's max_connections = 100, which other test runs "
+        "share on this machine."
+    )
     for e in errors:
         c.note(f"**not measured**: {e}")
     for r in results:
         if r["fails"]:
             c.note(f"{r['procs']} processes: failed runs, e.g. {r['fails'][:2]}")
     sections.append(c)
-    head = [[f"rounds/s, {r['procs']} x {CONC} threads (ideal {r['ideal']:.0f})",
-             f"{r['rate']:.1f} = {r['rate'] / r['ideal']:.0%} of ideal (floor "
-             f"{r['floor_rate']:.0f}); worker CPU {r['cpu'] * 1000:.0f} ms/round",
-             f">= {TARGET:.0%}", verdict(r["rate"] >= TARGET * r["ideal"])] for r in results]
+    head = [
+        [
+            f"rounds/s, {r['procs']} x {CONC} threads (ideal {r['ideal']:.0f})",
+            f"{r['rate']:.1f} = {r['rate'] / r['ideal']:.0%} of ideal (floor "
+            f"{r['floor_rate']:.0f}); worker CPU {r['cpu'] * 1000:.0f} ms/round",
+            f">= {TARGET:.0%}",
+            verdict(r["rate"] >= TARGET * r["ideal"]),
+        ]
+        for r in results
+    ]
     emit("throughput", "Throughput vs the ideal", sections, started, head)
 
 
