@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,7 +122,7 @@ def make_engine(
     # workers: no pre-ping (a round trip per checkout, 4 per round): a connection broken by a
     # database restart fails one task, which retries; SQLAlchemy then drops the whole stale
     # pool. The API pings (``ping_on_checkout``): a request never fails on a dead connection.
-    return sa.create_engine(
+    engine = sa.create_engine(
         url,
         pool_size=pool_size,
         max_overflow=max_overflow,
@@ -130,6 +131,15 @@ def make_engine(
         pool_timeout=30,
         connect_args=connect_args,
     )
+    if url.startswith("postgresql"):
+        event.listen(engine, "do_connect", _name_session)
+    return engine
+
+
+def _name_session(dialect: Any, record: Any, cargs: Any, cparams: dict[str, Any]) -> None:
+    """``application_name`` = ``treadle/<pid>``: ``pg_stat_activity`` tells which process
+    holds a session (and which one sits idle inside a transaction)."""
+    cparams.setdefault("application_name", f"treadle/{os.getpid()}")
 
 
 BUSY_SQLSTATES = frozenset({"55P03", "57014"})  # lock_not_available, query_canceled

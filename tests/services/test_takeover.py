@@ -2,7 +2,8 @@
 workers SIGKILLed mid model call and mid write; no run stalls longer than 20 s, each write
 applies once. The longest pause between two consecutive events of a run is the figure.
 
-Bigger storms: ``TAKEOVER_RUNS=60 TAKEOVER_KILLS=20 pytest tests/services/test_takeover.py -s``.
+Bigger storms: ``TAKEOVER_RUNS=60 TAKEOVER_KILLS=20 pytest tests/services/test_takeover.py -s``;
+the stopped-inside-a-transaction case as stated (150 s): ``STOPPED_S=150 pytest -s -k inside``.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import os
 import random
 import re
 import signal
+import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 
 import pytest
 import sqlalchemy as sa
@@ -28,6 +31,7 @@ from tests.support import EffectServer, WorkerProcs, longest_stalls, record_agen
 RUNS = int(os.environ.get("TAKEOVER_RUNS", "12"))
 KILLS = int(os.environ.get("TAKEOVER_KILLS", "2"))
 TARGET_S = 20.0
+STOPPED_S = float(os.environ.get("STOPPED_S", "30"))
 
 
 @pytest.fixture
@@ -92,66 +96,114 @@ def test_sigkilled_workers_runs_resume_within_the_target(
     assert len(effects.effects) == 3 * RUNS and set(effects.effects.values()) == {1}
 
 
-def _task_seconds(log: str, task: str) -> list[float]:
-    pattern = rf"{re.escape(task)}\[[^]]+\] succeeded in ([0-9.]+)s"
-    return [float(m) for m in re.findall(pattern, log)]
+# --- a worker stopped inside a transaction ----------------------------------------------------
 
 
-def test_a_paused_worker_stalls_no_run_nor_the_other_worker(
+def _stop_inside_a_transaction(engine: sa.engine.Engine, pid: int, tries: int = 400) -> float:
+    """SIGSTOP the worker ``pid`` at a moment one of its sessions is inside a transaction
+    (seen in ``pg_stat_activity`` after the stop: ``idle in transaction``); a try that caught
+    it between transactions is undone at once (SIGCONT) and repeated. The monotonic time of
+    the stop."""
+    rng = random.Random(5)
+    query = sa.text(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = :name"
+        " AND state = 'idle in transaction'"
+    )
+    for _ in range(tries):
+        os.killpg(pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        time.sleep(0.1)  # a statement in flight finishes on the server
+        with engine.connect() as conn:
+            if conn.execute(query, {"name": f"treadle/{pid}"}).scalar_one():
+                return stopped
+        os.killpg(pid, signal.SIGCONT)
+        time.sleep(rng.uniform(0.02, 0.25))
+    raise AssertionError(f"never caught worker {pid} inside a transaction in {tries} tries")
+
+
+_DONE = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*Task treadle\.round\[[^]]+\] succeeded",
+    re.M,
+)
+
+
+def _rounds_at(log: str) -> list[float]:
+    """Wall-clock times of the rounds a worker's log says it finished."""
+    fmt = "%Y-%m-%d %H:%M:%S,%f"
+    return [datetime.strptime(m, fmt).astimezone().timestamp() for m in _DONE.findall(log)]
+
+
+def test_a_worker_stopped_inside_a_transaction_stalls_neither_runs_nor_the_other_worker(
     prod_rt: Runtime, workers: WorkerProcs, effects: EffectServer
 ) -> None:
-    """A worker SIGSTOPped (a long GC pause, a partition) for longer than its lease: its runs
-    are taken over within the target, the other worker's threads never park behind its
-    locks, and when it wakes its late commits lose (each write applied once, each round
-    committed once)."""
+    """Steady load (2 runs/s, 3 rounds each, one write per tool round) on workers alpha and
+    beta; alpha is SIGSTOPped while one of its sessions is inside a transaction (holding row
+    locks) for ``STOPPED_S`` (a long GC pause, a partition). The server ends that session
+    after the idle-in-transaction timeout; alpha's runs are taken over within the target;
+    beta's rounds/s while alpha is stopped stay >= 80 % of its rounds/s before (it never
+    parks behind alpha's locks); when alpha wakes its late commits lose: each write applied
+    once, each round committed once."""
     workers.start("alpha", concurrency=8)
     workers.start("beta", concurrency=8)
     reaper = ReaperLoop(prod_rt, Settings().reaper_interval).start()
-    n = max(8, RUNS)
-    try:
+    ids: list[str] = []
+    feeding = threading.Event()
+    feeding.set()
+
+    def feed() -> None:
         with TestClient(create_app(lambda: prod_rt)) as client:
-            ids = [
-                client.post(
-                    "/v1/runs",
-                    json={"agent": record_agent(i, effects.url, "abc", 1.5), "input": f"go {i}"},
-                ).json()["id"]
-                for i in range(n)
-            ]
-            time.sleep(3.0)
-            alpha = workers.procs["alpha"].pid
-            os.killpg(alpha, signal.SIGSTOP)
-            stopped = time.monotonic()
-            try:
-                wait_for(
-                    lambda: all(
-                        client.get(f"/v1/runs/{r}").json()["status"] == "completed" for r in ids
-                    ),
-                    120,
-                    interval=0.5,
-                    what="every run completed with alpha paused",
-                )
-                # paused past its lease before it wakes (a session paused inside a
-                # transaction loses it after 10 s: tests/services/test_faults.py)
-                time.sleep(max(0.0, stopped + 15.0 - time.monotonic()))
-            finally:
-                os.killpg(alpha, signal.SIGCONT)
-            time.sleep(3.0)  # alpha wakes: its late commits must all lose
+            i = 0
+            while feeding.is_set():
+                agent = record_agent(i, effects.url, "ab", 0.3)
+                resp = client.post("/v1/runs", json={"agent": agent, "input": f"go {i}"})
+                ids.append(resp.json()["id"])
+                i += 1
+                time.sleep(0.5)
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    alpha = workers.procs["alpha"].pid
+    before_s = 15.0
+    try:
+        time.sleep(5.0 + before_s)  # warm up, then the window before the stop
+        stopped = _stop_inside_a_transaction(prod_rt.engine, alpha)
+        stopped_wall = time.time() - (time.monotonic() - stopped)
+        try:
+            time.sleep(max(0.0, stopped + STOPPED_S - time.monotonic()))
+        finally:
+            os.killpg(alpha, signal.SIGCONT)
+        feeding.clear()
+        feeder.join(10)
+        with TestClient(create_app(lambda: prod_rt)) as client:
+            wait_for(
+                lambda: all(
+                    client.get(f"/v1/runs/{r}").json()["status"] == "completed" for r in ids
+                ),
+                120,
+                interval=0.5,
+                what="every run completed",
+            )
     finally:
+        feeding.clear()
         reaper.stop()
+    beta = _rounds_at(workers.log("beta"))
+    before = sum(stopped_wall - before_s <= t < stopped_wall for t in beta) / before_s
+    during = sum(stopped_wall <= t < stopped_wall + STOPPED_S for t in beta) / STOPPED_S
     stalls = longest_stalls(prod_rt.engine, ids)
-    beta = workers.log("beta")
-    slowest = max(_task_seconds(beta, "treadle.tool"), default=0.0)
+    worst = max(stalls.values())
     print(
-        f"\npaused worker: runs={n} max_stall={max(stalls.values()):.1f}s "
-        f"beta_slowest_tool_task={slowest:.1f}s tool_requests={sum(effects.hits.values())}"
+        f"\nstopped inside a transaction: {STOPPED_S:.0f} s, runs={len(ids)} "
+        f"beta rounds/s before={before:.2f} during={during:.2f} ({during / before:.0%}) "
+        f"max_stall={worst:.1f}s runs_over_{TARGET_S:.0f}s="
+        f"{sum(s > TARGET_S for s in stalls.values())}"
     )
-    assert max(stalls.values()) <= TARGET_S
-    assert slowest < 5.0  # never parked behind alpha's locks
-    assert len(effects.effects) == 3 * n and set(effects.effects.values()) == {1}
+    assert during >= 0.8 * before
+    assert worst <= TARGET_S, sorted(stalls.values())[-5:]
+    assert len(effects.effects) == 2 * len(ids) and set(effects.effects.values()) == {1}
     with prod_rt.engine.connect() as conn:
         committed = conn.execute(
             sa.select(sa.func.count())
             .select_from(usage)
             .where(usage.c.run_id.in_(ids), usage.c.committed.is_(True))
         ).scalar_one()
-    assert committed == 4 * n  # each round committed once, alpha's late commits refused
+    assert committed == 3 * len(ids)  # each round committed once, alpha's late commits refused
