@@ -501,6 +501,8 @@ def treadle_env(url: str, prefix: str, **extra: str) -> dict[str, str]:
         "TREADLE_PLUGINS": "bench.plugins",
         "TREADLE_LOG_LEVEL": "WARNING",
         "TREADLE_ALLOW_TEST_MODELS": "true",  # the benchmarks' agents use the scripted model
+        # one synthetic tenant stands for the whole fleet's: no per-tenant admission limit
+        "TREADLE_TENANT_ACTIVE_RUNS": "0",
         **extra,
     }
 
@@ -561,7 +563,11 @@ def treadle_runtime(url: str, prefix: str, pool_size: int = 10) -> Any:
     from shared.wiring import CeleryPublisher
 
     settings = Settings(
-        database_url=url, broker_url=REDIS_URL, broker_prefix=prefix, plugins="bench.plugins"
+        database_url=url,
+        broker_url=REDIS_URL,
+        broker_prefix=prefix,
+        plugins="bench.plugins",
+        tenant_active_runs=0,  # as the workers (``treadle_env``)
     )
     return Runtime(
         engine=make_engine(url, pool_size=pool_size),
