@@ -31,11 +31,18 @@ services:  ## PostgreSQL and Redis reachable (started when installed and down); 
 	@bash .ci/services.sh || [ -z "$$CI" ]
 	@bash .ci/system-deps.sh
 
-test: install services  ## the whole suite
-	@$(BIN)/pytest -q -p no:cacheprovider --durations=25
+# tests that use no shared service state and no real worker run on 2 processes (xdist); the
+# ones with real workers, SIGKILLs, restarts or timing figures run one at a time after them
+PARALLEL_TESTS := tests/unit tests/llm tests/tools tests/engine tests/api tests/interop \
+                  tests/security/test_fuzz.py
+TEST_PROCS ?= 2
+
+test: install services  ## the whole suite (the parallel part, then the real-service part)
+	@$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_PROCS) --durations=10 $(PARALLEL_TESTS)
+	@$(BIN)/pytest -q -p no:cacheprovider --durations=25 tests $(addprefix --ignore=,$(PARALLEL_TESTS))
 
 test-fast: install  ## without the real-service and end-to-end tests
-	@$(BIN)/pytest -q tests/unit tests/llm tests/tools tests/engine tests/api
+	@$(BIN)/pytest -q -n $(TEST_PROCS) tests/unit tests/llm tests/tools tests/engine tests/api
 
 test-chaos: install services  ## the crash-safety storm alone (CHAOS_RUNS, CHAOS_KILLS, CHAOS_SEED, CHAOS_BROKERS=redis,rabbitmq)
 	@$(BIN)/pytest -q -s -p no:cacheprovider tests/chaos

@@ -4,9 +4,12 @@ processes for the production-mode tests (missing services fail in CI, skip local
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -17,7 +20,14 @@ from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.store.db import make_engine, migrate
 from shared.store.tables import metadata
-from tests.support import PG_ADMIN, REDIS_BASE, WorkerProcs, need_service
+from tests.support import (
+    FUZZ_TALLY_ENV,
+    PG_ADMIN,
+    REDIS_BASE,
+    WorkerProcs,
+    fuzz_summary,
+    need_service,
+)
 
 # The suite's specs use the scripted test model; an operator's server refuses it by default.
 # Set here so every Settings() and every worker or API process the tests start inherit it.
@@ -72,7 +82,9 @@ def pg_engine(pg_url: str) -> Iterator[sa.engine.Engine]:
 
 
 SESSION = uuid.uuid4().hex[:8]
-REDIS_DB = 1 + int(SESSION, 16) % 15  # concurrent test sessions do not share a broker
+# concurrent test sessions do not share a broker, nor the xdist workers of one session
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+REDIS_DB = 1 + (int(SESSION, 16) + _WORKER) % 15
 
 
 @pytest.fixture
@@ -141,3 +153,19 @@ def workers(
     procs = WorkerProcs(env, tmp_path)
     yield procs
     procs.stop_all()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The session's folder for the fuzz figures (xdist workers inherit it)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        os.environ[FUZZ_TALLY_ENV] = tempfile.mkdtemp(prefix="treadle-fuzz-")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The schemathesis summary line (tests/security/test_fuzz.py), when the fuzz ran."""
+    folder = os.environ.get(FUZZ_TALLY_ENV)
+    if folder and "PYTEST_XDIST_WORKER" not in os.environ:
+        line = fuzz_summary(Path(folder))
+        if line:
+            terminalreporter.write_line(line)
+        shutil.rmtree(folder, ignore_errors=True)

@@ -288,3 +288,27 @@ def longest_stalls(engine: Any, ids: list[str]) -> dict[str, float]:
             stamps = sorted([float(created.scalar_one()), *(float(t) for t in times.scalars())])
             out[run_id] = max(b - a for a, b in zip(stamps, stamps[1:], strict=False))
     return out
+
+
+FUZZ_TALLY_ENV = "TREADLE_FUZZ_TALLY"
+"""A folder where each process that ran the fuzz (tests/security/test_fuzz.py) leaves its
+figures; the session's summary line adds them up (``fuzz_summary``)."""
+
+
+def fuzz_summary(folder: Path) -> str | None:
+    """The schemathesis summary line of every process that fuzzed, or None."""
+    import json
+
+    parts = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    if not parts:
+        return None
+    ops = {op for p in parts for op in p["operations"]}
+
+    def total(key: str) -> int:
+        return sum(int(p.get(key, 0)) for p in parts)
+
+    return (
+        f"schemathesis: {len(ops)} operations, {total('cases')} cases "
+        f"({total('rejected')} rejected with 4xx), {total('5xx')} server errors, "
+        f"{total('failures')} failed checks, {max(int(p['seconds']) for p in parts)}s"
+    )

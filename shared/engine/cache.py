@@ -5,7 +5,8 @@ eviction or another worker's progress only costs a read. A spec is cached under 
 what is derived from it (catalog, result budget) is cached with the very spec object it was
 built from and rebuilt for any other, so no process can use a spec a resume replaced. The
 caches are bounded by bytes (an estimate of what they hold), not by entries: a worker's
-memory does not grow with the number of runs it has seen.
+memory does not grow with the number of runs it has seen. A run that pauses or ends leaves
+them (``forget``): a waiting run holds no memory in any worker, however many wait.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -33,6 +34,7 @@ __all__ = [
     "ByteLRU",
     "Given",
     "catalog",
+    "forget",
     "given",
     "history",
     "mcp_access",
@@ -81,6 +83,12 @@ class ByteLRU(Generic[K, V]):
             while self._bytes > self._limit:
                 _, (_, dropped) = self._data.popitem(last=False)
                 self._bytes -= dropped
+
+    def pop(self, key: K) -> None:
+        with self._lock:
+            old = self._data.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
 
     @property
     def bytes(self) -> int:
@@ -231,3 +239,11 @@ def remember(run_id: str, view_start: int, first_seq: int, msgs: Sequence[Messag
         return
     view = _extend(cached, msgs, cached.seen + len(msgs))
     _history.put(run_id, view, view.size)
+
+
+def forget(run_ids: Iterable[str]) -> None:
+    """Drop what the caches hold of these runs (they paused or ended: a resume, hours later
+    perhaps, reads them again)."""
+    for run_id in run_ids:
+        for lru in (_given, _history, _catalogs, _budgets):
+            lru.pop(run_id)

@@ -18,8 +18,8 @@ each to one run, by ``Tx.apply``:
    (``shared.engine.children``: the parent's join, or its surfaced pause); a run that ends on a
    thread releases the thread's next held run (``shared.engine.threads``).
 5. **After the commit** (never before, never on rollback): the dispatches are published — the
-   broker is only a doorbell, a lost one is re-sent by the reaper from the state itself — and
-   the runs' SSE tails are woken.
+   broker is only a doorbell, a lost one is re-sent by the reaper from the state itself —, the
+   runs' SSE tails are woken, and the runs that paused or ended leave this process's caches.
 
 There is no outbox row for rounds and tool calls: the state says what is due (a runnable run
 with no live lease and no open calls is due for a round; a ``queued`` call is due for its tool
@@ -45,6 +45,7 @@ from shared.agent.approval import note_message
 from shared.agent.decisions import After, AwaitAnswer, AwaitApproval, Continue, Fail, Finish
 from shared.agent.messages import Message
 from shared.agent.step import stopped_at_join
+from shared.engine import cache
 from shared.engine.runtime import Dispatch, Runtime
 from shared.errors import Conflict
 from shared.store import deliveries, repo
@@ -127,6 +128,7 @@ class Tx:
         self.out: list[Dispatch] = []
         self.wakes: dict[str, int | None] = {}
         self.stopped: list[str] = []  # runs whose in-flight work must stop (cancelled)
+        self.settled: set[str] = set()  # runs that paused or ended: the caches drop them
         self._threads: set[str] = set()
         self._lineages: set[str] = set()
 
@@ -171,6 +173,8 @@ class Tx:
         tokens = repo.message_tokens(change.messages)
         new = self._update(change, tokens)
         self._insert(change, new, tokens)
+        if ending or status == Status.WAITING:
+            self.settled.add(run.id)
         if _frees_slot(run, status):  # the tenant's next run waiting for admission starts
             from shared.engine import admission
 
@@ -254,6 +258,8 @@ class Tx:
     # --- after the commit ---------------------------------------------------------------------
 
     def after_commit(self) -> None:
+        if self.settled:
+            cache.forget(self.settled)
         if self.out:
             self.rt.publish(self.out)
         for run_id, seq in self.wakes.items():

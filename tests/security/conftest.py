@@ -67,13 +67,3 @@ def with_settings(rt: Runtime, **changes: Any) -> Runtime:
     return Runtime(
         engine=rt.engine, publish=rt.publish, settings=rt.settings.model_copy(update=changes)
     )
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """The schemathesis summary line (tests/security/test_fuzz.py), when it ran."""
-    import sys
-
-    fuzz = sys.modules.get("tests.security.test_fuzz")
-    line = fuzz.summary_line() if fuzz is not None else None
-    if line:
-        terminalreporter.write_line(line)

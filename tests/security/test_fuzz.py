@@ -49,6 +49,7 @@ from shared.engine.testing import StubBroker
 from shared.errors import SpecError
 from shared.store import keys
 from shared.store.db import make_engine, migrate
+from tests.support import FUZZ_TALLY_ENV
 
 MAX_EXAMPLES = int(os.environ.get("TREADLE_FUZZ_EXAMPLES", "25"))
 _RT: list[Runtime] = []
@@ -102,19 +103,19 @@ def api_key() -> Iterator[str]:
         started = time.monotonic()
         yield secret
         _TALLY["seconds"] = int(time.monotonic() - started)
+        _save_tally()
         engine.dispose()
         _RT.clear()
 
 
-def summary_line() -> str | None:
-    """The run's figures (printed in pytest's terminal summary by tests/security/conftest)."""
-    if not _TALLY["cases"]:
-        return None
-    return (
-        f"schemathesis: {len(_OPERATIONS)} operations, {_TALLY['cases']} cases "
-        f"({_TALLY['rejected']} rejected with 4xx), {_TALLY['5xx']} server errors, "
-        f"{_TALLY['failures']} failed checks, {_TALLY['seconds']}s"
-    )
+def _save_tally() -> None:
+    """This process's figures, for the summary line the session prints (tests/conftest.py; with
+    ``-n 2`` each xdist worker fuzzes part of the operations)."""
+    folder = os.environ.get(FUZZ_TALLY_ENV)
+    if folder and _TALLY["cases"]:
+        tally = {**_TALLY, "operations": sorted(_OPERATIONS)}
+        name = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        Path(folder, f"{name}.json").write_text(json.dumps(tally))
 
 
 def _role(message: Any) -> Any:

@@ -305,7 +305,8 @@ def test_3_a_pdf_bomb_is_refused_by_datasets_and_bounded_in_read_files(fleet: Fl
         headers=acme,
     )
     api_cpu = _own_cpu() - cpu
-    assert got.status_code == 422 and "limits" in got.text, got.text
+    # refused at the text limits, or (a slower machine) at the CPU limit first
+    assert got.status_code == 422 and ("limits" in got.text or "CPU" in got.text), got.text
     assert api_cpu <= 5.0 + 1.0, f"the API spent {api_cpu:.1f}s of CPU"
     assert _row_counts(fleet.rt) == before  # no chunk, no document
     pid = fleet.start()
