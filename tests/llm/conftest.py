@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -25,5 +26,8 @@ def _server() -> Iterator[FakeLLMServer]:
 
 @pytest.fixture
 def fake(_server: FakeLLMServer) -> FakeLLMServer:
+    deadline = time.monotonic() + 3.0
+    while _server.state.in_flight and time.monotonic() < deadline:
+        time.sleep(0.02)  # the test before's replies end (and their disconnects land) first
     _server.reset()
     return _server
