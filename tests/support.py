@@ -312,3 +312,13 @@ def fuzz_summary(folder: Path) -> str | None:
         f"({total('rejected')} rejected with 4xx), {total('5xx')} server errors, "
         f"{total('failures')} failed checks, {max(int(p['seconds']) for p in parts)}s"
     )
+
+
+def wait_completed(client: Any, ids: list[str], seconds: float, what: str) -> None:
+    """Wait until every run in ``ids`` is ``completed`` (``client``: the API's TestClient)."""
+    wait_for(
+        lambda: all(client.get(f"/v1/runs/{r}").json()["status"] == "completed" for r in ids),
+        seconds,
+        interval=0.5,
+        what=what,
+    )

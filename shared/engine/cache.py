@@ -73,9 +73,7 @@ class ByteLRU(Generic[K, V]):
 
     def put(self, key: K, value: V, size: int) -> None:
         with self._lock:
-            old = self._data.pop(key, None)
-            if old is not None:
-                self._bytes -= old[1]
+            self._drop(key)
             if size > self._limit:
                 return
             self._data[key] = (value, size)
@@ -86,9 +84,12 @@ class ByteLRU(Generic[K, V]):
 
     def pop(self, key: K) -> None:
         with self._lock:
-            old = self._data.pop(key, None)
-            if old is not None:
-                self._bytes -= old[1]
+            self._drop(key)
+
+    def _drop(self, key: K) -> None:  # the lock held
+        old = self._data.pop(key, None)
+        if old is not None:
+            self._bytes -= old[1]
 
     @property
     def bytes(self) -> int:

@@ -35,7 +35,15 @@ from scheduler.embedded import ReaperLoop
 from shared.config import Settings
 from shared.engine.runtime import Runtime
 from shared.store.tables import events, tool_calls, usage
-from tests.support import IN_CI, EffectServer, WorkerProcs, longest_stalls, record_agent, wait_for
+from tests.support import (
+    IN_CI,
+    EffectServer,
+    WorkerProcs,
+    longest_stalls,
+    record_agent,
+    wait_completed,
+    wait_for,
+)
 
 RUNS = 8
 TARGET_S = 20.0
@@ -193,13 +201,8 @@ def test_a_partitioned_worker_is_taken_over_and_its_late_commits_lose(
             link.cut()  # mid-write (and mid-round for the other runs it holds)
             cut_at = time.monotonic()
             try:
-                wait_for(
-                    lambda: all(
-                        client.get(f"/v1/runs/{r}").json()["status"] == "completed" for r in ids
-                    ),
-                    90,
-                    interval=0.5,
-                    what="every run completed while the far worker is cut off",
+                wait_completed(
+                    client, ids, 90, "every run completed while the far worker is cut off"
                 )
                 time.sleep(max(0.0, cut_at + CUT_S - time.monotonic()))
             finally:

@@ -26,7 +26,13 @@ from scheduler.embedded import ReaperLoop
 from shared.config import Settings
 from shared.engine.runtime import Runtime
 from shared.store.tables import usage
-from tests.support import EffectServer, WorkerProcs, longest_stalls, record_agent, wait_for
+from tests.support import (
+    EffectServer,
+    WorkerProcs,
+    longest_stalls,
+    record_agent,
+    wait_completed,
+)
 
 RUNS = int(os.environ.get("TAKEOVER_RUNS", "12"))
 KILLS = int(os.environ.get("TAKEOVER_KILLS", "2"))
@@ -74,14 +80,7 @@ def test_sigkilled_workers_runs_resume_within_the_target(
                 workers.kill(rng.choice(list(workers.procs)))
                 kills += 1
                 workers.start(concurrency=8)  # a supervisor replaces it at once
-            wait_for(
-                lambda: all(
-                    client.get(f"/v1/runs/{r}").json()["status"] == "completed" for r in ids
-                ),
-                120,
-                interval=0.5,
-                what="every run completed",
-            )
+            wait_completed(client, ids, 120, "every run completed")
     finally:
         reaper.stop()
     stalls = longest_stalls(prod_rt.engine, ids)
@@ -175,14 +174,7 @@ def test_a_worker_stopped_inside_a_transaction_stalls_neither_runs_nor_the_other
         feeding.clear()
         feeder.join(10)
         with TestClient(create_app(lambda: prod_rt)) as client:
-            wait_for(
-                lambda: all(
-                    client.get(f"/v1/runs/{r}").json()["status"] == "completed" for r in ids
-                ),
-                120,
-                interval=0.5,
-                what="every run completed",
-            )
+            wait_completed(client, ids, 120, "every run completed")
     finally:
         feeding.clear()
         reaper.stop()
