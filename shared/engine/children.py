@@ -275,7 +275,7 @@ def charge_ancestors(tx: Tx, run: Run, cost: float) -> None:
     for ancestor, _call_id in _lineage(tx.conn, run.id):
         fresh = repo.load_run(tx.conn, str(ancestor["id"]))
         if fresh is not None:
-            tx.apply(Change(fresh, bump=False, values={"cost": runs.c.cost + cost}))
+            tx.apply(Change(fresh, bump=False, values={"cost": repo.Inc(cost)}))
 
 
 # --- after a child's status change ---------------------------------------------------------

@@ -414,12 +414,17 @@ def _finish_ask(tx: Tx, run: Run, ask_id: str, text: str, data: dict[str, Any]) 
         "data": data,
         "finished_at": tx.ts,
     }
-    repo.close_calls(tx.conn, run.id, [ask_id], values)
     calls = [
         _with(c, values) if c.call_id == ask_id else c
         for c in repo.list_tool_calls(tx.conn, run.id, call.round)
     ]
-    change = _flushed(tx, run, calls, call.round)
+    msgs, ids = flush(calls)  # the ask's row is closed and flushed in one UPDATE
+    repo.close_calls(tx.conn, run.id, [ask_id], {**values, "flushed": ask_id in ids})
+    if others := [i for i in ids if i != ask_id]:
+        repo.close_calls(tx.conn, run.id, others, {"flushed": True})
+    change = Change(run)
+    for m in msgs:
+        change.message(m, call.round)
     settle(change, Continue(), ts=tx.ts)
     change.event("run.resumed")
     return tx.apply(change)

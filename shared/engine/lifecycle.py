@@ -12,9 +12,9 @@ and retried while it loses a race; a refused one writes nothing.
 - **Steer** (``steer_run``): a user message for a waiting or running run. It never lands in the
   middle of a tool batch: while calls are open, or while the run waits, it is kept on the run
   (``runs.steer``) and appended by the transition that queues the run's next round
-  (``deliver_steer``, called from ``Tx.apply``), after the batch's tool messages. A run with no
-  call open gets it at once: a round not yet taken sees it, a model call in flight is
-  superseded (its reply is discarded and the round asks again, with the message).
+  (``Tx.apply``, which reads them in its guarded UPDATE), after the batch's tool messages.
+  A run with no call open gets it at once: a round not yet taken sees it, a model call in
+  flight is superseded (its reply is discarded and the round asks again, with the message).
 - **Plan** (``edit_plan``): a waiting run's plan, edited with ``update_plan``'s rules.
 """
 
@@ -48,7 +48,6 @@ __all__ = [
     "ForkInput",
     "NewSpec",
     "RESUMABLE",
-    "deliver_steer",
     "edit_plan",
     "fork_run",
     "merge_spec",
@@ -463,21 +462,6 @@ def _now(run: Run, posted: list[dict[str, Any]], event: dict[str, Any]) -> Chang
     change.values.update(steer=None, lease_owner=None, wake_at=None)
     change.event("message.added", **event, delivered=True, superseded=run.lease_owner is not None)
     return change
-
-
-def deliver_steer(tx: Tx, change: Change) -> None:
-    """Called by ``Tx.apply`` for every change that queues a round: the messages posted to
-    the run while it worked or waited go in now, after the change's own messages (the batch's
-    tool messages, an answer), so the next model request has them."""
-    if "steer" in change.values:  # the change handles them itself
-        return
-    posted = repo.lock_steer(tx.conn, change.run.id)
-    if not posted:
-        return
-    round_ = int(change.values.get("round", change.run.round))
-    for p in posted:
-        change.message(Message(role="user", content=p["content"]), round_)
-    change.values["steer"] = None
 
 
 # --- plan ----------------------------------------------------------------------------------------

@@ -7,7 +7,6 @@ streams. A stale or duplicate dispatch finds nothing to claim and is dropped.
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -199,7 +198,7 @@ def _claim(rt: Runtime, run_id: str, version: int) -> _Claim | None:
         history = cache.history(tx.conn, run_id, run.view_start, run.msg_seq, based=based)
         if abandoned:  # a worker died during this round's model call: the provider billed it
             _bill_abandoned(tx, run, profile, state)
-        tx.record_event(run, "round.started", {"round": state.round + 1})
+        tx.recorded(run, repo.ROUND_STARTED, repo.round_started(run))  # the claim wrote it
         return _Claim(
             run, given.spec, given.inputs or {}, profile, state, history, owner, due_since
         )
@@ -730,7 +729,7 @@ def _apply(
     def op(tx: Tx) -> Run:
         # each try applies a fresh copy (a try rolled back on a held row may have added the
         # run's posted messages to the one it applied)
-        applied[:] = [copy.deepcopy(change)]
+        applied[:] = [change.copy()]
         after_round.clear()
         if ran:  # the join may end or pause the run: its thread and lineage are locked first
             tx.prepare(claim.run, ending=True, tells_parent=True)

@@ -36,7 +36,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import Connection
@@ -50,7 +50,6 @@ from shared.engine.runtime import Dispatch, Runtime
 from shared.errors import Conflict
 from shared.store import deliveries, repo
 from shared.store.rows import FINAL, RUNNABLE, Call, CallStatus, Run, Status
-from shared.store.tables import runs as runs_table
 
 __all__ = [
     "finish_events",
@@ -90,6 +89,19 @@ class Change:
     owner: str | None = None  # the lease owner that must still hold the round
     guard: dict[str, Any] = field(default_factory=dict)  # more WHERE column = value
     release_thread: bool = True  # a run ending on a thread starts the thread's next run
+
+    def copy(self) -> Change:
+        """A copy whose lists and dicts are its own (a retried apply starts from this one)."""
+        return replace(
+            self,
+            values=dict(self.values),
+            messages=list(self.messages),
+            events=list(self.events),
+            usage=list(self.usage),
+            calls=[dict(c) for c in self.calls],
+            queue_tools=list(self.queue_tools),
+            guard=dict(self.guard),
+        )
 
     def event(self, type_: str, **data: Any) -> None:
         self.events.append((type_, data))
@@ -166,12 +178,10 @@ class Tx:
         releases = ending and change.release_thread and run.thread_id is not None
         tells = _tells_parent(run, status)
         self.prepare(run, ending=ending and change.release_thread, tells_parent=tells)
-        if change.queue_round:  # messages posted to the run go in before its next round
-            from shared.engine import lifecycle  # lifecycle applies changes through this module
-
-            lifecycle.deliver_steer(self, change)
         tokens = repo.message_tokens(change.messages)
         new = self._update(change, tokens)
+        if change.queue_round and new.steer and "steer" not in change.values:
+            new = self._posted(change, new, tokens)
         self._insert(change, new, tokens)
         if ending or status == Status.WAITING:
             self.settled.add(run.id)
@@ -197,7 +207,7 @@ class Tx:
     def _update(self, change: Change, tokens: list[int]) -> Run:
         values = dict(change.values)
         if tokens and "view_tokens" not in values:
-            values["view_tokens"] = runs_table.c.view_tokens + sum(tokens)
+            values["view_tokens"] = repo.Inc(sum(tokens))
         new = repo.update_run(
             self.conn,
             change.run.id,
@@ -213,6 +223,28 @@ class Tx:
         if new is None:
             raise LostRace(change.run.id)
         return new
+
+    def _posted(self, change: Change, new: Run, tokens: list[int]) -> Run:
+        """Messages posted to the run while it worked or waited (``runs.steer``, read by the
+        guarded UPDATE, which holds the row: a poster waits for it) go in after the change's
+        own messages (the batch's tool messages, an answer), so the next request has them."""
+        round_ = int(change.values.get("round", change.run.round))
+        posted = [(Message(role="user", content=p["content"]), round_) for p in new.steer or []]
+        more = repo.message_tokens(posted)
+        moved = repo.update_run(
+            self.conn,
+            new.id,
+            new.version,
+            {"steer": None, "view_tokens": repo.Inc(sum(more))},
+            bump=False,
+            new_messages=len(posted),
+            ts=self.ts,
+        )
+        if moved is None:  # the row is held by this transaction: cannot happen
+            raise LostRace(new.id)
+        change.messages += posted
+        tokens += more
+        return moved
 
     def _insert(self, change: Change, new: Run, tokens: list[int]) -> None:
         conn, ts = self.conn, self.ts
@@ -247,10 +279,15 @@ class Tx:
 
     def record_event(self, run: Run, type_: str, data: dict[str, Any]) -> None:
         """One event at ``run.event_seq``, a seq the caller's UPDATE already took (a claim)."""
-        numbered = repo.insert_events(self.conn, run.id, run.event_seq, [(type_, data)], self.ts)
+        repo.insert_events(self.conn, run.id, run.event_seq, [(type_, data)], self.ts)
+        self.recorded(run, type_, data)
+
+    def recorded(self, run: Run, type_: str, data: dict[str, Any]) -> None:
+        """The event at ``run.event_seq`` is written (a round claim writes its own): wake the
+        run's tails after the commit, and fire its webhooks."""
         self.wakes[run.id] = run.event_seq
         if run.webhook:
-            self._webhooks(run, numbered)
+            self._webhooks(run, [(run.event_seq, type_, data)])
 
     def wake(self, run_id: str, seq: int | None = None) -> None:
         self.wakes[run_id] = seq
@@ -456,7 +493,7 @@ def finish_call(
         closed = Call.of({**_call_dict(call), **values, "flushed": False})  # flushed by this
         return _join(tx, run, call.round, [closed], done.cost, events, ask_timeout_s, last=True)
     change = Change(run, bump=False)
-    change.values.update(open_calls=runs_table.c.open_calls - 1, cost=runs_table.c.cost + done.cost)
+    change.values.update(open_calls=repo.Inc(-1), cost=repo.Inc(done.cost))
     change.events += events
     if done.stop:  # a later finisher must end the run too: the decision becomes a stop
         change.values["after_join"] = {**batch, "stop": True}
@@ -496,7 +533,7 @@ def _join(
     change = Change(run, events=list(events))
     if last:
         change.guard["open_calls"] = 1
-        change.values["cost"] = runs_table.c.cost + cost
+        change.values["cost"] = repo.Inc(cost)
     for m in msgs:
         change.message(m, round_)
     noted = note_message((run.after_join or {}).get("note"))

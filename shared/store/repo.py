@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -34,6 +35,7 @@ __all__ = [
     "get_call",
     "get_run",
     "holds_call",
+    "Inc",
     "insert_calls",
     "insert_events",
     "insert_messages",
@@ -46,7 +48,6 @@ __all__ = [
     "list_tool_calls",
     "load_run",
     "lock_run",
-    "lock_steer",
     "message_from_row",
     "message_tokens",
     "next_pending",
@@ -54,6 +55,8 @@ __all__ = [
     "now",
     "queue_calls",
     "release_round",
+    "round_started",
+    "ROUND_STARTED",
     "run_meta",
     "run_spec",
     "run_trace",
@@ -69,7 +72,7 @@ def now() -> float:
     return time.time()
 
 
-def _live(owner: Any, live_after: float) -> Any:
+def _live(owner: Any, live_after: Any) -> Any:
     """SQL: the lease ``owner`` column names a worker whose heartbeat is fresh."""
     fresh = sa.select(workers.c.id).where(workers.c.seen_at >= live_after)
     return sa.and_(owner.is_not(None), owner.in_(fresh.scalar_subquery()))
@@ -122,12 +125,18 @@ def _insert_if_absent(conn: Connection, values: dict[str, Any]) -> Any:
     )
 
 
+# the hot reads, built once (bind parameters): a statement built per call costs more CPU
+# than its round trip
+_BY_ID = runs.c.id == sa.bindparam("b_run")
+_OF_TENANT = runs.c.tenant == sa.bindparam("b_tenant")
+_LOAD = sa.select(runs).where(_BY_ID)
+_LOAD_OF_TENANT = _LOAD.where(_OF_TENANT)
+
+
 def load_run(conn: Connection, run_id: str, tenant: str | None = None) -> Run | None:
     """A run's hot row (what the engine works with)."""
-    q = sa.select(runs).where(runs.c.id == run_id)
-    if tenant is not None:
-        q = q.where(runs.c.tenant == tenant)
-    row = conn.execute(q).mappings().first()
+    q = _LOAD if tenant is None else _LOAD_OF_TENANT
+    row = conn.execute(q, {"b_run": run_id, "b_tenant": tenant}).mappings().first()
     return Run.of(row) if row is not None else None
 
 
@@ -154,12 +163,14 @@ def _record(row: Mapping[Any, Any]) -> RunRecord:
     )
 
 
+_GET = _RECORD.where(_BY_ID)
+_GET_OF_TENANT = _GET.where(_OF_TENANT)
+
+
 def get_run(conn: Connection, run_id: str, tenant: str | None = None) -> RunRecord | None:
     """The run as the API shows it: its hot row and what it was given."""
-    q = _RECORD.where(runs.c.id == run_id)
-    if tenant is not None:
-        q = q.where(runs.c.tenant == tenant)
-    row = conn.execute(q).mappings().first()
+    q = _GET if tenant is None else _GET_OF_TENANT
+    row = conn.execute(q, {"b_run": run_id, "b_tenant": tenant}).mappings().first()
     return _record(row) if row is not None else None
 
 
@@ -233,17 +244,101 @@ def set_agent(conn: Connection, run_id: str, agent: dict[str, Any]) -> None:
     conn.execute(sa.update(run_specs).where(run_specs.c.run_id == run_id).values(agent=agent))
 
 
-def lock_steer(conn: Connection, run_id: str) -> list[dict[str, Any]]:
-    """The messages posted to the run that wait for its next round, with the run's row locked
-    (whoever adds one locks it too: neither misses the other's)."""
-    q = sa.select(runs.c.steer).where(runs.c.id == run_id).with_for_update()
-    steer = conn.execute(q).scalar()
-    return list(steer or [])
-
-
 def set_inputs(conn: Connection, run_id: str, inputs: dict[str, Any] | None) -> None:
     """A held run's inputs, completed when it is released (before its first round)."""
     conn.execute(sa.update(run_specs).where(run_specs.c.run_id == run_id).values(inputs=inputs))
+
+
+def _literals(values: Sequence[str]) -> list[Any]:
+    """Constant SQL literals for an ``IN`` list of internal names (no bind parameter to expand
+    at each execution)."""
+    return [sa.literal_column(f"'{v}'") for v in values]
+
+
+ROUND_STARTED = "round.started"
+
+
+def round_started(run: Run) -> dict[str, Any]:
+    """The data of the ``round.started`` event a claim of ``run`` writes."""
+    return {"round": int((run.loop or {}).get("round") or 0) + 1}
+
+
+def _claim_due() -> tuple[Any, ...]:
+    """The WHERE of a round claim (``claim_round``), with bind parameters."""
+    r = runs.c
+    return (
+        r.id == sa.bindparam("b_run"),
+        r.version == sa.bindparam("b_version"),
+        r.status.in_(_literals([s.value for s in RUNNABLE])),
+        r.open_calls == 0,
+        r.held == sa.false(),
+        sa.or_(r.wake_at.is_(None), r.wake_at <= sa.bindparam("b_ts")),
+        sa.not_(_live(r.lease_owner, sa.bindparam("b_live_after"))),
+    )
+
+
+def _claim_values() -> dict[str, Any]:
+    r = runs.c
+    return {
+        "status": Status.RUNNING.value,
+        "lease_owner": sa.bindparam("b_owner"),
+        "wake_at": None,
+        "redrives": 0,
+        "updated_at": sa.bindparam("b_ts"),
+        "event_seq": r.event_seq + 1,
+    }
+
+
+def _claim_statements() -> tuple[Any, Any, Any]:
+    """Built once: a hot statement built per call costs more CPU than its round trip."""
+    r = runs.c
+    before = (
+        sa.select(
+            r.id.label("id"),
+            r.lease_owner.label("was_owner"),
+            r.updated_at.label("was_updated"),
+            r.wake_at.label("was_wake"),
+        )
+        .where(*_claim_due())
+        .with_for_update(skip_locked=True)
+        .subquery("before")
+    )
+    claimed = (
+        sa.update(runs)
+        .where(r.id == before.c.id)
+        .values(**_claim_values())
+        .returning(runs, before.c.was_owner, before.c.was_updated, before.c.was_wake)
+        .cte("claimed")
+    )
+    started = (  # its round.started event, in the same statement
+        sa.insert(events)
+        .from_select(
+            ["run_id", "seq", "type", "data", "created_at"],
+            sa.select(
+                claimed.c.id,
+                claimed.c.event_seq,
+                sa.literal(ROUND_STARTED),
+                sa.func.json_build_object(
+                    "round", sa.func.coalesce(claimed.c.loop["round"].as_integer(), 0) + 1
+                ),
+                sa.bindparam("b_ts", type_=sa.Float),
+            ),
+        )
+        .cte("started")
+    )
+    postgres = sa.select(claimed).add_cte(started)
+    # SQLite: one writer at a time, RETURNING plain
+    was = sa.select(r.lease_owner, r.updated_at, r.wake_at).where(*_claim_due())
+    take = (
+        sa.update(runs)
+        .where(r.id == sa.bindparam("b_run"))
+        .values(**_claim_values())
+        .returning(runs)
+    )
+    return postgres, was, take
+
+
+_CLAIM, _CLAIM_WAS, _CLAIM_TAKE = _claim_statements()
 
 
 def claim_round(
@@ -254,49 +349,23 @@ def claim_round(
     another transaction has locked is skipped, not waited for (``SKIP LOCKED``): whoever
     holds it publishes what comes next. Returns the run, whether the round was taken from
     a worker that died holding it (its model call was abandoned), and since when the round
-    was due (its queue wait starts there)."""
-    r = runs.c
-    due = (
-        r.id == run_id,
-        r.version == version,
-        r.status.in_([s.value for s in RUNNABLE]),
-        r.open_calls == 0,
-        r.held == sa.false(),
-        sa.or_(r.wake_at.is_(None), r.wake_at <= ts),
-        sa.not_(_live(r.lease_owner, live_after)),
-    )
-    values = {
-        "status": Status.RUNNING.value,
-        "lease_owner": owner,
-        "wake_at": None,
-        "redrives": 0,
-        "updated_at": ts,
-        "event_seq": r.event_seq + 1,
+    was due (its queue wait starts there). The claim writes the round's ``round.started``
+    event at the seq it takes (``round_started``: its data)."""
+    params = {
+        "b_run": run_id,
+        "b_version": version,
+        "b_owner": owner,
+        "b_ts": ts,
+        "b_live_after": live_after,
     }
-    if conn.dialect.name != "postgresql":  # SQLite: one writer at a time, RETURNING plain
-        was = conn.execute(sa.select(r.lease_owner, r.updated_at, r.wake_at).where(*due)).first()
+    if conn.dialect.name != "postgresql":
+        was = conn.execute(_CLAIM_WAS, params).first()
         if was is None:
             return None
-        row = conn.execute(sa.update(runs).where(r.id == run_id).values(**values).returning(runs))
-        return Run.of(row.mappings().one()), was[0] is not None, max(was[1], was[2] or 0.0)
-    before = (
-        sa.select(
-            r.id.label("id"),
-            r.lease_owner.label("was_owner"),
-            r.updated_at.label("was_updated"),
-            r.wake_at.label("was_wake"),
-        )
-        .where(*due)
-        .with_for_update(skip_locked=True)
-        .subquery("before")
-    )
-    stmt = (
-        sa.update(runs)
-        .where(r.id == before.c.id)
-        .values(**values)
-        .returning(runs, before.c.was_owner, before.c.was_updated, before.c.was_wake)
-    )
-    found = conn.execute(stmt).mappings().first()
+        run = Run.of(conn.execute(_CLAIM_TAKE, params).mappings().one())
+        insert_events(conn, run.id, run.event_seq, [(ROUND_STARTED, round_started(run))], ts)
+        return run, was[0] is not None, max(was[1], was[2] or 0.0)
+    found = conn.execute(_CLAIM, params).mappings().first()
     if found is None:
         return None
     since = max(float(found["was_updated"]), float(found["was_wake"] or 0.0))
@@ -315,6 +384,48 @@ def release_round(
     return conn.execute(stmt).rowcount == 1
 
 
+@dataclass(frozen=True, slots=True)
+class Inc:
+    """An ``update_run`` value: the column's value plus ``by`` (computed by the UPDATE)."""
+
+    by: float
+
+
+_UPDATES: dict[tuple[Any, ...], Any] = {}
+_UPDATE_SHAPES_MAX = 256  # shapes come from the code's transitions: a few dozen
+
+
+def _update_statement(
+    values: Mapping[str, Any], owner: bool, guard: Mapping[str, Any]
+) -> Any | None:
+    """The guarded UPDATE … RETURNING for this shape of values, built once per shape (bind
+    parameters for the values); None when a value is an SQL expression (built per call)."""
+    shape = []
+    for name, value in values.items():
+        if isinstance(value, sa.ColumnElement):
+            return None
+        shape.append((name, "inc" if isinstance(value, Inc) else "null" if value is None else ""))
+    if any(v is None for v in guard.values()):
+        return None
+    key = (tuple(shape), owner, tuple(guard))
+    stmt = _UPDATES.get(key)
+    if stmt is not None:
+        return stmt
+    r = runs.c
+    sets: dict[str, Any] = {}
+    for name, kind in shape:
+        param = sa.bindparam(f"v_{name}", type_=r[name].type)
+        sets[name] = sa.null() if kind == "null" else r[name] + param if kind else param
+    where = [r.id == sa.bindparam("b_run"), r.version == sa.bindparam("b_version")]
+    if owner:
+        where.append(r.lease_owner == sa.bindparam("b_owner"))
+    where += [r[g] == sa.bindparam(f"g_{g}", type_=r[g].type) for g in guard]
+    stmt = sa.update(runs).where(*where).values(**sets).returning(runs)
+    if len(_UPDATES) < _UPDATE_SHAPES_MAX:
+        _UPDATES[key] = stmt
+    return stmt
+
+
 def update_run(
     conn: Connection,
     run_id: str,
@@ -331,25 +442,41 @@ def update_run(
     """The guarded UPDATE of a transition: applies if the run is still at ``version`` (and
     ``owner`` still holds its round, and each ``guard`` column still has its value); None =
     lost the race. Allocates ``new_messages``
-    message seqs and ``new_events`` event seqs (the returned row's last ones)."""
-    r = runs.c
+    message seqs and ``new_events`` event seqs (the returned row's last ones). A value may be
+    ``Inc(n)``: the column plus n."""
     vals: dict[str, Any] = {**values, "updated_at": ts}
     if new_messages:
-        vals["msg_seq"] = r.msg_seq + new_messages
+        vals["msg_seq"] = Inc(new_messages)
     if new_events:
-        vals["event_seq"] = r.event_seq + new_events
+        vals["event_seq"] = Inc(new_events)
     if bump:
-        vals["version"] = r.version + 1
-    stmt = sa.update(runs).where(r.id == run_id, r.version == version)
+        vals["version"] = Inc(1)
+    guard = guard or {}
+    stmt = _update_statement(vals, owner is not None, guard)
+    if stmt is not None:
+        params = {f"v_{k}": v.by if isinstance(v, Inc) else v for k, v in vals.items()}
+        params.update({f"g_{k}": v for k, v in guard.items()})
+        params.update(b_run=run_id, b_version=version, b_owner=owner)
+        row = conn.execute(stmt, params).mappings().first()
+        return Run.of(row) if row is not None else None
+    r = runs.c
+    sets = {k: r[k] + v.by if isinstance(v, Inc) else v for k, v in vals.items()}
+    built = sa.update(runs).where(r.id == run_id, r.version == version)
     if owner is not None:
-        stmt = stmt.where(r.lease_owner == owner)
-    for name, value in (guard or {}).items():
-        stmt = stmt.where(r[name] == value)
-    row = conn.execute(stmt.values(**vals).returning(runs)).mappings().first()
+        built = built.where(r.lease_owner == owner)
+    for name, value in guard.items():
+        built = built.where(r[name] == value)
+    row = conn.execute(built.values(**sets).returning(runs)).mappings().first()
     return Run.of(row) if row is not None else None
 
 
 # --- messages, events, usage ------------------------------------------------------------------
+
+# the hot inserts, built once (a statement built per call costs CPU on every round)
+_INSERT_MESSAGES = sa.insert(messages)
+_INSERT_EVENTS = sa.insert(events)
+_INSERT_USAGE = sa.insert(usage)
+_INSERT_CALLS = sa.insert(tool_calls)
 
 
 def message_tokens(msgs: Sequence[tuple[Message, int]]) -> list[int]:
@@ -387,7 +514,7 @@ def insert_messages(
                 "created_at": ts,
             }
         )
-    conn.execute(sa.insert(messages), rows)
+    conn.execute(_INSERT_MESSAGES, rows)
 
 
 def list_messages(
@@ -419,7 +546,7 @@ def insert_events(
     numbered = [(first_seq + i, t, d) for i, (t, d) in enumerate(evs)]
     if numbered:
         conn.execute(
-            sa.insert(events),
+            _INSERT_EVENTS,
             [
                 {"run_id": run_id, "seq": seq, "type": t, "data": d, "created_at": ts}
                 for seq, t, d in numbered
@@ -454,7 +581,7 @@ def insert_usage(
     conn: Connection, run_id: str, rows: Sequence[Mapping[str, Any]], ts: float
 ) -> None:
     if rows:
-        conn.execute(sa.insert(usage), [{"run_id": run_id, "created_at": ts, **u} for u in rows])
+        conn.execute(_INSERT_USAGE, [{"run_id": run_id, "created_at": ts, **u} for u in rows])
 
 
 # --- tool calls ---------------------------------------------------------------------------------
@@ -462,14 +589,23 @@ def insert_usage(
 
 def insert_calls(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     if rows:
-        conn.execute(sa.insert(tool_calls), list(rows))
+        conn.execute(_INSERT_CALLS, list(rows))
+
+
+_CALLS = (
+    sa.select(tool_calls)
+    .where(tool_calls.c.run_id == sa.bindparam("b_run"))
+    .order_by(tool_calls.c.round, tool_calls.c.idx)
+)
+_CALLS_OF_ROUND = _CALLS.where(tool_calls.c.round == sa.bindparam("b_round"))
+_CALL = sa.select(tool_calls).where(
+    tool_calls.c.run_id == sa.bindparam("b_run"), tool_calls.c.call_id == sa.bindparam("b_call")
+)
 
 
 def list_tool_calls(conn: Connection, run_id: str, round_: int | None = None) -> list[Call]:
-    q = sa.select(tool_calls).where(tool_calls.c.run_id == run_id)
-    if round_ is not None:
-        q = q.where(tool_calls.c.round == round_)
-    rows = conn.execute(q.order_by(tool_calls.c.round, tool_calls.c.idx)).mappings()
+    q = _CALLS if round_ is None else _CALLS_OF_ROUND
+    rows = conn.execute(q, {"b_run": run_id, "b_round": round_}).mappings()
     return [Call.of(r) for r in rows]
 
 
@@ -499,8 +635,7 @@ def call_ids_among(conn: Connection, run_id: str, ids: Sequence[str]) -> set[str
 
 
 def get_call(conn: Connection, run_id: str, call_id: str) -> Call | None:
-    q = sa.select(tool_calls).where(tool_calls.c.run_id == run_id, tool_calls.c.call_id == call_id)
-    row = conn.execute(q).mappings().first()
+    row = conn.execute(_CALL, {"b_run": run_id, "b_call": call_id}).mappings().first()
     return Call.of(row) if row is not None else None
 
 
