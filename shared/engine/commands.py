@@ -329,16 +329,18 @@ def _flushed(tx: Tx, run: Run, calls: Sequence[Call], round_: int) -> Change:
 
 def _load_for(
     tx: Tx, tenant: str | None, run_id: str, token: str | None, kind: str, pause_id: str
-) -> Run:
-    """Load the run; with a resume token, spend it first (401/409, see shared.engine.resume).
-    ``tenant`` None: any tenant's run (the token, not an API key, names the run)."""
-    if token is None:
-        return _load(tx.conn, tenant, run_id)
-    spend_resume_token(tx.conn, token, run_id=run_id, kind=kind, pause_id=pause_id, ts=tx.ts)
-    run = _load(tx.conn, tenant, run_id)
-    if not pause_is_current(run.pending, run.status, kind, pause_id):
+) -> RunRecord:
+    """Load the run (as the API shows it); with a resume token, spend it first (401/409, see
+    shared.engine.resume). ``tenant`` None: any tenant's run (the token, not an API key, names
+    the run)."""
+    if token is not None:
+        spend_resume_token(tx.conn, token, run_id=run_id, kind=kind, pause_id=pause_id, ts=tx.ts)
+    record = repo.get_run(tx.conn, run_id, tenant)
+    if record is None:
+        raise NotFound(f"run {run_id} not found")
+    if token is not None and not pause_is_current(record.pending, record.status, kind, pause_id):
         raise Conflict(f"run {run_id} is no longer waiting on {kind} {pause_id}")
-    return run
+    return record
 
 
 def _pause_owner(tx: Tx, run: Run, key: str) -> Run:
@@ -370,17 +372,19 @@ def answer_run(
     ``token``: a resume token instead of an API key (single use, this ask only)."""
 
     def op(tx: Tx) -> RunRecord:
-        run = _load_for(tx, tenant, run_id, token, "ask", ask_id)
+        record = _load_for(tx, tenant, run_id, token, "ask", ask_id)
+        run = record.run
         pending = run.pending or {}
         if run.status != Status.WAITING or pending.get("kind") != "ask":
             _already_answered(tx, run, ask_id, answers)
-            return _record(tx, run_id)
+            return record
         if pending.get("ask_id") != ask_id:
             raise Conflict(f"run {run_id} is waiting on ask {pending.get('ask_id')}, not {ask_id}")
         owner = _pause_owner(tx, run, "ask_id")
         text = ask_mod.render_answer(ask_mod.Ask.from_dict(owner.pending or {}), answers)
-        _finish_ask(tx, owner, ask_id, text, {"answers": answers})
-        return _record(tx, run_id)
+        new = _finish_ask(tx, owner, ask_id, text, {"answers": answers})
+        # the run's own ask: its new row is the whole change (a descendant's changed it too)
+        return replace(record, run=new) if owner is run else _record(tx, run_id)
 
     return retrying(rt, op)
 
@@ -475,11 +479,12 @@ def approve_run(
     holder), recorded on each call and in ``run.resumed``. ``token``: a resume token."""
 
     def op(tx: Tx) -> RunRecord:
-        run = _load_for(tx, tenant, run_id, token, "approval", approval_id)
+        record = _load_for(tx, tenant, run_id, token, "approval", approval_id)
+        run = record.run
         pending = run.pending or {}
         if run.status != Status.WAITING or pending.get("kind") != "approval":
             _already_approved(tx, run, approval_id)
-            return _record(tx, run_id)
+            return record
         if pending.get("approval_id") != approval_id:
             raise Conflict(f"run {run_id} is waiting on approval {pending.get('approval_id')}")
         owner = _pause_owner(tx, run, "approval_id")

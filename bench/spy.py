@@ -1,0 +1,146 @@
+"""Where a real worker's CPU goes: the throughput bench's shape (tool runs on the scripted model
+with a 200 ms reply, one ``treadle worker -P threads -c 64``), sampled by py-spy while it works.
+
+    python -m bench.spy          (SPY_RUNS=500, SPY_SECONDS=20; needs py-spy: pip install
+                                  py-spy; writes bench/results/worker-profile.md)
+
+py-spy samples the threads holding the GIL (``--gil``): in a threads-pool worker that is where
+the CPU goes (a thread waiting on PostgreSQL, Redis or the model holds no GIL). The tables sum
+the raw stacks by leaf (own) and by frame (cumulative); rounds/s and worker CPU per round are
+measured over the same window.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from bench.common import (
+    TEXT_500,
+    Procs,
+    close_runtime,
+    new_prefix,
+    proc_cpu,
+    redis_cleanup,
+    scratch_db,
+    start_treadle_workers,
+    submit,
+    tool_agent,
+    treadle_env,
+    treadle_runtime,
+    wait_for,
+)
+
+RUNS = int(os.environ.get("SPY_RUNS", "500"))
+SECONDS = int(os.environ.get("SPY_SECONDS", "20"))
+CONC = 64
+OUT = Path(__file__).parent / "results" / "worker-profile.md"
+_FRAME = re.compile(r"\s*\(([^)]*?)(:\d+)?\)$")
+
+
+def _rounds(engine: sa.Engine) -> int:
+    with engine.connect() as conn:
+        q = sa.text("SELECT count(*) FROM usage WHERE purpose = 'round'")
+        return int(conn.execute(q).scalar_one())
+
+
+def _frames(stack: str) -> list[str]:
+    return [_FRAME.sub(lambda m: f" ({m.group(1)})", f) for f in stack.split(";")]
+
+
+def tables(raw: str, own_rows: int = 20, cum_rows: int = 40) -> tuple[int, str, str]:
+    """py-spy's raw output (``stack count`` lines) summed by leaf and by frame."""
+    own: collections.Counter[str] = collections.Counter()
+    cum: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in raw.splitlines():
+        stack, _, count = line.rstrip().rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n, frames = int(count), _frames(stack)
+        total += n
+        own[frames[-1]] += n
+        for f in set(frames):
+            cum[f] += n
+
+    def table(counter: collections.Counter[str], rows: int) -> str:
+        lines = ["| share | function |", "|---|---|"]
+        for name, n in counter.most_common(rows):
+            lines.append(f"| {100 * n / max(1, total):.1f} % | `{name}` |")
+        return "\n".join(lines)
+
+    return total, table(own, own_rows), table(cum, cum_rows)
+
+
+def main() -> None:
+    spy = shutil.which("py-spy")
+    if spy is None:
+        raise SystemExit("bench.spy needs py-spy (pip install py-spy)")
+    procs = Procs()
+    with scratch_db("spy") as url, tempfile.TemporaryDirectory() as tmp:
+        prefix = new_prefix("spy")
+        rt = treadle_runtime(url, prefix, pool_size=4)
+        admin = sa.create_engine(url, pool_size=2)
+        try:
+            agent = tool_agent(8, sleep=0.2, text=TEXT_500[:200])
+            with ThreadPoolExecutor(4) as pool:
+                list(pool.map(lambda _: submit(rt, agent), range(RUNS)))
+            env = treadle_env(
+                url, prefix, TREADLE_DB_POOL_SIZE="6", TREADLE_WORKER_CONCURRENCY=str(CONC)
+            )
+            pid = procs.pid(start_treadle_workers(procs, env, 1, CONC, tag="spy-")[0])
+            wait_for(lambda: _rounds(admin) > 0, 120, "the first round")
+            time.sleep(4)
+            n0, c0, t0 = _rounds(admin), proc_cpu(pid), time.time()
+            raw_path = Path(tmp) / "worker.raw"
+            subprocess.run(
+                [spy, "record", "-p", str(pid), "-d", str(SECONDS), "-r", "250", "--gil"]
+                + ["--nonblocking", "-f", "raw", "-o", str(raw_path)],
+                check=True,
+                capture_output=True,
+            )
+            n1, c1, t1 = _rounds(admin), proc_cpu(pid), time.time()
+            raw = raw_path.read_text()
+        finally:
+            procs.stop_all()
+            close_runtime(rt)
+            admin.dispose()
+            redis_cleanup(prefix)
+    rounds = max(1, n1 - n0)
+    total, own, cum = tables(raw)
+    text = "\n".join(
+        [
+            "# Profile of a real worker (py-spy, threads holding the GIL)",
+            "",
+            f"`python -m bench.spy`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
+            f"{RUNS} tool runs (scripted model, 200 ms per reply, one quick read-only tool per "
+            f"round) on one `treadle worker -P threads -c {CONC}`, PostgreSQL + Redis; "
+            f"`py-spy record --gil -r 250` for {SECONDS} s: {total} samples. Over the window: "
+            f"**{rounds / (t1 - t0):.1f} rounds/s, {1000 * (c1 - c0) / rounds:.2f} ms of worker "
+            "CPU per round** (the profiler's own cost included).",
+            "",
+            "## Top 20 by own time",
+            "",
+            own,
+            "",
+            "## Top 40 by cumulative time",
+            "",
+            cum,
+            "",
+        ]
+    )
+    OUT.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
