@@ -1,0 +1,86 @@
+"""The hot statements built once (``shared.store.repo``): the guarded UPDATE by shape, the round
+claim that writes its own ``round.started``, on SQLite and PostgreSQL. The shape cache must not
+change what a value means: ``None`` is SQL NULL (not JSON ``null``), ``Inc`` adds, a guard
+still guards."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from shared.engine.runtime import Runtime
+from shared.store import repo
+from shared.store.tables import events, runs
+from tests.engine.helpers import agent, submit
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def rt(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Runtime]:
+    runtime: Runtime = request.getfixturevalue("sqlite_rt")
+    if request.param == "postgresql":
+        from dataclasses import replace
+
+        runtime = replace(runtime, engine=request.getfixturevalue("pg_engine"))
+    yield runtime
+
+
+def _update(rt: Runtime, run_id: str, version: int, values: dict[str, Any], **kw: Any) -> Any:
+    with rt.engine.begin() as conn:
+        return repo.update_run(conn, run_id, version, values, ts=time.time(), **kw)
+
+
+def test_the_guarded_update_by_shape_keeps_each_values_meaning(rt: Runtime) -> None:
+    run_id = submit(rt, agent([{"text": "hi"}]))
+    with rt.engine.connect() as conn:
+        run = repo.load_run(conn, run_id)
+    assert run is not None
+    new = _update(rt, run_id, run.version, {"pending": {"kind": "ask"}, "cost": repo.Inc(0.25)})
+    assert new.pending == {"kind": "ask"} and new.cost == pytest.approx(run.cost + 0.25)
+    assert new.version == run.version + 1
+    again = _update(rt, run_id, new.version, {"pending": None, "cost": repo.Inc(0.25)})
+    assert again.pending is None and again.cost == pytest.approx(run.cost + 0.5)
+    with rt.engine.connect() as conn:  # SQL NULL, not the JSON text null
+        nulls = conn.execute(
+            sa.select(sa.func.count()).where(runs.c.id == run_id, runs.c.pending.is_(None))
+        ).scalar_one()
+    assert nulls == 1
+    # a stale version, a guard that no longer holds, another owner: nothing changes
+    assert _update(rt, run_id, new.version, {"pending": None}) is None
+    assert _update(rt, run_id, again.version, {"round": 3}, guard={"open_calls": 7}) is None
+    assert _update(rt, run_id, again.version, {"round": 3}, owner="someone else") is None
+    moved = _update(rt, run_id, again.version, {"round": 3}, new_messages=2, new_events=1)
+    assert (moved.round, moved.msg_seq, moved.event_seq) == (
+        3,
+        again.msg_seq + 2,
+        again.event_seq + 1,
+    )
+    # the same shape is one statement object; an SQL expression is built per call
+    shape = repo._update_statement({"round": 1, "updated_at": 1.0}, False, {})
+    assert shape is repo._update_statement({"round": 2, "updated_at": 2.0}, False, {})
+    assert repo._update_statement({"round": runs.c.round + 1}, False, {}) is None
+
+
+def test_a_claim_writes_its_round_started_event_and_only_once(rt: Runtime) -> None:
+    run_id = submit(rt, agent([{"text": "hi"}]))
+    with rt.engine.connect() as conn:
+        run = repo.load_run(conn, run_id)
+    assert run is not None
+    now = time.time()
+    with rt.engine.begin() as conn:
+        claimed = repo.claim_round(conn, run_id, run.version, "w1", now, now - 30)
+        stale = repo.claim_round(conn, run_id, run.version + 5, "w2", now, now - 30)
+    assert claimed is not None and stale is None
+    new, abandoned, _ = claimed
+    assert new.lease_owner == "w1" and not abandoned and new.event_seq == run.event_seq + 1
+    with rt.engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(events.c.seq, events.c.type, events.c.data).where(
+                events.c.run_id == run_id, events.c.type == repo.ROUND_STARTED
+            )
+        ).all()
+    assert [(r.seq, r.data) for r in rows] == [(new.event_seq, {"round": 1})]
+    assert repo.round_started(new) == {"round": 1}
