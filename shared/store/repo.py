@@ -205,9 +205,13 @@ def list_runs(
 
 def run_spec(conn: Connection, run_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """The run's agent spec and inputs (cache them under ``spec_rev``)."""
-    q = sa.select(run_specs.c.agent, run_specs.c.inputs).where(run_specs.c.run_id == run_id)
-    agent, inputs = conn.execute(q).one()
+    agent, inputs = conn.execute(_SPEC, {"b_run": run_id}).one()
     return agent, inputs
+
+
+_SPEC = sa.select(run_specs.c.agent, run_specs.c.inputs).where(
+    run_specs.c.run_id == sa.bindparam("b_run")
+)
 
 
 def spec_rev(conn: Connection, run_id: str) -> int:
@@ -527,12 +531,14 @@ def list_messages(
 
 def own_messages(conn: Connection, run_id: str, from_seq: int = 0) -> list[Mapping[Any, Any]]:
     """The messages the run itself wrote (not its base's)."""
-    q = (
-        sa.select(messages)
-        .where(messages.c.run_id == run_id, messages.c.seq >= from_seq)
-        .order_by(messages.c.seq)
-    )
-    return list(conn.execute(q).mappings())
+    return list(conn.execute(_OWN_MESSAGES, {"b_run": run_id, "b_from": from_seq}).mappings())
+
+
+_OWN_MESSAGES = (
+    sa.select(messages)
+    .where(messages.c.run_id == sa.bindparam("b_run"), messages.c.seq >= sa.bindparam("b_from"))
+    .order_by(messages.c.seq)
+)
 
 
 def insert_events(
