@@ -24,6 +24,15 @@ PG_ADMIN = os.environ.get("TREADLE_TEST_PG", "postgresql+psycopg://postgres@127.
 REDIS_BASE = os.environ.get("TREADLE_TEST_REDIS", "redis://127.0.0.1:6379")
 
 
+def knob(name: str, full: float, ci: float) -> float:
+    """A test's size: the environment variable ``name`` when set, else ``ci`` under CI=true
+    (a loaded machine; the same checks on a smaller load) and ``full`` elsewhere."""
+    value = os.environ.get(name)
+    if value:
+        return float(value)
+    return ci if IN_CI else full
+
+
 def need_service(name: str, exc: BaseException) -> None:
     """In CI a missing service fails the run; locally the test skips with a message."""
     msg = f"{name} is not reachable ({type(exc).__name__}: {exc}); start it (see README)"
@@ -61,9 +70,10 @@ class WorkerProcs:
         *,
         prefix: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
+        wait: bool = True,
     ) -> str:
         """``prefix``: a command the worker runs under (``ip netns exec NS``); ``env``: more
-        variables for this worker alone."""
+        variables for this worker alone; ``wait=False``: return at once (``ready`` waits)."""
         name = name or f"w{len(self.procs) + 1}-{uuid.uuid4().hex[:4]}"
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
         cmd = [
@@ -94,12 +104,24 @@ class WorkerProcs:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        if wait:
+            self.ready(name)
+        return name
+
+    def ready(self, name: str) -> None:
         wait_for(
             lambda: b"ready" in (self.log_dir / f"{name}.log").read_bytes(),
             30,
             what=f"worker {name} ready",
         )
-        return name
+
+    def start_many(self, names: list[str | None], concurrency: int = 8) -> list[str]:
+        """Start the workers side by side, then wait until every one is ready: their boots
+        (imports, mostly) overlap instead of following one another."""
+        started = [self.start(n, concurrency, wait=False) for n in names]
+        for name in started:
+            self.ready(name)
+        return started
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         proc = self.procs.pop(name)

@@ -20,9 +20,12 @@ import pytest
 
 from shared.llm.fake_server import FakeLLMServer, ReplySpec
 from tests.e2e.servers import need_module, treadle_up
-from tests.support import IN_CI, ROOT, wait_for
+from tests.support import IN_CI, ROOT, knob, wait_for
 
 CHROMIUM = os.environ.get("TREADLE_TEST_CHROMIUM", "/usr/bin/chromium")
+# the slow model's pause between 60-byte pieces of its stream: 0.2 s (0.08 s under CI=true,
+# a loaded machine: still seconds of streaming after the first words show)
+CHUNK_S = knob("CONSOLE_CHUNK_S", 0.2, 0.08)
 ARGS = [
     "--headless",
     "--no-sandbox",
@@ -137,7 +140,7 @@ def test_text_streams_before_the_round_commits(up: str, page: Any, sync_api: Any
     expect = sync_api.expect
     words = " ".join(f"word{i}" for i in range(40))
     with FakeLLMServer() as llm:
-        llm.enqueue(ReplySpec(text=words, chunk_latency=0.2, chunk_bytes=60))
+        llm.enqueue(ReplySpec(text=words, chunk_latency=CHUNK_S, chunk_bytes=60))
         model = {"provider": "openai", "base_url": llm.base_url, "model": "slow"}
         body = {"agent": {"kind": "chat", "model": model}, "input": "Stream slowly, please."}
         run_id = httpx.post(f"{up}/v1/runs", json=body, timeout=10).json()["id"]

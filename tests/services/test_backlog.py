@@ -2,7 +2,9 @@
 reaper every 0.5 s that reads the queue depth. Messages waiting in the queue are not re-sent,
 so stale deliveries stay under 5 % of the rounds and the backlog drains near the ideal time.
 
-Bigger: ``BACKLOG_RUNS=300 BACKLOG_MODEL_S=1 pytest tests/services/test_backlog.py -s``.
+Bigger: ``BACKLOG_RUNS=300 BACKLOG_MODEL_S=1 pytest tests/services/test_backlog.py -s``
+(60 runs by default; 40 under CI=true, a loaded machine: still a 15 s backlog against the 2 s
+re-drive).
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ from scheduler.embedded import ReaperLoop
 from shared.engine.depth import broker_depth
 from shared.engine.runtime import Runtime
 from shared.store.tables import runs, usage
-from tests.support import WorkerProcs, wait_for
+from tests.support import WorkerProcs, knob, wait_for
 
-RUNS = int(os.environ.get("BACKLOG_RUNS", "60"))
+RUNS = int(knob("BACKLOG_RUNS", 60, 40))
 MODEL_S = float(os.environ.get("BACKLOG_MODEL_S", "0.5"))
 ROUNDS = 3
 THREADS = 4
@@ -72,7 +74,7 @@ def test_a_backlog_is_not_amplified(prod_rt: Runtime, workers: WorkerProcs) -> N
                     ).scalar_one()
                 return int(n) == RUNS
 
-            wait_for(completed, 30 + 4 * RUNS * ROUNDS * MODEL_S / THREADS, interval=0.5)
+            wait_for(completed, 30 + 4 * RUNS * ROUNDS * MODEL_S / THREADS, interval=0.2)
     finally:
         reaper.stop()
     took = time.monotonic() - started

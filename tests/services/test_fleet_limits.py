@@ -14,8 +14,7 @@ from tests.support import WorkerProcs, wait_for
 
 
 def _start(workers: WorkerProcs) -> None:
-    for name in ("alpha", "beta", "gamma"):
-        workers.start(name, concurrency=16)
+    workers.start_many(["alpha", "beta", "gamma"], concurrency=16)
 
 
 def _all_done(client: TestClient, ids: list[str]) -> bool:
@@ -47,7 +46,7 @@ def test_max_concurrent_holds_across_the_fleet(prod_rt: Runtime, workers: Worker
             client.post("/v1/runs", json={"agent": agent, "input": f"q{i}"}).json()["id"]
             for i in range(30)
         ]
-        wait_for(lambda: _all_done(client, ids), 90, interval=0.5, what="30 runs")
+        wait_for(lambda: _all_done(client, ids), 90, interval=0.2, what="30 runs")
         peak = llm.max_concurrency
     assert len(llm.requests) == 30
     assert peak <= 4, f"the fake server saw {peak} concurrent requests"
@@ -85,7 +84,7 @@ def test_429_pauses_the_profile_fleet_wide(prod_rt: Runtime, workers: WorkerProc
             client.post("/v1/runs", json={"agent": agent, "input": f"q{i}"}).json()["id"]
             for i in range(12)
         ]
-        wait_for(lambda: _all_done(client, ids), 90, interval=0.5, what="12 runs")
+        wait_for(lambda: _all_done(client, ids), 90, interval=0.2, what="12 runs")
         times = [r.at for r in llm.requests]
     t429 = times[2]
     during = [t - t429 for t in times if t429 + 0.3 < t < t429 + 2.9]

@@ -77,5 +77,5 @@ def test_flower_lists_workers_and_recent_tasks(
         return {k: t for k, t in tasks.items() if t.get("name") == "treadle.round"}
 
     wait_for(workers_listed, 30, interval=1, what="flower to list the worker")
-    tasks = wait_for(task_listed, 30, interval=1, what="flower to list the round task")
+    tasks = wait_for(task_listed, 30, interval=0.25, what="flower to list the round task")
     assert any(run["id"] in str(t.get("args")) for t in tasks.values())

@@ -57,8 +57,7 @@ def _submit(url: str, body: dict[str, Any]) -> str:
 def test_sse_across_processes_reconnect_exactly_once(
     api: str, live_rt: Runtime, workers: WorkerProcs
 ) -> None:
-    workers.start("alpha")
-    workers.start("beta")
+    workers.start_many(["alpha", "beta"])
     replies: list[dict[str, Any]] = [
         {
             "sleep": 0.2,

@@ -174,9 +174,10 @@ def test_a_partitioned_worker_is_taken_over_and_its_late_commits_lose(
     reaper = ReaperLoop(rt, Settings().reaper_interval).start()
     try:
         far = workers.start(
-            "far", concurrency=8, prefix=("ip", "netns", "exec", link.ns), env=far_env
+            "far", concurrency=8, prefix=("ip", "netns", "exec", link.ns), env=far_env, wait=False
         )
         near = workers.start("near", concurrency=8, env={"TREADLE_ALLOW_HOSTS": allow})
+        workers.ready(far)  # both booted side by side
         far_id = f"%:{workers.procs[far].pid}:%"
 
         def far_writing() -> int:

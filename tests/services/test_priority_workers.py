@@ -18,7 +18,10 @@ from shared.agent.spec import AgentSpec
 from shared.engine import commands
 from shared.engine.runtime import Runtime
 from shared.store.tables import events
-from tests.support import WorkerProcs, wait_for
+from tests.support import WorkerProcs, knob, wait_for
+
+# tenant a's backlog: 2,000 runs (800 under CI=true, a loaded machine)
+BACKLOG = int(knob("PRIORITY_BACKLOG", 2000, 800))
 
 
 def _chat(sleep: float = 0.0) -> AgentSpec:
@@ -53,7 +56,7 @@ def test_a_priority_9_run_starts_before_500_others(prod_rt: Runtime, workers: Wo
 @pytest.mark.parametrize("fast_recovery", [{"TREADLE_TENANT_ACTIVE_RUNS": "8"}])
 def test_a_tenants_backlog_does_not_delay_another(prod_rt: Runtime, workers: WorkerProcs) -> None:
     spec = _chat(sleep=0.1)
-    backlog = [_submit(prod_rt, spec, tenant="a") for _ in range(2000)]
+    backlog = [_submit(prod_rt, spec, tenant="a") for _ in range(BACKLOG)]
     workers.start("alpha", concurrency=4)
     wait_for(lambda: len(_times(prod_rt, "run.completed")) >= 40, 60, what="a's runs flowing")
     submitted = time.time()
@@ -68,5 +71,5 @@ def test_a_tenants_backlog_does_not_delay_another(prod_rt: Runtime, workers: Wor
         f"\ntenant b's first round started {waited:.3f} s after its submit, behind {left} of "
         f"a's runs; a's median round {median:.3f} s (limit 10x = {10 * median:.2f} s)"
     )
-    assert left > 1000  # a's backlog was still there
+    assert left > BACKLOG // 2  # a's backlog was still there
     assert waited <= 10 * median

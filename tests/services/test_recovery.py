@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import redis
 from fastapi.testclient import TestClient
 
 from scheduler.app import create_app
 from scheduler.embedded import ReaperLoop
 from shared.engine.runtime import Runtime
-from tests.support import WorkerProcs, wait_for
+from tests.support import WorkerProcs, knob, wait_for
+
+# the re-drive this test runs with: 15 s (the default is 10 s), 5 s under CI=true (a loaded
+# machine; the same check, sooner)
+REDRIVE_S = knob("RECOVERY_REDRIVE_S", 15, 5)
 
 CHAT = {"kind": "chat", "model": {"provider": "scripted", "replies": [{"text": "survived"}]}}
 
@@ -19,13 +24,19 @@ def _status(client: TestClient, run_id: str) -> str:
     return str(client.get(f"/v1/runs/{run_id}").json()["status"])
 
 
+@pytest.fixture
+def fast_recovery() -> dict[str, str]:
+    return {"TREADLE_REDRIVE_SECONDS": f"{REDRIVE_S:g}"}
+
+
 def test_flushed_round_message_resumes_within_the_reaper_interval(
     prod_rt: Runtime, workers: WorkerProcs
 ) -> None:
-    """A 15 s re-drive (the default is 10 s), the default reaper pass (every 2 s): the worker
-    keeps running while the broker loses every queue; the run still completes, within
-    re-drive + one reaper pass."""
-    assert prod_rt.settings.redrive_seconds == 15 and prod_rt.settings.reaper_interval == 2
+    """A 15 s re-drive (the default is 10 s; 5 s under CI=true, ``RECOVERY_REDRIVE_S``), the
+    default reaper pass (every 2 s): the worker keeps running while the broker loses every
+    queue; the run still completes, within re-drive + one reaper pass."""
+    assert prod_rt.settings.redrive_seconds == REDRIVE_S
+    assert prod_rt.settings.reaper_interval == 2
     workers.start("alpha")
     reaper = ReaperLoop(prod_rt, prod_rt.settings.reaper_interval).start()
     try:
@@ -49,5 +60,7 @@ def test_flushed_round_message_resumes_within_the_reaper_interval(
             took = time.monotonic() - t0
     finally:
         reaper.stop()
-    print(f"\nrecovered a lost round message in {took:.1f}s (re-drive 15 s + reaper 2 s)")
-    assert took <= 15 + 5 + 5
+    print(
+        f"\nrecovered a lost round message in {took:.1f}s (re-drive {REDRIVE_S:g} s + reaper 2 s)"
+    )
+    assert took <= REDRIVE_S + 5 + 5

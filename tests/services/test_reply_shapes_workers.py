@@ -49,8 +49,7 @@ def _resolve(client: TestClient, run: dict[str, Any]) -> None:
 def test_every_reply_shape_through_workers_against_the_strict_fake(
     prod_rt: Runtime, workers: WorkerProcs
 ) -> None:
-    workers.start("alpha", concurrency=8)
-    workers.start("beta", concurrency=8)
+    workers.start_many(["alpha", "beta"], concurrency=8)
     with FakeLLMServer(_reply) as llm, TestClient(create_app(lambda: prod_rt)) as client:
         model = {"provider": "openai", "base_url": llm.base_url, "model": "m"}
         spec = {

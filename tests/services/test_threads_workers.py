@@ -42,8 +42,7 @@ def _finish(client: TestClient, run_id: str, timeout: float = 30) -> dict[str, A
 def test_a_thread_of_runs_through_real_workers(prod_rt: Runtime, workers: WorkerProcs) -> None:
     # enqueue (default): five runs submitted at once start one at a time, in order, each with
     # the previous turns as history; a classify run on the thread sees the last classify result
-    workers.start("alpha")
-    workers.start("beta")
+    workers.start_many(["alpha", "beta"])
     chat = {"kind": "chat", "model": _scripted("answer")}
     with TestClient(create_app(lambda: prod_rt)) as client:
         tid = client.post("/v1/threads", json={}).json()["id"]
@@ -82,8 +81,7 @@ def _all_final(rt: Runtime, tids: list[str]) -> bool:
 def test_concurrent_submits_keep_one_active_run_per_thread(
     prod_rt: Runtime, workers: WorkerProcs
 ) -> None:
-    workers.start("alpha", concurrency=8)
-    workers.start("beta", concurrency=8)
+    workers.start_many(["alpha", "beta"], concurrency=8)
     enqueue = [commands.new_id("thr") for _ in range(3)]
     interrupt, reject = commands.new_id("thr"), commands.new_id("thr")
     for tid in enqueue:
