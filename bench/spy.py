@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -82,7 +83,7 @@ def tables(raw: str, own_rows: int = 20, cum_rows: int = 40) -> tuple[int, str, 
 
 
 def main() -> None:
-    spy = shutil.which("py-spy")
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
     if spy is None:
         raise SystemExit("bench.spy needs py-spy (pip install py-spy)")
     procs = Procs()

@@ -250,24 +250,24 @@ def main() -> None:
         [
             "worker processes",
             "ideal rounds/s",
+            "floor rounds/s",
             "**treadle rounds/s**",
             "of ideal",
+            "**treadle / floor**",
             "target",
             "verdict",
-            "floor rounds/s",
-            "treadle / floor",
         ],
     )
     for r in results:
         s.row(
             r["procs"],
             num(r["ideal"], 0),
+            num(r["floor_rate"], 1),
             f"**{num(r['rate'], 1)}**",
             f"{r['rate'] / r['ideal']:.0%}",
-            f">= {TARGET:.0%}",
-            verdict(r["rate"] >= TARGET * r["ideal"]),
-            num(r["floor_rate"], 1),
-            f"{r['rate'] / r['floor_rate']:.2f}",
+            f"**{r['rate'] / r['floor_rate']:.0%}**",
+            f">= {TARGET:.0%} of the floor",
+            verdict(r["rate"] >= TARGET * r["floor_rate"]),
         )
     s.note(
         "Ideal = processes x threads / model latency (every thread always in a model call). "
@@ -325,14 +325,15 @@ def main() -> None:
     head = [
         [
             f"rounds/s, {r['procs']} x {CONC} threads (ideal {r['ideal']:.0f})",
-            f"{r['rate']:.1f} = {r['rate'] / r['ideal']:.0%} of ideal (floor "
-            f"{r['floor_rate']:.0f}); worker CPU {r['cpu'] * 1000:.0f} ms/round",
-            f">= {TARGET:.0%}",
-            verdict(r["rate"] >= TARGET * r["ideal"]),
+            f"{r['rate']:.1f} = {r['rate'] / r['floor_rate']:.0%} of the floor's "
+            f"{r['floor_rate']:.0f} ({r['rate'] / r['ideal']:.0%} of ideal); worker CPU "
+            f"{r['cpu'] * 1000:.1f} ms/round (floor {r['floor']['cpu'] * 1000:.1f})",
+            f">= {TARGET:.0%} of the floor",
+            verdict(r["rate"] >= TARGET * r["floor_rate"]),
         ]
         for r in results
     ]
-    emit("throughput", "Throughput vs the ideal", sections, started, head)
+    emit("throughput", "Throughput vs the floor", sections, started, head)
 
 
 if __name__ == "__main__":
