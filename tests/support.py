@@ -166,7 +166,11 @@ class EffectServer:
                 pass
 
             def do_POST(self) -> None:  # noqa: N802
-                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length)
+                if len(body) < length:  # the sender died mid-request: not a request at all
+                    self.close_connection = True  # (an idempotent store keeps nothing of it)
+                    return
                 key = self.headers.get("Idempotency-Key") or "(none)"
                 with lock:
                     outer.hits[key] = outer.hits.get(key, 0) + 1
