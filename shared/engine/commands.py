@@ -313,9 +313,21 @@ def _with(call: Call, values: dict[str, Any]) -> Call:
     return replace(call, **{**values, "status": CallStatus(values["status"])})
 
 
-def _flushed(tx: Tx, run: Run, calls: Sequence[Call], round_: int) -> Change:
-    """A change that appends the tool messages of finished, unflushed calls in order."""
+def _flushed(
+    tx: Tx,
+    run: Run,
+    calls: Sequence[Call],
+    round_: int,
+    closing: tuple[str, dict[str, Any]] | None = None,
+) -> Change:
+    """A change that appends the tool messages of finished, unflushed calls in order.
+    ``closing``: a call this change closes, and its values (``calls`` shows it closed): its
+    row is closed and flushed in one UPDATE."""
     msgs, ids = flush(calls)
+    if closing is not None:
+        call_id, values = closing
+        repo.close_calls(tx.conn, run.id, [call_id], {**values, "flushed": call_id in ids})
+        ids = [i for i in ids if i != call_id]
     if ids:
         repo.close_calls(tx.conn, run.id, ids, {"flushed": True})
     change = Change(run)
@@ -422,13 +434,7 @@ def _finish_ask(tx: Tx, run: Run, ask_id: str, text: str, data: dict[str, Any]) 
         _with(c, values) if c.call_id == ask_id else c
         for c in repo.list_tool_calls(tx.conn, run.id, call.round)
     ]
-    msgs, ids = flush(calls)  # the ask's row is closed and flushed in one UPDATE
-    repo.close_calls(tx.conn, run.id, [ask_id], {**values, "flushed": ask_id in ids})
-    if others := [i for i in ids if i != ask_id]:
-        repo.close_calls(tx.conn, run.id, others, {"flushed": True})
-    change = Change(run)
-    for m in msgs:
-        change.message(m, call.round)
+    change = _flushed(tx, run, calls, call.round, closing=(ask_id, values))
     settle(change, Continue(), ts=tx.ts)
     change.event("run.resumed")
     return tx.apply(change)

@@ -399,19 +399,15 @@ _UPDATES: dict[tuple[Any, ...], Any] = {}
 _UPDATE_SHAPES_MAX = 256  # shapes come from the code's transitions: a few dozen
 
 
-def _update_statement(
-    values: Mapping[str, Any], owner: bool, guard: Mapping[str, Any]
-) -> Any | None:
-    """The guarded UPDATE … RETURNING for this shape of values, built once per shape (bind
-    parameters for the values); None when a value is an SQL expression (built per call)."""
-    shape = []
-    for name, value in values.items():
-        if isinstance(value, sa.ColumnElement):
-            return None
-        shape.append((name, "inc" if isinstance(value, Inc) else "null" if value is None else ""))
-    if any(v is None for v in guard.values()):
-        return None
-    key = (tuple(shape), owner, tuple(guard))
+def _update_statement(values: Mapping[str, Any], owner: bool, guard: Mapping[str, Any]) -> Any:
+    """The guarded UPDATE … RETURNING for this shape of values: bind parameters for the values
+    (``None`` is SQL NULL, ``Inc`` adds), built once per shape; a value that is an SQL
+    expression is written into a statement built for this call alone."""
+    shape = tuple(
+        (name, "expr" if isinstance(v, sa.ColumnElement) else _kind(v))
+        for name, v in values.items()
+    )
+    key = (shape, owner, tuple((g, v is None) for g, v in guard.items()))
     stmt = _UPDATES.get(key)
     if stmt is not None:
         return stmt
@@ -419,15 +415,22 @@ def _update_statement(
     sets: dict[str, Any] = {}
     for name, kind in shape:
         param = sa.bindparam(f"v_{name}", type_=r[name].type)
-        sets[name] = sa.null() if kind == "null" else r[name] + param if kind else param
+        sets[name] = {"expr": values[name], "null": sa.null(), "inc": r[name] + param}.get(
+            kind, param
+        )
     where = [r.id == sa.bindparam("b_run"), r.version == sa.bindparam("b_version")]
     if owner:
         where.append(r.lease_owner == sa.bindparam("b_owner"))
-    where += [r[g] == sa.bindparam(f"g_{g}", type_=r[g].type) for g in guard]
+    for g, value in guard.items():
+        where.append(r[g].is_(None) if value is None else r[g] == sa.bindparam(f"g_{g}"))
     stmt = sa.update(runs).where(*where).values(**sets).returning(runs)
-    if len(_UPDATES) < _UPDATE_SHAPES_MAX:
+    if len(_UPDATES) < _UPDATE_SHAPES_MAX and all(kind != "expr" for _, kind in shape):
         _UPDATES[key] = stmt
     return stmt
+
+
+def _kind(value: Any) -> str:
+    return "inc" if isinstance(value, Inc) else "null" if value is None else "value"
 
 
 def update_run(
@@ -456,21 +459,11 @@ def update_run(
     if bump:
         vals["version"] = Inc(1)
     guard = guard or {}
+    params = {f"v_{k}": v.by if isinstance(v, Inc) else v for k, v in vals.items()}
+    params.update({f"g_{k}": v for k, v in guard.items()})
+    params.update(b_run=run_id, b_version=version, b_owner=owner)
     stmt = _update_statement(vals, owner is not None, guard)
-    if stmt is not None:
-        params = {f"v_{k}": v.by if isinstance(v, Inc) else v for k, v in vals.items()}
-        params.update({f"g_{k}": v for k, v in guard.items()})
-        params.update(b_run=run_id, b_version=version, b_owner=owner)
-        row = conn.execute(stmt, params).mappings().first()
-        return Run.of(row) if row is not None else None
-    r = runs.c
-    sets = {k: r[k] + v.by if isinstance(v, Inc) else v for k, v in vals.items()}
-    built = sa.update(runs).where(r.id == run_id, r.version == version)
-    if owner is not None:
-        built = built.where(r.lease_owner == owner)
-    for name, value in guard.items():
-        built = built.where(r[name] == value)
-    row = conn.execute(built.values(**sets).returning(runs)).mappings().first()
+    row = conn.execute(stmt, params).mappings().first()
     return Run.of(row) if row is not None else None
 
 

@@ -58,10 +58,11 @@ def test_the_guarded_update_by_shape_keeps_each_values_meaning(rt: Runtime) -> N
         again.msg_seq + 2,
         again.event_seq + 1,
     )
-    # the same shape is one statement object; an SQL expression is built per call
+    # the same shape is one statement object; one with an SQL expression is built per call
     shape = repo._update_statement({"round": 1, "updated_at": 1.0}, False, {})
     assert shape is repo._update_statement({"round": 2, "updated_at": 2.0}, False, {})
-    assert repo._update_statement({"round": runs.c.round + 1}, False, {}) is None
+    expr = {"round": runs.c.round + 1}
+    assert repo._update_statement(expr, False, {}) is not repo._update_statement(expr, False, {})
 
 
 def test_a_claim_writes_its_round_started_event_and_only_once(rt: Runtime) -> None:
