@@ -14,15 +14,19 @@ without a fake server's CPU); each round is one cheap read-only tool call (``ben
 200-char argument), so a round is the real model → commit → tool → join → next round cycle.
 
     python -m bench.inflight   (BENCH_INFLIGHT_RUNS=1000 — a comma list measures several
-                                sizes, e.g. 1000,300 —, BENCH_INFLIGHT_LATENCY=10,
-                                BENCH_INFLIGHT_ROUNDS=4, BENCH_INFLIGHT_PROCS=2,
+                                sizes, e.g. 1000,300 —, BENCH_INFLIGHT_START=spread,burst,
+                                BENCH_INFLIGHT_LATENCY=10, BENCH_INFLIGHT_ROUNDS=5,
+                                BENCH_INFLIGHT_PROCS=2,
                                 BENCH_INFLIGHT_CONCURRENCY=runs/procs+20,
                                 BENCH_INFLIGHT_POOL=10; writes bench/results/inflight.md)
 
-The window opens half a latency after the first round's commit and lasts two latencies
-(``BENCH_INFLIGHT_WINDOW``, seconds): the runs start together, so rounds commit in waves one
-latency apart, and a window of whole latencies between the first and the last wave counts each
-wave once. Four rounds per run keep the last wave outside the window.
+Two starts. ``spread``: the workers run, then the runs arrive evenly over one latency, as
+independent users' runs do; the window opens half a latency after the last arrival. ``burst``:
+every run is queued before the workers start, so every first model call goes out in the same
+second and every reply comes back in the same second (the worst case: a batch submitted at
+once, the end of an outage); the window opens half a latency after the first round's commit.
+The window lasts two latencies (``BENCH_INFLIGHT_WINDOW``, seconds); five rounds per run keep
+it inside the runs' lives.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import contextlib
 import datetime
 import math
 import os
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -72,8 +77,9 @@ from bench.common import (
 )
 
 SIZES = [int(x) for x in os.environ.get("BENCH_INFLIGHT_RUNS", "1000").split(",")]
+STARTS = [x for x in os.environ.get("BENCH_INFLIGHT_START", "spread,burst").split(",") if x]
 LATENCY = float(os.environ.get("BENCH_INFLIGHT_LATENCY", "10"))
-ROUNDS = int(os.environ.get("BENCH_INFLIGHT_ROUNDS", "4"))
+ROUNDS = int(os.environ.get("BENCH_INFLIGHT_ROUNDS", "5"))
 PROCS = int(os.environ.get("BENCH_INFLIGHT_PROCS", "2"))
 CONC_ENV = os.environ.get("BENCH_INFLIGHT_CONCURRENCY", "")
 POOL = os.environ.get("BENCH_INFLIGHT_POOL", "10")
@@ -135,9 +141,10 @@ class Sampler:
                 sa.text(
                     "SELECT count(*), count(*) FILTER (WHERE state = 'active')"
                     " FROM pg_stat_activity WHERE datname = :d"
-                    " AND application_name <> :app AND backend_type = 'client backend'"
+                    " AND application_name NOT IN (:app, :own)"
+                    " AND backend_type = 'client backend'"
                 ),
-                {"d": self.name, "app": BENCH_APP},
+                {"d": self.name, "app": BENCH_APP, "own": f"treadle/{os.getpid()}"},
             ).one()
         return int(total), int(active)
 
@@ -196,35 +203,73 @@ def gaps(admin: sa.Engine) -> list[float]:
     return out
 
 
-def measure(procs: Procs, url: str, runs: int) -> dict[str, Any]:
+def workers_up(app: Any, names: list[str], timeout: float = 60) -> None:
+    """Every worker answers a ping: its consumers are up (a paced start must not queue)."""
+    nodes = {f"{n}@{socket.gethostname()}" for n in names}
+
+    def answered() -> bool:
+        replies = app.control.ping(destination=sorted(nodes), timeout=1.0) or []
+        return nodes <= {k for r in replies for k in r}
+
+    wait_for(answered, timeout, "the workers' ping", 0.5)
+
+
+def paced(rt: Any, agent: dict[str, Any], runs: int, over: float) -> float:
+    """Submit ``runs`` runs evenly over ``over`` seconds (4 submitters); returns when the last
+    one is in."""
+    t0 = time.time()
+
+    def lane(k: int) -> None:
+        for i in range(k, runs, 4):
+            time.sleep(max(0.0, t0 + i * over / runs - time.time()))
+            submit(rt, agent)
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lane, range(4)))
+    return time.time()
+
+
+def measure(procs: Procs, url: str, runs: int, start: str) -> dict[str, Any]:
+    """``start``: ``spread`` — the workers run, then the runs arrive evenly over one latency
+    (the steady state of runs that started at different times); ``burst`` — every run is
+    queued before the workers start (their rounds come back in waves, one latency apart)."""
     conc = concurrency(runs)
     ideal = runs / LATENCY
     prefix = new_prefix(f"if{runs}")
     admin = bench_engine(url)
     names: list[str] = []
     sampler: Sampler | None = None
-    out: dict[str, Any] = {"runs": runs, "conc": conc, "ideal": ideal}
+    out: dict[str, Any] = {"runs": runs, "conc": conc, "ideal": ideal, "start": start}
     try:
         with admin.begin() as conn:  # a fresh count for this size
             for table in ("usage", "events", "messages", "tool_calls", "outbox", "runs"):
                 conn.execute(sa.text(f"DELETE FROM {table}"))
         rt = treadle_runtime(url, prefix, pool_size=4)
         agent = tool_agent(ROUNDS, sleep=LATENCY, text=TEXT)
-        t = time.time()
-        with ThreadPoolExecutor(4) as pool:
-            list(pool.map(lambda _: submit(rt, agent), range(runs)))
-        close_runtime(rt)  # from here on, every connection to the database is a worker's
-        log(f"inflight: {runs} runs queued in {time.time() - t:.0f} s; starting workers")
         env = treadle_env(
             url, prefix, TREADLE_DB_POOL_SIZE=POOL, TREADLE_WORKER_CONCURRENCY=str(conc)
         )
+        if start == "burst":
+            t = time.time()
+            with ThreadPoolExecutor(4) as pool:
+                list(pool.map(lambda _: submit(rt, agent), range(runs)))
+            log(f"inflight: {runs} runs queued in {time.time() - t:.0f} s; starting workers")
         names = start_treadle_workers(procs, env, PROCS, conc, tag=f"if{runs}-")
         pids = [procs.pid(n) for n in names]
         sampler = Sampler(url, pids)
         started = time.time()
-        t0 = wait_for(lambda: first_round_at(admin), LATENCY + 120, "the first round", 0.2)
-        out["first_round_s"] = t0 - started
-        a_t, b_t = t0 + LATENCY / 2, t0 + LATENCY / 2 + WINDOW
+        if start == "burst":
+            t0 = wait_for(lambda: first_round_at(admin), LATENCY + 120, "the first round", 0.2)
+            out["first_round_s"] = t0 - started
+            a_t = t0 + LATENCY / 2
+        else:
+            workers_up(rt.publish.app, names)
+            started = time.time()
+            a_t = paced(rt, agent, runs, LATENCY) + LATENCY / 2
+            log(f"inflight: {runs} runs submitted over {time.time() - started:.1f} s")
+            out["first_round_s"] = (first_round_at(admin) or started) - started
+        close_runtime(rt)
+        b_t = a_t + WINDOW
         time.sleep(max(0.0, a_t - time.time()))
         a = snapshot(admin, url, pids)
         time.sleep(max(0.0, b_t - time.time()))
@@ -240,7 +285,7 @@ def measure(procs: Procs, url: str, runs: int) -> dict[str, Any]:
             worker_cores=(b["workers"] - a["workers"]) / (b["t"] - a["t"]),
             machine_cores=(b["machine"] - a["machine"]) / (b["t"] - a["t"]),
         )
-        log(f"inflight: {runs} runs: {out['rate']:.1f} rounds/s; waiting for the end")
+        log(f"inflight: {runs} runs, {start}: {out['rate']:.1f} rounds/s; waiting for the end")
         done = ("completed", "failed", "cancelled")
         try:
             wait_for(
@@ -280,19 +325,25 @@ def main() -> None:
     with scratch_db("inflight") as url:
         try:
             for runs in SIZES:
-                log(f"inflight: {runs} runs, {PROCS} x {concurrency(runs)} threads")
-                try:
-                    results.append(measure(procs, url, runs))
-                except Exception as exc:  # e.g. PostgreSQL restarted by a chaos test
-                    log(f"inflight: {runs} runs failed: {exc!r}")
-                    first = str(exc).splitlines()[0] if str(exc) else ""
-                    errors.append(f"{runs} runs: {type(exc).__name__}: {first}"[:200])
+                for start in STARTS:
+                    log(f"inflight: {runs} runs, {start}, {PROCS} x {concurrency(runs)} threads")
+                    try:
+                        results.append(measure(procs, url, runs, start))
+                    except Exception as exc:  # e.g. PostgreSQL restarted by a chaos test
+                        log(f"inflight: {runs} runs failed: {exc!r}")
+                        first = str(exc).splitlines()[0] if str(exc) else ""
+                        errors.append(f"{runs} runs, {start}: {type(exc).__name__}: {first}"[:200])
         finally:
             procs.stop_all()
     s = Section(
         f"Runs in flight: model latency {LATENCY:.0f} s, {ROUNDS} tool rounds per run, "
         f"{PROCS} worker processes `-P threads`, `TREADLE_DB_POOL_SIZE={POOL}`",
-        ["measure", *[f"{r['runs']} runs" for r in results], "target", "verdict"],
+        [
+            "measure",
+            *[f"{r['runs']} runs, {r['start']} start" for r in results],
+            "target",
+            "verdict",
+        ],
     )
 
     def row(label: str, cells: list[str], target: str = "", ok: list[bool] | None = None) -> None:
@@ -340,12 +391,14 @@ def main() -> None:
         [f"{num(r['worker_cores'], 2)} / {num(r['machine_cores'], 2)}" for r in results],
     )
     s.note(
-        f"Rounds/s = model calls committed in a {WINDOW:g} s window that opens "
-        f"{LATENCY / 2:g} s after the first round's commit (all runs are queued before the "
-        "workers start, so rounds commit in waves one latency apart; the window counts whole "
-        "waves). Gap = next model call's start − previous round's commit, per run (the tool "
-        "round and the claims between two model calls; the ideal is 0). Connections: "
-        "pg_stat_activity rows on the scratch database other than the bench's own, sampled "
+        f"Rounds/s = model calls committed in a {WINDOW:g} s window. Spread start: the runs "
+        f"arrive evenly over {LATENCY:g} s while the workers run; the window opens "
+        f"{LATENCY / 2:g} s after the last one. Burst start: all runs are queued before the "
+        f"workers start; the window opens {LATENCY / 2:g} s after the first round's commit. "
+        "Gap = next model call's start − previous round's commit, per run (the tool round, the "
+        "claims and the engine gate's line between two model calls; the ideal is 0). "
+        "Connections: pg_stat_activity rows on the scratch database other than the bench's own, "
+        "sampled "
         "every 0.5 s; the workers' pools allow "
         f"{PROCS} x ({POOL} + 5 overflow) = {PROCS * (int(POOL) + 5)}. RSS and threads: "
         "/proc of the worker processes, sampled every 0.5 s. CPU per round: utime+stime in "
@@ -362,7 +415,8 @@ def main() -> None:
             s.note(f"{r['runs']} runs: failed runs, e.g. {r['fails'][:2]}")
     head = [
         [
-            f"{r['runs']} runs in flight, model {LATENCY:.0f} s, {PROCS} x {r['conc']} threads",
+            f"{r['runs']} runs in flight ({r['start']} start), model {LATENCY:.0f} s, "
+            f"{PROCS} x {r['conc']} threads",
             f"{r['rate']:.1f} rounds/s = {r['rate'] / r['ideal']:.0%} of ideal "
             f"{r['ideal']:.0f}; RSS {r['peak_rss']:.0f} MB; {r['peak_conns']} PG connections; "
             f"worker CPU {r['cpu'] * 1000:.0f} ms/round",

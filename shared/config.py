@@ -68,6 +68,14 @@ class Settings(BaseSettings):
         default=3600, description="Redis broker visibility timeout (the reaper re-drives first)"
     )
     worker_concurrency: int = Field(default=16, description="Threads per worker process")
+    worker_engine_slots: int = Field(
+        default=4,
+        ge=0,
+        le=1024,
+        description="Threads of a worker process that run engine code at once; the others "
+        "wait in line, a round's later stages first (model calls and tools run outside; "
+        "0 = no gate). See shared/engine/gate.py",
+    )
     db_pool_size: int = Field(
         default=0, description="Database connections per process (0 = worker concurrency + 4)"
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 
+from shared.engine.gate import Stage
 from shared.engine.reaper import reap
 from shared.engine.round import run_round
 from shared.engine.toolrun import run_tool
@@ -28,7 +29,9 @@ def round_task(self: DatabaseRetry[...], run_id: str, version: int, attempt: int
         log_context(run_id=run_id, task="round"),
         task_span("treadle.round", self.request, run_id, version=version) as span,
     ):
-        result = run_round(get_runtime(), run_id, int(version), int(attempt))
+        rt = get_runtime()
+        with rt.gate.inside(Stage.CLAIM):
+            result = run_round(rt, run_id, int(version), int(attempt))
         span.set_attribute("treadle.outcome", result.status)
 
 
@@ -38,7 +41,9 @@ def tool_task(self: DatabaseRetry[...], run_id: str, call_id: str, version: int)
         log_context(run_id=run_id, call_id=call_id, task="tool"),
         task_span("treadle.tool", self.request, run_id, call_id=call_id) as span,
     ):
-        outcome = run_tool(get_runtime(), run_id, call_id, int(version))
+        rt = get_runtime()
+        with rt.gate.inside(Stage.TOOL):
+            outcome = run_tool(rt, run_id, call_id, int(version))
         span.set_attribute("treadle.outcome", outcome)
 
 

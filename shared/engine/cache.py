@@ -15,6 +15,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -23,6 +24,7 @@ from sqlalchemy.engine import Connection
 from shared.agent.messages import Message
 from shared.agent.spec import AgentSpec
 from shared.agent.tokens import estimate_tokens
+from shared.engine.gate import Stage
 from shared.store import repo
 
 if TYPE_CHECKING:
@@ -151,7 +153,8 @@ def catalog(rt: Runtime, run_id: str, spec: AgentSpec, attachments: Sequence[Any
         from shared.engine.catalog import build_catalog
 
         mcp = mcp_access(rt) if spec.mcp else None
-        built = build_catalog(spec, rt.profiles, attachments=attachments, mcp=mcp)
+        with rt.gate.outside(Stage.CLAIM) if mcp else nullcontext():  # MCP listing: I/O
+            built = build_catalog(spec, rt.profiles, attachments=attachments, mcp=mcp)
         found = (spec, built, _schema_tokens(built))
         if not built.partial:
             _catalogs.put(run_id, found, CATALOG_ENTRY_BYTES)

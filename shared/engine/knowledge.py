@@ -37,6 +37,7 @@ from shared.agent.knowledge import (
 from shared.agent.messages import Message
 from shared.agent.request import split_question
 from shared.agent.spec import AgentSpec, InlineTool, ModelProfile
+from shared.engine.gate import Stage
 from shared.engine.runtime import Runtime
 from shared.errors import ConfigError, Conflict, ModelError, NotFound, SpecError, ToolError
 from shared.llm.embeddings import embed
@@ -301,7 +302,8 @@ def with_dataset_quotes(
         return spec, inputs
     dataset, k = source
     try:
-        hits = search(rt, tenant, question, [dataset], k)
+        with rt.gate.outside(Stage.CLAIM):  # an embedding call: I/O, not engine work
+            hits = search(rt, tenant, question, [dataset], k)
     except (NotFound, ConfigError) as exc:
         log.warning("run %s: no quotes from dataset %s: %s", run_id, dataset, exc)
         return spec, inputs

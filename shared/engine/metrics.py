@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 
 __all__ = [
     "CONTENT_TYPE_LATEST",
+    "GATE_WAIT",
     "MODEL_COST",
     "MODEL_TOKENS",
     "REAPER",
@@ -38,6 +39,12 @@ _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120
 ROUNDS = Counter("treadle_rounds", "Round tasks by outcome", ["kind", "outcome"])
 ROUND_SECONDS = Histogram(
     "treadle_round_seconds", "Round latency by phase", ["phase"], buckets=_BUCKETS
+)
+GATE_WAIT = Histogram(
+    "treadle_engine_gate_wait_seconds",
+    "Time a worker thread waited for the engine gate, by the stage it came in for",
+    ["stage"],
+    buckets=_BUCKETS,
 )
 TOOL_SECONDS = Histogram("treadle_tool_seconds", "Tool call latency", ["tool"], buckets=_BUCKETS)
 MODEL_TOKENS = Counter("treadle_model_tokens", "Model tokens", ["profile", "direction"])

@@ -41,6 +41,7 @@ from shared.engine import cache, children, metrics, outage, stopper
 from shared.engine.attachments import request_inputs
 from shared.engine.busy import when_free
 from shared.engine.catalog import Catalog
+from shared.engine.gate import Stage
 from shared.engine.handlers import run_handler
 from shared.engine.knowledge import with_dataset_quotes
 from shared.engine.runtime import Dispatch, Runtime
@@ -411,29 +412,30 @@ def _call_model(
         if d.kind in offsets:
             offsets[d.kind] += len(d.text or "")
 
-    key, limits = limit_key(claim.profile, run.tenant), limits_of(claim.profile)
-    tokens = run.view_tokens + (req.max_tokens or 0)
-    permit = _acquire(rt, key, limits, tokens, claim.profile.timeout_total)
-    if not permit.granted:  # fleet capacity: give the thread back, come back later
-        raise _Retry(permit.wait, "capacity", counts=False)
-    started = repo.now()
-    abort = Abort(run.deadline_at)  # the stream is closed at the deadline, or on a cancel
-    stopper.listen(rt.live)
-    try:
-        with stopper.holding(run.id, abort):
-            reply = model.complete(_to_model_request(req), on_delta, abort=abort)
-    except Aborted as exc:
-        raise _Stopped(exc, _partial(claim, run.view_tokens, offsets, started)) from exc
-    except TransientModelError as exc:
-        if exc.status == 429 and exc.retry_after:
-            with _limiter_quietly("pause"):
-                rt.limiter.pause(key, exc.retry_after)  # the whole fleet holds off this profile
-        raise _retry_or_fatal(rt, claim, exc, attempt_no) from exc
-    except FatalModelError as exc:
-        raise _Fatal(str(exc)) from exc
-    finally:
-        with _limiter_quietly("release"):
-            rt.limiter.release(permit)
+    with rt.gate.outside(Stage.REPLY):  # the permit and the call: waits, not engine work
+        key, limits = limit_key(claim.profile, run.tenant), limits_of(claim.profile)
+        tokens = run.view_tokens + (req.max_tokens or 0)
+        permit = _acquire(rt, key, limits, tokens, claim.profile.timeout_total)
+        if not permit.granted:  # fleet capacity: give the thread back, come back later
+            raise _Retry(permit.wait, "capacity", counts=False)
+        started = repo.now()
+        abort = Abort(run.deadline_at)  # the stream is closed at the deadline, or on a cancel
+        stopper.listen(rt.live)
+        try:
+            with stopper.holding(run.id, abort):
+                reply = model.complete(_to_model_request(req), on_delta, abort=abort)
+        except Aborted as exc:
+            raise _Stopped(exc, _partial(claim, run.view_tokens, offsets, started)) from exc
+        except TransientModelError as exc:
+            if exc.status == 429 and exc.retry_after:
+                with _limiter_quietly("pause"):
+                    rt.limiter.pause(key, exc.retry_after)  # the whole fleet holds off this profile
+            raise _retry_or_fatal(rt, claim, exc, attempt_no) from exc
+        except FatalModelError as exc:
+            raise _Fatal(str(exc)) from exc
+        finally:
+            with _limiter_quietly("release"):
+                rt.limiter.release(permit)
     _count_model(claim.profile, reply, repo.now() - started)
     return reply, int((repo.now() - started) * 1000)
 

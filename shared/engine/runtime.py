@@ -13,6 +13,7 @@ from sqlalchemy.engine import Engine
 
 from shared.agent.spec import ModelProfile
 from shared.config import Settings
+from shared.engine.gate import Gate
 from shared.engine.leases import Heartbeat, heartbeat_for
 from shared.llm.ratelimit import LocalLimiter, RateLimiter
 
@@ -110,6 +111,10 @@ class Runtime:
     profiles: dict[str, ModelProfile] = field(default_factory=dict)
     limiter: RateLimiter = field(default_factory=LocalLimiter)
     queue_depth: Callable[[], dict[str, int] | None] | None = None  # broker messages waiting
+    gate: Gate = field(init=False)  # engine work admission of a worker process
+
+    def __post_init__(self) -> None:
+        self.gate = Gate(self.settings.worker_engine_slots)
 
     @property
     def heartbeat(self) -> Heartbeat:

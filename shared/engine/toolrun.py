@@ -25,6 +25,7 @@ from shared.agent.spec import AgentSpec
 from shared.engine import cache, children, metrics, stopper
 from shared.engine.attachments import run_files
 from shared.engine.busy import when_free
+from shared.engine.gate import Stage
 from shared.engine.knowledge import Knowledge
 from shared.engine.runtime import Runtime
 from shared.engine.transition import Finished, LostRace, Tx, attempt, finish_call
@@ -167,7 +168,7 @@ def execute_tool(
         if quick(tool):
             return _run(lambda: tool.execute(args, ctx))
         stopper.listen(rt.live)
-        with stopper.holding(run.id, abort):
+        with rt.gate.outside(Stage.TOOL), stopper.holding(run.id, abort):
             return _with_timeout(lambda: tool.execute(args, ctx), rt.settings.tool_timeout, abort)
 
 
