@@ -68,6 +68,14 @@ class Settings(BaseSettings):
         default=3600, description="Redis broker visibility timeout (the reaper re-drives first)"
     )
     worker_concurrency: int = Field(default=16, description="Threads per worker process")
+    worker_in_place_s: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description="A task whose commit makes its run's next round due at once (quick tools, "
+        "a tool batch's join) drives that round itself, without the broker, for this long "
+        "(0 = every round through the broker)",
+    )
     worker_engine_slots: int = Field(
         default=4,
         ge=0,

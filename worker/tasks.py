@@ -5,10 +5,15 @@ is a span of its run's trace when tracing is on (``shared.tracing``)."""
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
+
+from celery.worker import state as worker_state
 
 from shared.engine.gate import Stage
 from shared.engine.reaper import reap
-from shared.engine.round import run_round
+from shared.engine.round import rounds_in_place, run_round
+from shared.engine.runtime import Runtime
 from shared.engine.toolrun import run_tool
 from shared.engine.webhooks import deliver
 from shared.logs import log_context
@@ -23,6 +28,18 @@ __all__ = ["reap_task", "round_task", "tool_task", "webhook_task"]
 log = logging.getLogger("treadle.tasks")
 
 
+def _more(rt: Runtime) -> Callable[[int], bool]:
+    """Whether a task drives its run's next round itself (``rounds_in_place``): for
+    ``TREADLE_WORKER_IN_PLACE_S`` seconds from now, and not once the worker shuts down."""
+    until = time.monotonic() + rt.settings.worker_in_place_s
+
+    def more(_: int) -> bool:
+        stopping = worker_state.should_stop is not None or worker_state.should_terminate is not None
+        return time.monotonic() < until and not stopping
+
+    return more
+
+
 @app.task(name=ROUND_TASK, base=DatabaseRetry, bind=True)
 def round_task(self: DatabaseRetry[...], run_id: str, version: int, attempt: int = 0) -> None:
     with (
@@ -30,7 +47,7 @@ def round_task(self: DatabaseRetry[...], run_id: str, version: int, attempt: int
         task_span("treadle.round", self.request, run_id, version=version) as span,
     ):
         rt = get_runtime()
-        with rt.gate.inside(Stage.CLAIM):
+        with rt.gate.inside(Stage.CLAIM), rounds_in_place(rt, run_id, _more(rt)):
             result = run_round(rt, run_id, int(version), int(attempt))
         span.set_attribute("treadle.outcome", result.status)
 
@@ -42,7 +59,7 @@ def tool_task(self: DatabaseRetry[...], run_id: str, call_id: str, version: int)
         task_span("treadle.tool", self.request, run_id, call_id=call_id) as span,
     ):
         rt = get_runtime()
-        with rt.gate.inside(Stage.TOOL):
+        with rt.gate.inside(Stage.TOOL), rounds_in_place(rt, run_id, _more(rt)):
             outcome = run_tool(rt, run_id, call_id, int(version))
         span.set_attribute("treadle.outcome", outcome)
 

@@ -8,7 +8,7 @@ streams. A stale or duplicate dispatch finds nothing to claim and is dropped.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -54,6 +54,7 @@ from shared.engine.transition import (
     finish_call,
     finish_events,
     flush,
+    in_place,
     settle,
     transaction,
 )
@@ -66,7 +67,7 @@ from shared.store import repo
 from shared.store.rows import Call, CallStatus, Run
 from shared.tools import ToolResult
 
-__all__ = ["RoundResult", "run_round"]
+__all__ = ["RoundResult", "rounds_in_place", "run_round"]
 
 log = logging.getLogger("treadle.round")
 
@@ -129,6 +130,26 @@ def run_round(rt: Runtime, run_id: str, version: int, attempt_no: int = 0) -> Ro
     result = _run_round(rt, run_id, version, attempt_no)
     metrics.ROUNDS.labels(kind=result.kind or "unknown", outcome=result.status).inc()
     return result
+
+
+@contextmanager
+def rounds_in_place(rt: Runtime, run_id: str, more: Callable[[int], bool]) -> Iterator[None]:
+    """Around a round or tool task: while a commit of the block, then of each round driven
+    here, makes the run's next round due at once (a round of quick tools, a tool batch's
+    join), that round is claimed and driven in this thread instead of through the broker,
+    as long as ``more(rounds driven here so far)``. A crash in between loses nothing: the
+    run's state says its round is due, and the reaper re-sends it; a round driven here that
+    fails goes to the broker as if it had never been held."""
+    with in_place(rt, run_id) as take:
+        yield
+        n = 0
+        while more(n) and (nxt := take()) is not None:
+            try:
+                run_round(rt, nxt.run_id, nxt.version, nxt.attempt)
+            except Exception:
+                rt.publish([nxt])
+                raise
+            n += 1
 
 
 def _run_round(rt: Runtime, run_id: str, version: int, attempt_no: int) -> RoundResult:

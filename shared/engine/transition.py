@@ -33,6 +33,7 @@ call order and settles what the round decided (``settle``).
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -60,6 +61,7 @@ __all__ = [
     "encode_after",
     "finish_call",
     "flush",
+    "in_place",
     "retrying",
     "settle",
     "transaction",
@@ -297,8 +299,9 @@ class Tx:
     def after_commit(self) -> None:
         if self.settled:
             cache.forget(self.settled)
-        if self.out:
-            self.rt.publish(self.out)
+        out = _hold(self.out)
+        if out:
+            self.rt.publish(out)
         for run_id, seq in self.wakes.items():
             self.rt.wake(run_id, seq)
         if self.stopped:  # work in flight of the runs this transaction ended: stop it
@@ -308,6 +311,51 @@ class Tx:
                 self.rt.live.publish(STOP_TOPIC, stop_message(self.stopped))
             except Exception:
                 log.warning("stop signal failed for %s", self.stopped, exc_info=True)
+
+
+class _Hand(threading.local):
+    """This thread's hand-off: the run whose next round it drives itself, and that round."""
+
+    run_id: str | None = None
+    held: Dispatch | None = None
+
+
+_hand = _Hand()
+
+
+@contextmanager
+def in_place(rt: Runtime, run_id: str) -> Iterator[Callable[[], Dispatch | None]]:
+    """While the block runs, the first round of ``run_id`` that a commit in this thread makes
+    due at once (no countdown) is held back from the broker; ``take()`` hands it to the block
+    to drive here. What is still held when the block ends, or fails, is published. Nested:
+    the outer block holds, the inner ``take`` finds nothing."""
+    if _hand.run_id is not None:
+        yield lambda: None
+        return
+    _hand.run_id, _hand.held = run_id, None
+    try:
+        yield _take
+    finally:
+        held, _hand.run_id, _hand.held = _hand.held, None, None
+        if held is not None:
+            rt.publish([held])
+
+
+def _take() -> Dispatch | None:
+    held, _hand.held = _hand.held, None
+    return held
+
+
+def _hold(out: list[Dispatch]) -> list[Dispatch]:
+    """``out`` without the round this thread's hand-off keeps (``in_place``)."""
+    run_id = _hand.run_id
+    if run_id is None or _hand.held is not None:
+        return out
+    for i, d in enumerate(out):
+        if d.kind == "round" and d.run_id == run_id and not d.countdown:
+            _hand.held = d
+            return out[:i] + out[i + 1 :]
+    return out
 
 
 @contextmanager
