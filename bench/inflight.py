@@ -24,7 +24,9 @@ Two starts. ``spread``: the workers run, then the runs arrive evenly over one la
 independent users' runs do; the window opens half a latency after the last arrival. ``burst``:
 every run is queued before the workers start, so every first model call goes out in the same
 second and every reply comes back in the same second (the worst case: a batch submitted at
-once, the end of an outage); the window opens half a latency after the first round's commit.
+once, the end of an outage); the window opens just before the first round's commit, so that it
+counts whole waves (a wave is as wide as the first model calls' spread, which can pass half a
+latency).
 The window lasts two latencies (``BENCH_INFLIGHT_WINDOW``, seconds); five rounds per run keep
 it inside the runs' lives.
 """
@@ -86,6 +88,7 @@ POOL = os.environ.get("BENCH_INFLIGHT_POOL", "10")
 WINDOW = float(os.environ.get("BENCH_INFLIGHT_WINDOW", str(2 * LATENCY)))
 TEXT = TEXT_500[:200]
 TARGET = 0.9
+EDGE = 0.25  # burst: the window opens this long before the first commit (a whole first wave)
 RSS_LIMIT_MB = 1024.0
 CONN_LIMIT = 60
 BENCH_APP = "bench-inflight"  # application_name of the bench's own connections (not counted)
@@ -180,6 +183,15 @@ def rounds_between(admin: sa.Engine, a: float, b: float) -> int:
         )
 
 
+def first_wave_s(admin: sa.Engine) -> float:
+    """From the first to the last commit of the runs' first model call (s): the width of a wave."""
+    with admin.connect() as conn:
+        a, b = conn.execute(
+            sa.text("SELECT min(created_at), max(created_at) FROM usage WHERE round = 1")
+        ).one()
+    return 0.0 if a is None else float(b) - float(a)
+
+
 def first_round_at(admin: sa.Engine) -> float | None:
     with admin.connect() as conn:
         t = conn.execute(sa.text("SELECT min(created_at) FROM usage")).scalar_one()
@@ -261,7 +273,7 @@ def measure(procs: Procs, url: str, runs: int, start: str) -> dict[str, Any]:
         if start == "burst":
             t0 = wait_for(lambda: first_round_at(admin), LATENCY + 120, "the first round", 0.2)
             out["first_round_s"] = t0 - started
-            a_t = t0 + LATENCY / 2
+            a_t = t0 - EDGE  # whole waves: the first one from its first commit
         else:
             workers_up(rt.publish.app, names)
             started = time.time()
@@ -275,8 +287,8 @@ def measure(procs: Procs, url: str, runs: int, start: str) -> dict[str, Any]:
         time.sleep(max(0.0, b_t - time.time()))
         b = snapshot(admin, url, pids)
         time.sleep(2)  # commits of the window's last rounds
-        n = rounds_between(admin, a["t"], b["t"])
-        out.update(rate=n / (b["t"] - a["t"]), rounds=n, window=b["t"] - a["t"])
+        n = rounds_between(admin, a_t, b_t)  # the CPU snapshots are taken at (about) these
+        out.update(rate=n / (b_t - a_t), rounds=n, window=b_t - a_t)
         k = max(n, 1)
         out.update(
             cpu=(b["workers"] - a["workers"]) / k,
@@ -301,6 +313,7 @@ def measure(procs: Procs, url: str, runs: int, start: str) -> dict[str, Any]:
         out["failed"] = count_status(admin, ["failed"])
         out["fails"] = failed_runs(admin)
         out["gaps"] = gaps(admin)
+        out["wave_s"] = first_wave_s(admin)
     finally:
         if sampler is not None:
             sampler.close()
@@ -363,6 +376,10 @@ def main() -> None:
         [f"{num(med(r['gaps']), 2)} / {num(p95(r['gaps']), 2)}" for r in results],
     )
     row(
+        "first model calls committed over (s: the width of a wave)",
+        [num(r["wave_s"], 1) for r in results],
+    )
+    row(
         "first round committed, after the workers' start (s)",
         [num(r["first_round_s"], 1) for r in results],
     )
@@ -394,7 +411,9 @@ def main() -> None:
         f"Rounds/s = model calls committed in a {WINDOW:g} s window. Spread start: the runs "
         f"arrive evenly over {LATENCY:g} s while the workers run; the window opens "
         f"{LATENCY / 2:g} s after the last one. Burst start: all runs are queued before the "
-        f"workers start; the window opens {LATENCY / 2:g} s after the first round's commit. "
+        f"workers start; the window opens {EDGE:g} s before the first round's commit, so it "
+        f"holds whole waves (the replies come back in waves one latency apart, as wide as the "
+        "first model calls' spread, which can exceed half a latency). "
         "Gap = next model call's start − previous round's commit, per run (the tool round, the "
         "claims and the engine gate's line between two model calls; the ideal is 0). "
         "Connections: pg_stat_activity rows on the scratch database other than the bench's own, "

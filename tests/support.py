@@ -22,6 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 IN_CI = bool(os.environ.get("CI"))
 PG_ADMIN = os.environ.get("TREADLE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_BASE = os.environ.get("TREADLE_TEST_REDIS", "redis://127.0.0.1:6379")
+# a round a worker's log says it finished: a round task (Celery's line) or a round the worker
+# drove in place after a commit of its own (``worker.tasks``' line)
+ROUND_DONE = r"(?:Task treadle\.round\[[^]]+\] succeeded|round \S+ v\d+ driven in place)"
 
 
 def knob(name: str, full: float, ci: float) -> float:

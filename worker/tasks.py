@@ -13,7 +13,7 @@ from celery.worker import state as worker_state
 from shared.engine.gate import Stage
 from shared.engine.reaper import reap
 from shared.engine.round import rounds_in_place, run_round
-from shared.engine.runtime import Runtime
+from shared.engine.runtime import Dispatch, Runtime
 from shared.engine.toolrun import run_tool
 from shared.engine.webhooks import deliver
 from shared.logs import log_context
@@ -40,6 +40,26 @@ def _more(rt: Runtime) -> Callable[[int], bool]:
     return more
 
 
+def _driver(rt: Runtime) -> Callable[[Dispatch], None]:
+    """How a task drives a round in place: the round's own span in the run's trace (a child
+    of the run's context, as a round task's would be) and a log line in place of Celery's."""
+
+    def drive(d: Dispatch) -> None:
+        started = time.monotonic()
+        with task_span("treadle.round", None, d.run_id, version=d.version, in_place=True) as span:
+            result = run_round(rt, d.run_id, d.version, d.attempt)
+            span.set_attribute("treadle.outcome", result.status)
+        log.info(
+            "round %s v%s driven in place in %.3fs: %s",
+            d.run_id,
+            d.version,
+            time.monotonic() - started,
+            result.status,
+        )
+
+    return drive
+
+
 @app.task(name=ROUND_TASK, base=DatabaseRetry, bind=True)
 def round_task(self: DatabaseRetry[...], run_id: str, version: int, attempt: int = 0) -> None:
     with (
@@ -47,7 +67,7 @@ def round_task(self: DatabaseRetry[...], run_id: str, version: int, attempt: int
         task_span("treadle.round", self.request, run_id, version=version) as span,
     ):
         rt = get_runtime()
-        with rt.gate.inside(Stage.CLAIM), rounds_in_place(rt, run_id, _more(rt)):
+        with rt.gate.inside(Stage.CLAIM), rounds_in_place(rt, run_id, _more(rt), _driver(rt)):
             result = run_round(rt, run_id, int(version), int(attempt))
         span.set_attribute("treadle.outcome", result.status)
 
@@ -59,7 +79,7 @@ def tool_task(self: DatabaseRetry[...], run_id: str, call_id: str, version: int)
         task_span("treadle.tool", self.request, run_id, call_id=call_id) as span,
     ):
         rt = get_runtime()
-        with rt.gate.inside(Stage.TOOL), rounds_in_place(rt, run_id, _more(rt)):
+        with rt.gate.inside(Stage.TOOL), rounds_in_place(rt, run_id, _more(rt), _driver(rt)):
             outcome = run_tool(rt, run_id, call_id, int(version))
         span.set_attribute("treadle.outcome", outcome)
 

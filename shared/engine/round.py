@@ -133,19 +133,28 @@ def run_round(rt: Runtime, run_id: str, version: int, attempt_no: int = 0) -> Ro
 
 
 @contextmanager
-def rounds_in_place(rt: Runtime, run_id: str, more: Callable[[int], bool]) -> Iterator[None]:
+def rounds_in_place(
+    rt: Runtime,
+    run_id: str,
+    more: Callable[[int], bool],
+    drive: Callable[[Dispatch], object] | None = None,
+) -> Iterator[None]:
     """Around a round or tool task: while a commit of the block, then of each round driven
     here, makes the run's next round due at once (a round of quick tools, a tool batch's
     join), that round is claimed and driven in this thread instead of through the broker,
-    as long as ``more(rounds driven here so far)``. A crash in between loses nothing: the
-    run's state says its round is due, and the reaper re-sends it; a round driven here that
-    fails goes to the broker as if it had never been held."""
+    as long as ``more(rounds driven here so far)``; ``drive`` drives one (``run_round`` by
+    default; the worker's wraps it in the round's span and log line). A crash in between
+    loses nothing: the run's state says its round is due, and the reaper re-sends it; a
+    round driven here that fails goes to the broker as if it had never been held."""
     with in_place(rt, run_id) as take:
         yield
         n = 0
         while more(n) and (nxt := take()) is not None:
             try:
-                run_round(rt, nxt.run_id, nxt.version, nxt.attempt)
+                if drive is None:
+                    run_round(rt, nxt.run_id, nxt.version, nxt.attempt)
+                else:
+                    drive(nxt)
             except Exception:
                 rt.publish([nxt])
                 raise

@@ -23,7 +23,7 @@ from scheduler.embedded import ReaperLoop
 from shared.engine.depth import broker_depth
 from shared.engine.runtime import Runtime
 from shared.store.tables import runs, usage
-from tests.support import WorkerProcs, knob, wait_for
+from tests.support import ROUND_DONE, WorkerProcs, knob, wait_for
 
 RUNS = int(knob("BACKLOG_RUNS", 60, 40))
 MODEL_S = float(os.environ.get("BACKLOG_MODEL_S", "0.5"))
@@ -80,7 +80,7 @@ def test_a_backlog_is_not_amplified(prod_rt: Runtime, workers: WorkerProcs) -> N
     took = time.monotonic() - started
     ideal = RUNS * ROUNDS * MODEL_S / THREADS
     log = workers.log(name)
-    deliveries = len(re.findall(r"treadle\.round\[[^]]+\] succeeded", log))
+    deliveries = len(re.findall(ROUND_DONE, log))
     with rt.engine.connect() as conn:
         rounds = int(
             conn.execute(

@@ -17,7 +17,7 @@ from shared.engine import commands
 from shared.engine.runtime import Runtime
 from shared.llm.fake_server import FakeLLMServer, ReplySpec
 from shared.store.tables import runs
-from tests.support import WorkerProcs, knob, wait_for
+from tests.support import ROUND_DONE, WorkerProcs, knob, wait_for
 
 RUNS, ROUNDS, LATENCY = int(knob("SCALE_RUNS", 300, 120)), 5, 0.2
 
@@ -68,9 +68,7 @@ def test_three_workers_share_the_runs(prod_rt: Runtime, workers: WorkerProcs) ->
         elapsed = time.monotonic() - started
         peak = llm.max_concurrency
     reaper.stop()
-    per_worker = {
-        n: len(re.findall(r"treadle\.round\[[^]]+\] succeeded", workers.log(n))) for n in names
-    }
+    per_worker = {n: len(re.findall(ROUND_DONE, workers.log(n))) for n in names}
     rounds = RUNS * ROUNDS
     print(
         f"\nscale: runs={RUNS} rounds={rounds} seconds={elapsed:.1f} "

@@ -29,6 +29,7 @@ from shared.config import Settings
 from shared.engine.runtime import Runtime
 from shared.store.tables import usage
 from tests.support import (
+    ROUND_DONE,
     EffectServer,
     WorkerProcs,
     knob,
@@ -126,7 +127,7 @@ def _stop_inside_a_transaction(engine: sa.engine.Engine, pid: int, tries: int = 
 
 
 _DONE = re.compile(
-    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*Task treadle\.round\[[^]]+\] succeeded",
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*" + ROUND_DONE,
     re.M,
 )
 
