@@ -26,6 +26,7 @@ from shared.agent.spec import AgentSpec
 from shared.agent.tokens import estimate_tokens
 from shared.engine.gate import Stage
 from shared.store import repo
+from shared.store.rows import Run
 
 if TYPE_CHECKING:
     from shared.engine.catalog import Catalog
@@ -36,10 +37,12 @@ __all__ = [
     "ByteLRU",
     "Given",
     "catalog",
+    "cold",
     "forget",
     "given",
     "history",
     "mcp_access",
+    "prime",
     "remember",
     "result_budget",
     "schema_tokens",
@@ -243,6 +246,30 @@ def remember(run_id: str, view_start: int, first_seq: int, msgs: Sequence[Messag
         return
     view = _extend(cached, msgs, cached.seen + len(msgs))
     _history.put(run_id, view, view.size)
+
+
+def cold(run_id: str) -> bool:
+    """Whether this process holds neither the run's spec nor its history (a first round, a
+    round after a pause, a takeover): its claim had better read them in the same trip."""
+    return _given.get(run_id) is None and _history.get(run_id) is None
+
+
+def prime(run: Run, pre: repo.Prefetch) -> None:
+    """Fill the caches from what a cold claim of ``run`` read (``repo.Prefetch``); messages
+    that do not reach the row's ``msg_seq`` (a commit raced the claim's snapshot) are left
+    for ``history`` to read."""
+    spec = AgentSpec.model_validate(pre.agent)
+    size = len(json.dumps(pre.agent)) * 4 + len(json.dumps(pre.inputs or {})) + 512
+    _given.put(run.id, Given(spec, pre.inputs, run.spec_rev), size)
+    rows = pre.messages
+    if rows is None:
+        return
+    seen = int(rows[-1]["seq"]) if rows else run.view_start - 1
+    if seen != run.msg_seq:  # messages are append-only: only the tail can be missing
+        return
+    msgs = tuple(repo.message_from_row(r) for r in rows)
+    view = _View(run.view_start, seen, msgs, _size(msgs))
+    _history.put(run.id, view, view.size)
 
 
 def forget(run_ids: Iterable[str]) -> None:

@@ -420,7 +420,8 @@ def _descendant_call(tx: Tx, run_id: str, call_id: str) -> Call | None:
 
 def _finish_ask(tx: Tx, run: Run, ask_id: str, text: str, data: dict[str, Any]) -> Run:
     tx.prepare(run, ending=False, tells_parent=True)
-    call = repo.get_call(tx.conn, run.id, ask_id)
+    beside = repo.round_of_call(tx.conn, run.id, ask_id)
+    call = next((c for c in beside if c.call_id == ask_id), None)
     if call is None:
         raise Conflict(f"ask {ask_id} has no tool call")
     values = {
@@ -430,10 +431,7 @@ def _finish_ask(tx: Tx, run: Run, ask_id: str, text: str, data: dict[str, Any]) 
         "data": data,
         "finished_at": tx.ts,
     }
-    calls = [
-        _with(c, values) if c.call_id == ask_id else c
-        for c in repo.list_tool_calls(tx.conn, run.id, call.round)
-    ]
+    calls = [_with(c, values) if c.call_id == ask_id else c for c in beside]
     change = _flushed(tx, run, calls, call.round, closing=(ask_id, values))
     settle(change, Continue(), ts=tx.ts)
     change.event("run.resumed")

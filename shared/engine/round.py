@@ -210,11 +210,19 @@ def _claim(rt: Runtime, run_id: str, version: int) -> _Claim | None:
 
     def op(tx: Tx) -> _Claim | None:
         claimed = repo.claim_round(
-            tx.conn, run_id, version, owner, tx.ts, rt.heartbeat.live_after(tx.ts)
+            tx.conn,
+            run_id,
+            version,
+            owner,
+            tx.ts,
+            rt.heartbeat.live_after(tx.ts),
+            cold=cache.cold(run_id),
         )
         if claimed is None:
             return None
-        run, abandoned, due_since = claimed
+        run, abandoned, due_since, prefetched = claimed
+        if prefetched is not None:
+            cache.prime(run, prefetched)
         if abandoned:
             metrics.TAKEOVERS.labels(what="round").inc()
         given = cache.given(tx.conn, run_id, run.spec_rev)  # the row just read has it

@@ -36,6 +36,7 @@ __all__ = [
     "get_run",
     "holds_call",
     "Inc",
+    "Prefetch",
     "insert_calls",
     "insert_events",
     "insert_messages",
@@ -55,6 +56,7 @@ __all__ = [
     "now",
     "queue_calls",
     "release_round",
+    "round_of_call",
     "round_started",
     "ROUND_STARTED",
     "run_meta",
@@ -293,7 +295,31 @@ def _claim_values() -> dict[str, Any]:
     }
 
 
-def _claim_statements() -> tuple[Any, Any, Any]:
+# the message columns a cold claim reads (``lineage.message_from_row`` and the seq)
+_PREFETCHED = (
+    "seq",
+    "role",
+    "content",
+    "reasoning",
+    "tool_calls",
+    "tool_call_id",
+    "name",
+    "hidden",
+    "kind",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Prefetch:
+    """What a cold claim read in its own statement: the run's spec and inputs, and its own
+    messages from its view's start (``messages`` None: not read, the run has a base)."""
+
+    agent: dict[str, Any]
+    inputs: dict[str, Any] | None
+    messages: list[dict[str, Any]] | None
+
+
+def _claim_statements() -> tuple[Any, Any, Any, Any]:
     """Built once: a hot statement built per call costs more CPU than its round trip."""
     r = runs.c
     before = (
@@ -331,6 +357,22 @@ def _claim_statements() -> tuple[Any, Any, Any]:
         .cte("started")
     )
     postgres = sa.select(claimed).add_cte(started)
+    # a cold claim (this process holds nothing of the run): its spec, inputs and own messages
+    # come back with it, in the same round trip
+    spec = sa.select(run_specs.c.agent).where(run_specs.c.run_id == claimed.c.id)
+    m = messages.c
+    row = sa.func.json_build_object(*[x for name in _PREFETCHED for x in (name, m[name])])
+    rows = (
+        sa.select(sa.func.json_agg(postgresql.aggregate_order_by(row, m.seq)))
+        .where(m.run_id == claimed.c.id, m.seq >= claimed.c.view_start)
+        .scalar_subquery()
+    )
+    cold = sa.select(
+        claimed,
+        spec.with_only_columns(run_specs.c.agent).scalar_subquery().label("pre_agent"),
+        spec.with_only_columns(run_specs.c.inputs).scalar_subquery().label("pre_inputs"),
+        sa.case((claimed.c.base_run_id.is_(None), rows), else_=None).label("pre_messages"),
+    ).add_cte(started)
     # SQLite: one writer at a time, RETURNING plain
     was = sa.select(r.lease_owner, r.updated_at, r.wake_at).where(*_claim_due())
     take = (
@@ -339,22 +381,31 @@ def _claim_statements() -> tuple[Any, Any, Any]:
         .values(**_claim_values())
         .returning(runs)
     )
-    return postgres, was, take
+    return postgres, cold, was, take
 
 
-_CLAIM, _CLAIM_WAS, _CLAIM_TAKE = _claim_statements()
+_CLAIM, _CLAIM_COLD, _CLAIM_WAS, _CLAIM_TAKE = _claim_statements()
 
 
 def claim_round(
-    conn: Connection, run_id: str, version: int, owner: str, ts: float, live_after: float
-) -> tuple[Run, bool, float] | None:
+    conn: Connection,
+    run_id: str,
+    version: int,
+    owner: str,
+    ts: float,
+    live_after: float,
+    *,
+    cold: bool = False,
+) -> tuple[Run, bool, float, Prefetch | None] | None:
     """Take the round: the run is at ``version``, runnable, no tools open, not held, due, and
     no live worker holds it. The same UPDATE takes an event seq (``round.started``). A run
     another transaction has locked is skipped, not waited for (``SKIP LOCKED``): whoever
     holds it publishes what comes next. Returns the run, whether the round was taken from
     a worker that died holding it (its model call was abandoned), and since when the round
     was due (its queue wait starts there). The claim writes the round's ``round.started``
-    event at the seq it takes (``round_started``: its data)."""
+    event at the seq it takes (``round_started``: its data). ``cold``: this process holds
+    nothing of the run; on PostgreSQL the same statement reads its spec, inputs and own
+    messages too (``Prefetch``; None otherwise)."""
     params = {
         "b_run": run_id,
         "b_version": version,
@@ -368,12 +419,13 @@ def claim_round(
             return None
         run = Run.of(conn.execute(_CLAIM_TAKE, params).mappings().one())
         insert_events(conn, run.id, run.event_seq, [(ROUND_STARTED, round_started(run))], ts)
-        return run, was[0] is not None, max(was[1], was[2] or 0.0)
-    found = conn.execute(_CLAIM, params).mappings().first()
+        return run, was[0] is not None, max(was[1], was[2] or 0.0), None
+    found = conn.execute(_CLAIM_COLD if cold else _CLAIM, params).mappings().first()
     if found is None:
         return None
     since = max(float(found["was_updated"]), float(found["was_wake"] or 0.0))
-    return Run.of(found), found["was_owner"] is not None, since
+    pre = Prefetch(found["pre_agent"], found["pre_inputs"], found["pre_messages"]) if cold else None
+    return Run.of(found), found["was_owner"] is not None, since, pre
 
 
 def release_round(
@@ -600,6 +652,15 @@ _CALLS_OF_ROUND = _CALLS.where(tool_calls.c.round == sa.bindparam("b_round"))
 _CALL = sa.select(tool_calls).where(
     tool_calls.c.run_id == sa.bindparam("b_run"), tool_calls.c.call_id == sa.bindparam("b_call")
 )
+_ROUND_OF_CALL = _CALLS.where(
+    tool_calls.c.round
+    == sa.select(tool_calls.c.round)
+    .where(
+        tool_calls.c.run_id == sa.bindparam("b_run"),
+        tool_calls.c.call_id == sa.bindparam("b_call"),
+    )
+    .scalar_subquery()
+)
 
 
 def list_tool_calls(conn: Connection, run_id: str, round_: int | None = None) -> list[Call]:
@@ -631,6 +692,13 @@ def call_ids_among(conn: Connection, run_id: str, ids: Sequence[str]) -> set[str
         tool_calls.c.run_id == run_id, tool_calls.c.call_id.in_(list(ids))
     )
     return {str(i) for i in conn.execute(q).scalars()}
+
+
+def round_of_call(conn: Connection, run_id: str, call_id: str) -> list[Call]:
+    """The calls of the round ``call_id`` belongs to, in order, in one read (empty: no such
+    call)."""
+    rows = conn.execute(_ROUND_OF_CALL, {"b_run": run_id, "b_call": call_id}).mappings()
+    return [Call.of(r) for r in rows]
 
 
 def get_call(conn: Connection, run_id: str, call_id: str) -> Call | None:

@@ -75,7 +75,7 @@ def test_a_claim_writes_its_round_started_event_and_only_once(rt: Runtime) -> No
         claimed = repo.claim_round(conn, run_id, run.version, "w1", now, now - 30)
         stale = repo.claim_round(conn, run_id, run.version + 5, "w2", now, now - 30)
     assert claimed is not None and stale is None
-    new, abandoned, _ = claimed
+    new, abandoned, _, pre = claimed
     assert new.lease_owner == "w1" and not abandoned and new.event_seq == run.event_seq + 1
     with rt.engine.connect() as conn:
         rows = conn.execute(
@@ -85,3 +85,28 @@ def test_a_claim_writes_its_round_started_event_and_only_once(rt: Runtime) -> No
         ).all()
     assert [(r.seq, r.data) for r in rows] == [(new.event_seq, {"round": 1})]
     assert repo.round_started(new) == {"round": 1}
+    assert pre is None  # not cold: nothing read beside the claim
+
+
+def test_a_cold_claim_reads_the_spec_and_the_messages_in_its_own_statement(rt: Runtime) -> None:
+    spec = agent([{"text": "hi"}], system_prompt="Be brief.")
+    run_id = submit(rt, spec, text="hello there")
+    with rt.engine.connect() as conn:
+        run = repo.load_run(conn, run_id)
+        assert run is not None
+        stored = repo.own_messages(conn, run_id, run.view_start)
+    now = time.time()
+    with rt.engine.begin() as conn:
+        claimed = repo.claim_round(conn, run_id, run.version, "w1", now, now - 30, cold=True)
+    assert claimed is not None
+    new, _, _, pre = claimed
+    if rt.engine.dialect.name != "postgresql":
+        assert pre is None  # SQLite: the caches read them (one writer, no round trip)
+        return
+    assert pre is not None and pre.messages is not None
+    assert pre.agent["system_prompt"] == "Be brief."
+    assert [r["seq"] for r in pre.messages] == [r["seq"] for r in stored]
+    assert [repo.message_from_row(r) for r in pre.messages] == [
+        repo.message_from_row(r) for r in stored
+    ]
+    assert pre.messages[-1]["seq"] == new.msg_seq
