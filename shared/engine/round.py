@@ -763,18 +763,13 @@ def _apply(
 ) -> RoundResult:
     """The round's change in one transaction; with ``ran``, the results of the calls this
     task ran (``_run_quick``) and their join in the same one."""
-    after_round: list[Run] = []
-    applied = [change]
 
     def op(tx: Tx) -> Run:
-        # each try applies a fresh copy (a try rolled back on a held row may have added the
-        # run's posted messages to the one it applied)
-        applied[:] = [change.copy()]
-        after_round.clear()
         if ran:  # the join may end or pause the run: its thread and lineage are locked first
             tx.prepare(claim.run, ending=True, tells_parent=True)
-        new = tx.apply(applied[0])
-        after_round.append(new)
+        # each try applies a fresh copy (a try rolled back on a held row may have added the
+        # run's posted messages to the one it applied)
+        new = tx.apply(change.copy())
         for call, result in ran or ():
             done = finished(rt, claim.spec, claim.run.id, call, result, started=True)
             new = finish_call(
@@ -798,9 +793,6 @@ def _apply(
         return RoundResult("committed", "Fail")
     if new is None:
         return RoundResult("lost")
-    msgs = [m for m, _ in applied[0].messages]
-    first = after_round[0].msg_seq - len(msgs) + 1
-    cache.remember(claim.run.id, after_round[0].view_start, first, msgs)
     return RoundResult("committed", detail)
 
 

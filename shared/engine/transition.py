@@ -143,6 +143,8 @@ class Tx:
         self.wakes: dict[str, int | None] = {}
         self.stopped: list[str] = []  # runs whose in-flight work must stop (cancelled)
         self.settled: set[str] = set()  # runs that paused or ended: the caches drop them
+        # messages this transaction appended: (run, view start, first seq, messages)
+        self.appended: list[tuple[str, int, int, list[Message]]] = []
         self._threads: set[str] = set()
         self._lineages: set[str] = set()
 
@@ -183,8 +185,11 @@ class Tx:
         tokens = repo.message_tokens(change.messages)
         new = self._update(change, tokens)
         if change.queue_round and new.steer and "steer" not in change.values:
-            new = self._posted(change, new, tokens)
-        self._insert(change, new, tokens)
+            new = self._posted(change, new)
+        self._inserted(change, new)
+        if change.messages:
+            first = new.msg_seq - len(change.messages) + 1
+            self.appended.append((new.id, new.view_start, first, [m for m, _ in change.messages]))
         if ending or status == Status.WAITING:
             self.settled.add(run.id)
         if _frees_slot(run, status):  # the tenant's next run waiting for admission starts
@@ -207,9 +212,20 @@ class Tx:
         return new
 
     def _update(self, change: Change, tokens: list[int]) -> Run:
+        """The guarded UPDATE and the change's rows (messages, events, usage, calls): one
+        statement on PostgreSQL (``repo.Beside``)."""
         values = dict(change.values)
         if tokens and "view_tokens" not in values:
             values["view_tokens"] = repo.Inc(sum(tokens))
+        beside = repo.rows_beside(
+            change.run.id,
+            self.ts,
+            messages=change.messages,
+            tokens=tokens,
+            events=change.events,
+            usage=change.usage,
+            calls=change.calls,
+        )
         new = repo.update_run(
             self.conn,
             change.run.id,
@@ -221,12 +237,13 @@ class Tx:
             new_messages=len(change.messages),
             new_events=len(change.events),
             ts=self.ts,
+            beside=beside,
         )
         if new is None:
             raise LostRace(change.run.id)
         return new
 
-    def _posted(self, change: Change, new: Run, tokens: list[int]) -> Run:
+    def _posted(self, change: Change, new: Run) -> Run:
         """Messages posted to the run while it worked or waited (``runs.steer``, read by the
         guarded UPDATE, which holds the row: a poster waits for it) go in after the change's
         own messages (the batch's tool messages, an answer), so the next request has them."""
@@ -244,24 +261,18 @@ class Tx:
         )
         if moved is None:  # the row is held by this transaction: cannot happen
             raise LostRace(new.id)
+        first = moved.msg_seq - len(posted) + 1
+        repo.insert_messages(self.conn, moved.id, first, posted, self.ts, more)
         change.messages += posted
-        tokens += more
         return moved
 
-    def _insert(self, change: Change, new: Run, tokens: list[int]) -> None:
-        conn, ts = self.conn, self.ts
-        if change.messages:
-            first = new.msg_seq - len(change.messages) + 1
-            repo.insert_messages(conn, new.id, first, change.messages, ts, tokens)
+    def _inserted(self, change: Change, new: Run) -> None:
+        """The change's events are in (``_update``): wake the run's tails, fire its webhooks."""
         if change.events:
-            numbered = repo.insert_events(
-                conn, new.id, new.event_seq - len(change.events) + 1, change.events, ts
-            )
+            first = new.event_seq - len(change.events) + 1
             self.wakes[new.id] = new.event_seq
             if new.webhook:
-                self._webhooks(new, numbered)
-        repo.insert_usage(conn, new.id, change.usage, ts)
-        repo.insert_calls(conn, change.calls)
+                self._webhooks(new, [(first + i, t, d) for i, (t, d) in enumerate(change.events)])
 
     def _webhooks(self, run: Run, numbered: Sequence[tuple[int, str, dict[str, Any]]]) -> None:
         row = {**run, "status": run.status.value, "meta": repo.run_meta(self.conn, run.id)}
@@ -297,6 +308,8 @@ class Tx:
     # --- after the commit ---------------------------------------------------------------------
 
     def after_commit(self) -> None:
+        for run_id, view_start, first, msgs in self.appended:  # the next round reads nothing
+            cache.remember(run_id, view_start, first, msgs)
         if self.settled:
             cache.forget(self.settled)
         out = _hold(self.out)

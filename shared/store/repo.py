@@ -9,6 +9,7 @@ in which lock order, and what follows, is ``shared.engine.transition``'s busines
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,18 @@ from shared.agent.tokens import estimate_message_tokens
 from shared.store import lineage
 from shared.store.lineage import message_from_row
 from shared.store.rows import RUNNABLE, Call, CallStatus, Run, RunRecord, Status
-from shared.store.tables import events, messages, run_specs, runs, tool_calls, usage, workers
+from shared.store.tables import (
+    events,
+    messages,
+    metadata,
+    run_specs,
+    runs,
+    tool_calls,
+    usage,
+    workers,
+)
+
+_messages, _events, _usage = messages, events, usage  # the tables (names the arguments use)
 
 __all__ = [
     "call_and_run",
@@ -35,6 +47,7 @@ __all__ = [
     "get_call",
     "get_run",
     "holds_call",
+    "Beside",
     "Inc",
     "Prefetch",
     "insert_calls",
@@ -50,6 +63,7 @@ __all__ = [
     "load_run",
     "lock_run",
     "message_from_row",
+    "message_rows",
     "message_tokens",
     "next_pending",
     "own_messages",
@@ -58,6 +72,7 @@ __all__ = [
     "release_round",
     "round_of_call",
     "round_started",
+    "rows_beside",
     "ROUND_STARTED",
     "run_meta",
     "run_spec",
@@ -481,6 +496,108 @@ def _update_statement(values: Mapping[str, Any], owner: bool, guard: Mapping[str
     return stmt
 
 
+@dataclass(frozen=True, slots=True)
+class Beside:
+    """Rows a transition inserts beside its guarded UPDATE of the run: on PostgreSQL in the
+    same statement (a data-modifying CTE per table, the rows passed as one JSON parameter,
+    nothing inserted when the guard fails). ``seq``: the run counter (``msg_seq``,
+    ``event_seq``) whose last ``len(rows)`` values, allocated by the UPDATE, number them."""
+
+    table: sa.Table
+    rows: list[dict[str, Any]]
+    seq: str | None = None
+
+
+def rows_beside(
+    run_id: str,
+    ts: float,
+    *,
+    messages: Sequence[tuple[Message, int]] = (),
+    tokens: Sequence[int] | None = None,
+    events: Sequence[tuple[str, dict[str, Any]]] = (),
+    usage: Sequence[Mapping[str, Any]] = (),
+    calls: Sequence[Mapping[str, Any]] = (),
+) -> list[Beside]:
+    """A transition's new rows, to insert beside its UPDATE of the run (``update_run``)."""
+    return [
+        Beside(_messages, message_rows(run_id, messages, ts, tokens), "msg_seq"),
+        Beside(
+            _events,
+            [{"run_id": run_id, "type": t, "data": d, "created_at": ts} for t, d in events],
+            "event_seq",
+        ),
+        Beside(_usage, [{"run_id": run_id, "created_at": ts, **u} for u in usage]),
+        Beside(tool_calls, [dict(c) for c in calls]),
+    ]
+
+
+_WRITES: dict[tuple[Any, ...], Any] = {}
+
+
+def _write_statement(
+    update: Any, shape: tuple[tuple[str, tuple[str, ...], str | None], ...]
+) -> Any:
+    """The guarded UPDATE with its rows beside (``Beside``), built once per shape of a
+    cached UPDATE: ``WITH u AS (UPDATE runs … RETURNING *), w0 AS (INSERT INTO … SELECT …
+    FROM u, json_to_recordset(:j_0) AS x(…)), … SELECT * FROM u``. A row's ``k`` (1…n) is
+    its place: its seq is the run's new counter minus n plus k."""
+    key = (id(update), shape)
+    found = _WRITES.get(key)
+    if found is not None and found[0] is update:
+        return found[1]
+    u = update.cte("u")
+    ctes = []
+    for i, (name, keys, seq) in enumerate(shape):
+        table = metadata.tables[name]
+        cols = [sa.column(k, table.c[k].type) for k in keys]
+        if seq is not None:
+            cols.append(sa.column("k", sa.Integer))
+        data = sa.cast(sa.bindparam(f"j_{i}", type_=sa.Text), sa.JSON)
+        x = (
+            sa.func.json_to_recordset(data)
+            .table_valued(*cols)
+            .render_derived(name=f"x{i}", with_types=True)
+        )
+        picked: list[Any] = [x.c[k] for k in keys]
+        names = list(keys)
+        if seq is not None:
+            names.append("seq")
+            picked.append(u.c[seq] - sa.bindparam(f"n_{i}", type_=sa.Integer) + x.c.k)
+        rows = sa.select(*picked).select_from(u.join(x, sa.true()))
+        ctes.append(sa.insert(table).from_select(names, rows).cte(f"w{i}"))
+    stmt = sa.select(u).add_cte(*ctes)
+    if update in _UPDATES.values() and len(_WRITES) < _UPDATE_SHAPES_MAX:
+        _WRITES[key] = (update, stmt)
+    return stmt
+
+
+def _beside_params(beside: Sequence[Beside]) -> dict[str, Any] | None:
+    """The JSON parameters of the rows beside an UPDATE; None when a value has no JSON form
+    (a non-finite float): those go in their own INSERTs."""
+    params: dict[str, Any] = {}
+    try:
+        for i, b in enumerate(x for x in beside if x.rows):
+            rows = b.rows if b.seq is None else [{**r, "k": n} for n, r in enumerate(b.rows, 1)]
+            params[f"j_{i}"] = json.dumps(rows, allow_nan=False, separators=(",", ":"))
+            if b.seq is not None:
+                params[f"n_{i}"] = len(b.rows)
+    except (TypeError, ValueError):
+        return None
+    return params
+
+
+def _insert_beside(conn: Connection, run: Run, b: Beside) -> None:
+    """The rows beside an UPDATE in their own INSERT (SQLite; a value JSON cannot carry)."""
+    if not b.rows:
+        return
+    rows = b.rows
+    if b.seq is not None:
+        last = int(getattr(run, b.seq))
+        first = last - len(rows) + 1
+        rows = [{**r, "seq": first + i} for i, r in enumerate(rows)]
+    conn.execute(sa.insert(b.table), rows)
+
+
 def _kind(value: Any) -> str:
     return "inc" if isinstance(value, Inc) else "null" if value is None else "value"
 
@@ -497,12 +614,14 @@ def update_run(
     new_messages: int = 0,
     new_events: int = 0,
     ts: float,
+    beside: Sequence[Beside] = (),
 ) -> Run | None:
     """The guarded UPDATE of a transition: applies if the run is still at ``version`` (and
     ``owner`` still holds its round, and each ``guard`` column still has its value); None =
     lost the race. Allocates ``new_messages``
     message seqs and ``new_events`` event seqs (the returned row's last ones). A value may be
-    ``Inc(n)``: the column plus n."""
+    ``Inc(n)``: the column plus n. ``beside``: rows inserted with it when it applies (one
+    statement on PostgreSQL)."""
     vals: dict[str, Any] = {**values, "updated_at": ts}
     if new_messages:
         vals["msg_seq"] = Inc(new_messages)
@@ -515,8 +634,21 @@ def update_run(
     params.update({f"g_{k}": v for k, v in guard.items()})
     params.update(b_run=run_id, b_version=version, b_owner=owner)
     stmt = _update_statement(vals, owner is not None, guard)
+    beside = [b for b in beside if b.rows]
+    if beside and conn.dialect.name == "postgresql":
+        extra = _beside_params(beside)
+        if extra is not None:
+            shape = tuple((b.table.name, tuple(b.rows[0]), b.seq) for b in beside)
+            write = _write_statement(stmt, shape)
+            row = conn.execute(write, {**params, **extra}).mappings().first()
+            return Run.of(row) if row is not None else None
     row = conn.execute(stmt, params).mappings().first()
-    return Run.of(row) if row is not None else None
+    if row is None:
+        return None
+    new = Run.of(row)
+    for b in beside:
+        _insert_beside(conn, new, b)
+    return new
 
 
 # --- messages, events, usage ------------------------------------------------------------------
@@ -543,13 +675,20 @@ def insert_messages(
 ) -> None:
     if not msgs:
         return
+    rows = message_rows(run_id, msgs, ts, tokens)
+    conn.execute(_INSERT_MESSAGES, [{**r, "seq": first_seq + i} for i, r in enumerate(rows)])
+
+
+def message_rows(
+    run_id: str, msgs: Sequence[tuple[Message, int]], ts: float, tokens: Sequence[int] | None
+) -> list[dict[str, Any]]:
+    """The ``messages`` rows of these messages, without their seqs."""
     counts = tokens if tokens is not None else message_tokens(msgs)
     rows = []
-    for i, ((m, round_), n) in enumerate(zip(msgs, counts, strict=True)):
+    for (m, round_), n in zip(msgs, counts, strict=True):
         rows.append(
             {
                 "run_id": run_id,
-                "seq": first_seq + i,
                 "round": round_,
                 "role": m.role,
                 "content": m.content,
@@ -563,7 +702,7 @@ def insert_messages(
                 "created_at": ts,
             }
         )
-    conn.execute(_INSERT_MESSAGES, rows)
+    return rows
 
 
 def list_messages(
