@@ -905,13 +905,44 @@ def close_calls(
 ) -> int:
     """Set ``values`` on calls (guarded by their status and, for a claimed call, its attempt:
     a fencing token); returns how many rows changed."""
+    statuses = None if from_status is None else tuple(s.value for s in from_status)
+    stmt = _close_statement(
+        tuple((name, v is None) for name, v in values.items()), statuses, attempts is not None
+    )
+    params = {f"v_{name}": v for name, v in values.items() if v is not None}
+    params.update(b_run=run_id, b_ids=list(call_ids), b_attempts=attempts)
+    return int(conn.execute(stmt, params).rowcount)
+
+
+_CLOSES: dict[tuple[Any, ...], Any] = {}
+
+
+def _close_statement(
+    shape: tuple[tuple[str, bool], ...], statuses: tuple[str, ...] | None, fenced: bool
+) -> Any:
+    """``close_calls``' UPDATE for this shape of values (a None value is SQL NULL), status
+    guard and fence, built once."""
+    key = (shape, statuses, fenced)
+    stmt = _CLOSES.get(key)
+    if stmt is not None:
+        return stmt
     c = tool_calls.c
-    stmt = sa.update(tool_calls).where(c.run_id == run_id, c.call_id.in_(list(call_ids)))
-    if from_status is not None:
-        stmt = stmt.where(c.status.in_([s.value for s in from_status]))
-    if attempts is not None:
-        stmt = stmt.where(c.attempts == attempts)
-    return int(conn.execute(stmt.values(**values)).rowcount)
+    stmt = sa.update(tool_calls).where(
+        c.run_id == sa.bindparam("b_run"), c.call_id.in_(sa.bindparam("b_ids", expanding=True))
+    )
+    if statuses is not None:
+        stmt = stmt.where(c.status.in_(_literals(statuses)))
+    if fenced:
+        stmt = stmt.where(c.attempts == sa.bindparam("b_attempts"))
+    stmt = stmt.values(
+        **{
+            name: sa.null() if null else sa.bindparam(f"v_{name}", type_=c[name].type)
+            for name, null in shape
+        }
+    )
+    if len(_CLOSES) < _UPDATE_SHAPES_MAX:
+        _CLOSES[key] = stmt
+    return stmt
 
 
 def queue_calls(conn: Connection, run_id: str, call_ids: Sequence[str], ts: float) -> None:
