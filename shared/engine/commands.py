@@ -324,13 +324,13 @@ def _flushed(
     ``closing``: a call this change closes, and its values (``calls`` shows it closed): its
     row is closed and flushed in one UPDATE."""
     msgs, ids = flush(calls)
-    if closing is not None:
+    change = Change(run)
+    if closing is not None:  # set with the run's UPDATE (one statement)
         call_id, values = closing
-        repo.close_calls(tx.conn, run.id, [call_id], {**values, "flushed": call_id in ids})
+        change.closes.append(repo.Closing([call_id], {**values, "flushed": call_id in ids}))
         ids = [i for i in ids if i != call_id]
     if ids:
-        repo.close_calls(tx.conn, run.id, ids, {"flushed": True})
-    change = Change(run)
+        change.closes.append(repo.Closing(ids, {"flushed": True}))
     for m in msgs:
         change.message(m, round_)
     return change

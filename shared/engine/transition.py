@@ -85,6 +85,7 @@ class Change:
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     usage: list[dict[str, Any]] = field(default_factory=list)
     calls: list[dict[str, Any]] = field(default_factory=list)  # new tool_calls rows
+    closes: list[repo.Closing] = field(default_factory=list)  # values set on its calls
     queue_round: bool = False
     queue_tools: list[str] = field(default_factory=list)
     bump: bool = True
@@ -101,6 +102,7 @@ class Change:
             events=list(self.events),
             usage=list(self.usage),
             calls=[dict(c) for c in self.calls],
+            closes=list(self.closes),
             queue_tools=list(self.queue_tools),
             guard=dict(self.guard),
         )
@@ -238,6 +240,7 @@ class Tx:
             new_events=len(change.events),
             ts=self.ts,
             beside=beside,
+            closing=change.closes,
         )
         if new is None:
             raise LostRace(change.run.id)

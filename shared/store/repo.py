@@ -48,6 +48,7 @@ __all__ = [
     "get_run",
     "holds_call",
     "Beside",
+    "Closing",
     "Inc",
     "Prefetch",
     "insert_calls",
@@ -508,6 +509,15 @@ class Beside:
     seq: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Closing:
+    """Values set on tool calls beside a transition's UPDATE of their run (in the same
+    statement on PostgreSQL; a None value is SQL NULL)."""
+
+    call_ids: list[str]
+    values: dict[str, Any]
+
+
 def rows_beside(
     run_id: str,
     ts: float,
@@ -535,18 +545,33 @@ _WRITES: dict[tuple[Any, ...], Any] = {}
 
 
 def _write_statement(
-    update: Any, shape: tuple[tuple[str, tuple[str, ...], str | None], ...]
+    update: Any,
+    shape: tuple[tuple[str, tuple[str, ...], str | None], ...],
+    closes: tuple[tuple[tuple[str, bool], ...], ...] = (),
 ) -> Any:
-    """The guarded UPDATE with its rows beside (``Beside``), built once per shape of a
-    cached UPDATE: ``WITH u AS (UPDATE runs … RETURNING *), w0 AS (INSERT INTO … SELECT …
-    FROM u, json_to_recordset(:j_0) AS x(…)), … SELECT * FROM u``. A row's ``k`` (1…n) is
+    """The guarded UPDATE with its rows beside (``Beside``) and its calls' closings
+    (``Closing``), built once per shape of a cached UPDATE: ``WITH u AS (UPDATE runs …
+    RETURNING *), w0 AS (INSERT INTO … SELECT … FROM u, json_to_recordset(:j_0) AS x(…)),
+    c0 AS (UPDATE tool_calls … FROM u WHERE …), … SELECT * FROM u``. A row's ``k`` (1…n) is
     its place: its seq is the run's new counter minus n plus k."""
-    key = (id(update), shape)
+    key = (id(update), shape, closes)
     found = _WRITES.get(key)
     if found is not None and found[0] is update:
         return found[1]
     u = update.cte("u")
     ctes = []
+    c = tool_calls.c
+    for i, close in enumerate(closes):
+        sets = {
+            name: sa.null() if null else sa.bindparam(f"c{i}_{name}", type_=c[name].type)
+            for name, null in close
+        }
+        closing = (
+            sa.update(tool_calls)
+            .where(c.run_id == u.c.id, c.call_id.in_(sa.bindparam(f"c{i}_ids", expanding=True)))
+            .values(**sets)
+        )
+        ctes.append(closing.cte(f"c{i}"))
     for i, (name, keys, seq) in enumerate(shape):
         table = metadata.tables[name]
         cols = [sa.column(k, table.c[k].type) for k in keys]
@@ -615,13 +640,14 @@ def update_run(
     new_events: int = 0,
     ts: float,
     beside: Sequence[Beside] = (),
+    closing: Sequence[Closing] = (),
 ) -> Run | None:
     """The guarded UPDATE of a transition: applies if the run is still at ``version`` (and
     ``owner`` still holds its round, and each ``guard`` column still has its value); None =
     lost the race. Allocates ``new_messages``
     message seqs and ``new_events`` event seqs (the returned row's last ones). A value may be
-    ``Inc(n)``: the column plus n. ``beside``: rows inserted with it when it applies (one
-    statement on PostgreSQL)."""
+    ``Inc(n)``: the column plus n. ``beside``: rows inserted with it when it applies;
+    ``closing``: values set on the run's calls (one statement on PostgreSQL)."""
     vals: dict[str, Any] = {**values, "updated_at": ts}
     if new_messages:
         vals["msg_seq"] = Inc(new_messages)
@@ -635,13 +661,20 @@ def update_run(
     params.update(b_run=run_id, b_version=version, b_owner=owner)
     stmt = _update_statement(vals, owner is not None, guard)
     beside = [b for b in beside if b.rows]
-    if beside and conn.dialect.name == "postgresql":
+    closing = [c for c in closing if c.call_ids]
+    if (beside or closing) and conn.dialect.name == "postgresql":
         extra = _beside_params(beside)
         if extra is not None:
             shape = tuple((b.table.name, tuple(b.rows[0]), b.seq) for b in beside)
-            write = _write_statement(stmt, shape)
+            closes = tuple(tuple((k, v is None) for k, v in c.values.items()) for c in closing)
+            for i, c in enumerate(closing):
+                extra[f"c{i}_ids"] = list(c.call_ids)
+                extra.update({f"c{i}_{k}": v for k, v in c.values.items() if v is not None})
+            write = _write_statement(stmt, shape, closes)
             row = conn.execute(write, {**params, **extra}).mappings().first()
             return Run.of(row) if row is not None else None
+    for c in closing:
+        close_calls(conn, run_id, c.call_ids, c.values)
     row = conn.execute(stmt, params).mappings().first()
     if row is None:
         return None
