@@ -345,9 +345,18 @@ def _load_for(
     """Load the run (as the API shows it); with a resume token, spend it first (401/409, see
     shared.engine.resume). ``tenant`` None: any tenant's run (the token, not an API key, names
     the run)."""
+    _spend(tx, run_id, token, kind, pause_id)
+    return _checked(repo.get_run(tx.conn, run_id, tenant), run_id, token, kind, pause_id)
+
+
+def _spend(tx: Tx, run_id: str, token: str | None, kind: str, pause_id: str) -> None:
     if token is not None:
         spend_resume_token(tx.conn, token, run_id=run_id, kind=kind, pause_id=pause_id, ts=tx.ts)
-    record = repo.get_run(tx.conn, run_id, tenant)
+
+
+def _checked(
+    record: RunRecord | None, run_id: str, token: str | None, kind: str, pause_id: str
+) -> RunRecord:
     if record is None:
         raise NotFound(f"run {run_id} not found")
     if token is not None and not pause_is_current(record.pending, record.status, kind, pause_id):
@@ -384,7 +393,9 @@ def answer_run(
     ``token``: a resume token instead of an API key (single use, this ask only)."""
 
     def op(tx: Tx) -> RunRecord:
-        record = _load_for(tx, tenant, run_id, token, "ask", ask_id)
+        _spend(tx, run_id, token, "ask", ask_id)
+        found = repo.get_run_and_round(tx.conn, run_id, tenant, ask_id)  # one read
+        record = _checked(found[0] if found else None, run_id, token, "ask", ask_id)
         run = record.run
         pending = run.pending or {}
         if run.status != Status.WAITING or pending.get("kind") != "ask":
@@ -394,7 +405,8 @@ def answer_run(
             raise Conflict(f"run {run_id} is waiting on ask {pending.get('ask_id')}, not {ask_id}")
         owner = _pause_owner(tx, run, "ask_id")
         text = ask_mod.render_answer(ask_mod.Ask.from_dict(owner.pending or {}), answers)
-        new = _finish_ask(tx, owner, ask_id, text, {"answers": answers})
+        beside = found[1] if found and owner is run else None
+        new = _finish_ask(tx, owner, ask_id, text, {"answers": answers}, beside)
         # the run's own ask: its new row is the whole change (a descendant's changed it too)
         return replace(record, run=new) if owner is run else _record(tx, run_id)
 
@@ -418,9 +430,18 @@ def _descendant_call(tx: Tx, run_id: str, call_id: str) -> Call | None:
     return None
 
 
-def _finish_ask(tx: Tx, run: Run, ask_id: str, text: str, data: dict[str, Any]) -> Run:
+def _finish_ask(
+    tx: Tx,
+    run: Run,
+    ask_id: str,
+    text: str,
+    data: dict[str, Any],
+    beside: list[Call] | None = None,
+) -> Run:
+    """The ask's call answered with ``text``; ``beside``: its round's calls, when read."""
     tx.prepare(run, ending=False, tells_parent=True)
-    beside = repo.round_of_call(tx.conn, run.id, ask_id)
+    if beside is None:
+        beside = repo.round_of_call(tx.conn, run.id, ask_id)
     call = next((c for c in beside if c.call_id == ask_id), None)
     if call is None:
         raise Conflict(f"ask {ask_id} has no tool call")

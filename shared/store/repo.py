@@ -46,6 +46,7 @@ __all__ = [
     "find_idempotent",
     "get_call",
     "get_run",
+    "get_run_and_round",
     "holds_call",
     "Beside",
     "Closing",
@@ -183,6 +184,43 @@ def _record(row: Mapping[Any, Any]) -> RunRecord:
 
 _GET = _RECORD.where(_BY_ID)
 _GET_OF_TENANT = _GET.where(_OF_TENANT)
+
+
+def _round_calls() -> Any:
+    """The calls of the round ``:b_call`` belongs to, as a JSON array in call order."""
+    rc, rk = tool_calls.alias("rc"), tool_calls.alias("rk")
+    round_of = (
+        sa.select(rk.c.round)
+        .where(rk.c.run_id == runs.c.id, rk.c.call_id == sa.bindparam("b_call"))
+        .scalar_subquery()
+    )
+    row = sa.func.row_to_json(rc.table_valued())
+    return (
+        sa.select(sa.func.json_agg(postgresql.aggregate_order_by(row, rc.c.idx)))
+        .where(rc.c.run_id == runs.c.id, rc.c.round == round_of)
+        .scalar_subquery()
+        .label("round_calls")
+    )
+
+
+_GET_ROUND = _GET.add_columns(_round_calls())
+_GET_ROUND_OF_TENANT = _GET_ROUND.where(_OF_TENANT)
+
+
+def get_run_and_round(
+    conn: Connection, run_id: str, tenant: str | None, call_id: str
+) -> tuple[RunRecord, list[Call]] | None:
+    """The run as the API shows it and the calls of the round ``call_id`` belongs to (what
+    an answer reads), in one statement on PostgreSQL."""
+    if conn.dialect.name != "postgresql":
+        record = get_run(conn, run_id, tenant)
+        return None if record is None else (record, round_of_call(conn, run_id, call_id))
+    q = _GET_ROUND if tenant is None else _GET_ROUND_OF_TENANT
+    params = {"b_run": run_id, "b_tenant": tenant, "b_call": call_id}
+    row = conn.execute(q, params).mappings().first()
+    if row is None:
+        return None
+    return _record(row), [Call.of(c) for c in row["round_calls"] or ()]
 
 
 def get_run(conn: Connection, run_id: str, tenant: str | None = None) -> RunRecord | None:

@@ -110,3 +110,32 @@ def test_a_cold_claim_reads_the_spec_and_the_messages_in_its_own_statement(rt: R
         repo.message_from_row(r) for r in stored
     ]
     assert pre.messages[-1]["seq"] == new.msg_seq
+
+
+def test_an_answer_reads_the_run_and_its_asks_round_in_one_read(rt: Runtime) -> None:
+    ask = {"question": "Which?", "options": ["x", "y"]}
+    spec = agent(
+        [
+            {
+                "tool_calls": [
+                    {"id": "e1", "name": "echo", "arguments": {"text": "one"}},
+                    {"id": "a1", "name": "ask_user", "arguments": ask},
+                ]
+            },
+            {"text": "ok"},
+        ],
+        ask=True,
+        tools=["echo"],
+    )
+    run_id = submit(rt, spec)
+    rt.publish.drain(rt)  # type: ignore[attr-defined]
+    with rt.engine.connect() as conn:
+        found = repo.get_run_and_round(conn, run_id, "default", "a1")
+        record = repo.get_run(conn, run_id, "default")
+        calls = repo.round_of_call(conn, run_id, "a1")
+        assert repo.get_run_and_round(conn, run_id, "someone else", "a1") is None
+        assert repo.get_run_and_round(conn, run_id, None, "nope") == (record, [])
+    assert found is not None and record is not None
+    assert found == (record, calls)
+    assert [c.call_id for c in calls] == ["e1", "a1"]
+    assert record.status.value == "waiting"
