@@ -189,15 +189,16 @@ _GET_OF_TENANT = _GET.where(_OF_TENANT)
 def _round_calls() -> Any:
     """The calls of the round ``:b_call`` belongs to, as a JSON array in call order."""
     rc, rk = tool_calls.alias("rc"), tool_calls.alias("rk")
+    run = sa.bindparam("b_run")
     round_of = (
         sa.select(rk.c.round)
-        .where(rk.c.run_id == runs.c.id, rk.c.call_id == sa.bindparam("b_call"))
+        .where(rk.c.run_id == run, rk.c.call_id == sa.bindparam("b_call"))
         .scalar_subquery()
     )
     row = sa.func.row_to_json(rc.table_valued())
     return (
         sa.select(sa.func.json_agg(postgresql.aggregate_order_by(row, rc.c.idx)))
-        .where(rc.c.run_id == runs.c.id, rc.c.round == round_of)
+        .where(rc.c.run_id == run, rc.c.round == round_of)
         .scalar_subquery()
         .label("round_calls")
     )

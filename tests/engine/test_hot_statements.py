@@ -127,10 +127,12 @@ def test_an_answer_reads_the_run_and_its_asks_round_in_one_read(rt: Runtime) -> 
         ask=True,
         tools=["echo"],
     )
+    other = submit(rt, spec)  # the same call ids in another run
     run_id = submit(rt, spec)
     rt.publish.drain(rt)  # type: ignore[attr-defined]
     with rt.engine.connect() as conn:
         found = repo.get_run_and_round(conn, run_id, "default", "a1")
+        assert repo.get_run_and_round(conn, other, "default", "a1") is not None
         record = repo.get_run(conn, run_id, "default")
         calls = repo.round_of_call(conn, run_id, "a1")
         assert repo.get_run_and_round(conn, run_id, "someone else", "a1") is None
