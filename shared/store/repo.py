@@ -189,7 +189,7 @@ _GET_OF_TENANT = _GET.where(_OF_TENANT)
 def _round_calls() -> Any:
     """The calls of the round ``:b_call`` belongs to, as a JSON array in call order."""
     rc, rk = tool_calls.alias("rc"), tool_calls.alias("rk")
-    run = sa.bindparam("b_run")
+    run: Any = sa.bindparam("b_run")
     round_of = (
         sa.select(rk.c.round)
         .where(rk.c.run_id == run, rk.c.call_id == sa.bindparam("b_call"))
