@@ -141,3 +141,35 @@ def test_an_answer_reads_the_run_and_its_asks_round_in_one_read(rt: Runtime) -> 
     assert found == (record, calls)
     assert [c.call_id for c in calls] == ["e1", "a1"]
     assert record.status.value == "waiting"
+
+
+def test_a_write_whose_new_call_id_is_taken_fails_naming_tool_calls(rt: Runtime) -> None:
+    """The round's commit tells a reply reusing a stored call id (the model view no longer
+    shows it) by the database's refusal naming ``tool_calls`` (``round._IdTaken``): the one
+    statement of a write must keep saying so, and write nothing."""
+    run_id = submit(rt, agent([{"text": "hi"}]))
+    with rt.engine.connect() as conn:
+        run = repo.load_run(conn, run_id)
+    assert run is not None
+    row = {
+        "run_id": run_id,
+        "call_id": "c1",
+        "round": 1,
+        "idx": 0,
+        "name": "echo",
+        "arguments": "{}",
+        "read_only": True,
+        "status": "done",
+    }
+    beside = repo.rows_beside(run_id, time.time(), events=[("x.y", {})], calls=[row])
+    first = _update(rt, run_id, run.version, {"round": 1}, new_events=1, beside=beside)
+    assert first is not None
+    with pytest.raises(sa.exc.IntegrityError) as refused:
+        _update(rt, run_id, first.version, {"round": 2}, new_events=1, beside=beside)
+    assert "tool_calls" in str(refused.value.orig)
+    with rt.engine.connect() as conn:
+        after = repo.load_run(conn, run_id)
+        n = conn.execute(
+            sa.select(sa.func.count()).where(events.c.run_id == run_id, events.c.type == "x.y")
+        ).scalar_one()
+    assert after is not None and after.version == first.version and n == 1
