@@ -403,11 +403,14 @@ def runs_row_bytes(url: str) -> int:
     return int(v or 0)
 
 
-def cpu_growth(url: str, prefix: str, base_url: str, pairs: int = 3) -> dict[str, Any]:
+GROWTH_PAIRS, GROWTH_NEAR = 5, 5  # pairs of runs; rounds either side of 10 and of LONG
+
+
+def cpu_growth(url: str, prefix: str, base_url: str, pairs: int = GROWTH_PAIRS) -> dict[str, Any]:
     """Engine CPU per round at round LONG vs round 10, side by side: a long run is driven
     alone to round LONG - 10, then a new run starts and the two are driven turn about (one
-    broker list, first in first out), so the long run's rounds LONG±2 and the new run's
-    rounds 10±2 share the same minutes of the machine. Engine CPU = this thread's CPU in
+    broker list, first in first out), so the long run's rounds LONG±5 and the new run's
+    rounds 10±5 share the same minutes of the machine. Engine CPU = this thread's CPU in
     the round and tool dispatches of that round, minus the model client's ``complete()``."""
     from shared.engine.round import run_round
     from shared.engine.runtime import InProcessBus
@@ -430,7 +433,7 @@ def cpu_growth(url: str, prefix: str, base_url: str, pairs: int = 3) -> dict[str
     OpenAICompatModel.complete = timed_complete  # type: ignore[method-assign]
     try:
         for _ in range(pairs):
-            long_id = submit(rt, http_tool_agent(base_url, LONG + 5))
+            long_id = submit(rt, http_tool_agent(base_url, LONG + GROWTH_NEAR + 3))
             cpu: dict[tuple[str, int], float] = {}
             rounds: dict[str, int] = {}
             while queue:
@@ -438,7 +441,7 @@ def cpu_growth(url: str, prefix: str, base_url: str, pairs: int = 3) -> dict[str
                 if d.kind == "round":
                     rounds[d.run_id] = rounds.get(d.run_id, 0) + 1
                     if d.run_id == long_id and rounds[d.run_id] == LONG - 10:
-                        submit(rt, http_tool_agent(base_url, 15))
+                        submit(rt, http_tool_agent(base_url, 10 + GROWTH_NEAR + 3))
                 c, m = time.thread_time(), client[0]
                 if d.kind == "round":
                     run_round(rt, d.run_id, d.version, d.attempt)
@@ -447,9 +450,9 @@ def cpu_growth(url: str, prefix: str, base_url: str, pairs: int = 3) -> dict[str
                 key = (d.run_id, rounds.get(d.run_id, 0))
                 cpu[key] = cpu.get(key, 0.0) + (time.thread_time() - c) - (client[0] - m)
             for (rid, k), x in cpu.items():
-                if rid == long_id and abs(k - LONG) <= 2:
+                if rid == long_id and abs(k - LONG) <= GROWTH_NEAR:
                     late.append(x)
-                elif rid != long_id and abs(k - 10) <= 2:
+                elif rid != long_id and abs(k - 10) <= GROWTH_NEAR:
                     early.append(x)
     finally:
         OpenAICompatModel.complete = real_complete  # type: ignore[method-assign]
@@ -622,8 +625,9 @@ def main() -> None:
         f"The engine CPU of this table is measured one run after another (minutes apart on a "
         f"shared machine). The summary's growth ratio is measured side by side: a run driven "
         f"to round {LONG - 10}, then a new run, the two driven turn about, so the long run's "
-        f"rounds {LONG}±2 and the new run's rounds 10±2 run in the same minutes ({growth['n']} "
-        f"rounds each, 3 pairs): {ms(growth['late'], 2)} vs {ms(growth['early'], 2)} ms "
+        f"rounds {LONG}±{GROWTH_NEAR} and the new run's rounds 10±{GROWTH_NEAR} run in the same "
+        f"minutes ({growth['n']} rounds each, {GROWTH_PAIRS} pairs; medians): "
+        f"{ms(growth['late'], 2)} vs {ms(growth['early'], 2)} ms "
         f"({growth['late'] / growth['early']:.2f}x)."
     )
     sections.append(s)

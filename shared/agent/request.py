@@ -22,7 +22,7 @@ from shared.agent.state import CatalogEntry, LoopState
 from shared.agent.step import next_tool_choice
 from shared.agent.tokens import estimate_tokens
 
-__all__ = ["RequestPlan", "plan_request", "split_question"]
+__all__ = ["RequestPlan", "last_user_text", "plan_request", "split_question"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +32,14 @@ class RequestPlan:
     tool_choice: str | None = None
     max_tokens: int | None = None
     response_format: dict[str, Any] | None = None
+
+
+def last_user_text(messages: Sequence[Message]) -> str:
+    """The text of the last user message ("" when there is none), without copying."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].role == "user":
+            return messages[i].text
+    return ""
 
 
 def split_question(messages: Sequence[Message]) -> tuple[list[Message], str]:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ByteLRU",
     "Given",
+    "call_ids",
     "catalog",
     "cold",
     "forget",
@@ -112,6 +113,7 @@ class _View:
     seen: int
     messages: tuple[Message, ...]
     size: int
+    ids: frozenset[str] = frozenset()  # the ids of the tool calls its messages made
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +235,22 @@ def history(
 
 
 def _extend(view: _View, msgs: Sequence[Message], seen: int) -> _View:
-    return _View(view.start, seen, view.messages + tuple(msgs), view.size + _size(msgs))
+    new = _call_ids(msgs)
+    ids = view.ids | new if new else view.ids
+    return _View(view.start, seen, view.messages + tuple(msgs), view.size + _size(msgs), ids)
+
+
+def _call_ids(msgs: Iterable[Message]) -> frozenset[str]:
+    return frozenset(c.id for m in msgs for c in m.tool_calls)
+
+
+def call_ids(run_id: str, view_start: int, msg_seq: int) -> frozenset[str] | None:
+    """The ids of the tool calls in the run's cached view (seqs ``view_start``…``msg_seq``),
+    kept as the view grows so a round need not walk its history for them; None: not cached."""
+    cached = _history.get(run_id)
+    if cached is None or cached.start != view_start or cached.seen != msg_seq:
+        return None
+    return cached.ids
 
 
 def remember(run_id: str, view_start: int, first_seq: int, msgs: Sequence[Message]) -> None:
@@ -268,7 +285,7 @@ def prime(run: Run, pre: repo.Prefetch) -> None:
     if seen != run.msg_seq:  # messages are append-only: only the tail can be missing
         return
     msgs = tuple(repo.message_from_row(r) for r in rows)
-    view = _View(run.view_start, seen, msgs, _size(msgs))
+    view = _View(run.view_start, seen, msgs, _size(msgs), _call_ids(msgs))
     _history.put(run.id, view, view.size)
 
 

@@ -35,7 +35,7 @@ from shared.agent.knowledge import (
     search_text,
 )
 from shared.agent.messages import Message
-from shared.agent.request import split_question
+from shared.agent.request import last_user_text
 from shared.agent.spec import AgentSpec, InlineTool, ModelProfile
 from shared.engine.gate import Stage
 from shared.engine.runtime import Runtime
@@ -297,8 +297,10 @@ def with_dataset_quotes(
     question become quotes (after any given ones), rendered with their source (SPEC C-2).
     Returns the spec to build the request with, and the inputs."""
     source = _quote_source(spec, inputs)
-    question = split_question(history)[1]
-    if source is None or not question.strip():
+    if source is None:
+        return spec, inputs
+    question = last_user_text(history)
+    if not question.strip():
         return spec, inputs
     dataset, k = source
     try:

@@ -31,7 +31,7 @@ from shared.agent.history import request_budget
 from shared.agent.messages import Message, Reply, Usage
 from shared.agent.plan import Plan
 from shared.agent.pricing import price_call
-from shared.agent.request import RequestPlan, plan_request, split_question
+from shared.agent.request import RequestPlan, last_user_text, plan_request
 from shared.agent.router import route
 from shared.agent.sanitize import sanitize_reply
 from shared.agent.spec import AgentSpec, ModelProfile
@@ -326,7 +326,9 @@ def _drive(rt: Runtime, claim: _Claim, attempt_no: int) -> RoundResult:
         known_tokens=None if checkpoint else run.view_tokens,
     )
     reply, latency = _call_model(rt, claim, req, attempt_no)
-    used = _call_ids(history)
+    cached = cache.call_ids(run.id, run.view_start, run.msg_seq)
+    used = set(cached) if cached is not None else _call_ids(history)
+    question = last_user_text(history)
     for _ in range(2):  # a provider may reuse an id the model view no longer shows
         clean = sanitize_reply(reply, used)
         result = step(
@@ -336,7 +338,7 @@ def _drive(rt: Runtime, claim: _Claim, attempt_no: int) -> RoundResult:
             catalog.entries,
             run.plan,
             call_cost=_price(claim.profile, clean),
-            question=split_question(history)[1],
+            question=question,
         )
         try:
             return _commit(rt, claim, clean, result, catalog, latency, checkpoint)

@@ -74,3 +74,25 @@ def test_messages_short_of_the_rows_msg_seq_are_not_cached(pg_rt: Runtime) -> No
         read = cache.history(conn, run_id, new.view_start, new.msg_seq, based=False)
     assert [m.role for m in read] == [m.role for m in view.messages]
     cache.forget([run_id])
+
+
+def test_the_cached_view_keeps_its_call_ids(pg_rt: Runtime) -> None:
+    spec = agent(
+        [
+            {"tool_calls": [{"id": "c1", "name": "echo", "arguments": {"text": "a"}}]},
+            {"tool_calls": [{"id": "c2", "name": "echo", "arguments": {"text": "b"}}]},
+            {"text": "done"},
+        ],
+        tools=["echo"],
+    )
+    run_id = submit(pg_rt, spec)
+    pg_rt.publish.drain(pg_rt)  # type: ignore[attr-defined]
+    with pg_rt.engine.connect() as conn:
+        run = repo.load_run(conn, run_id)
+        assert run is not None
+        cache.forget([run_id])
+        history = cache.history(conn, run_id, run.view_start, run.msg_seq, based=False)
+    assert cache.call_ids(run_id, run.view_start, run.msg_seq) == {"c1", "c2"}
+    assert {c.id for m in history for c in m.tool_calls} == {"c1", "c2"}
+    assert cache.call_ids(run_id, run.view_start, run.msg_seq - 1) is None  # another view
+    cache.forget([run_id])

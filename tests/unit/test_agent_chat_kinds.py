@@ -9,7 +9,7 @@ from typing import Any
 from shared.agent.chat import SYSTEM_PROMPT_SEPARATOR, stream_enabled
 from shared.agent.decisions import Finish
 from shared.agent.messages import Message, Reply
-from shared.agent.request import plan_request, split_question
+from shared.agent.request import last_user_text, plan_request, split_question
 from shared.agent.spec import AgentSpec, ModelProfile
 from shared.agent.state import LoopState
 from shared.agent.step import step
@@ -209,6 +209,9 @@ def test_expand_query_needs_the_question() -> None:
     spec = _spec("expand_query", keep=2)
     messages = [Message(role="user", content="reset password")]
     _, question = split_question(messages)
+    assert last_user_text(messages) == question
+    turns = [*messages, Message(role="assistant", content="ok"), Message(role="tool", content="x")]
+    assert last_user_text(turns) == "reset password" and last_user_text(turns[1:]) == ""
     reply = Reply(text=json.dumps(["forgot password", "reset password", "account recovery"]))
     d = step(spec, LoopState(), reply, {}, question=question).decision
     assert isinstance(d, Finish)
