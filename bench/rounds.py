@@ -15,6 +15,8 @@ import subprocess
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -178,6 +180,30 @@ def redis_commands(rt: Any, base_url: str, rounds: int) -> tuple[Counter[str], i
 # --------------------------------------------------------------------------- in-process
 
 
+@contextmanager
+def client_cpu() -> Iterator[list[float]]:
+    """This thread's CPU time inside the model client's ``complete()``, summed into the
+    yielded cell while the block runs (the request carries the whole history: what the
+    engine's own CPU excludes)."""
+    from shared.llm.openai_compat import OpenAICompatModel
+
+    spent = [0.0]
+    real_complete = OpenAICompatModel.complete
+
+    def timed_complete(self: Any, *args: Any, **kw: Any) -> Any:
+        c = time.thread_time()
+        try:
+            return real_complete(self, *args, **kw)
+        finally:
+            spent[0] += time.thread_time() - c
+
+    OpenAICompatModel.complete = timed_complete  # type: ignore[method-assign]
+    try:
+        yield spent
+    finally:
+        OpenAICompatModel.complete = real_complete  # type: ignore[method-assign]
+
+
 def anatomy(
     url: str, prefix: str, base_url: str, rounds: int, repeats: int = 1
 ) -> dict[int, dict[str, Any]]:
@@ -220,18 +246,6 @@ def anatomy(
         real_start(self)
 
     json5_s = [0.0]
-    client_cpu = [0.0]
-    from shared.llm.openai_compat import OpenAICompatModel
-
-    real_complete = OpenAICompatModel.complete
-
-    def timed_complete(self: Any, *args: Any, **kw: Any) -> Any:
-        c = time.thread_time()
-        try:
-            return real_complete(self, *args, **kw)
-        finally:
-            client_cpu[0] += time.thread_time() - c
-
     real_json5 = json5.loads
 
     def timed_json5(*args: Any, **kw: Any) -> Any:
@@ -245,9 +259,8 @@ def anatomy(
     per_round: dict[int, list[dict[str, Any]]] = {}
     threading.Thread.start = counting_start  # type: ignore[method-assign]
     json5.loads = timed_json5
-    OpenAICompatModel.complete = timed_complete  # type: ignore[method-assign]
     try:
-        with lsn_engine.connect() as lsn_conn:
+        with client_cpu() as client, lsn_engine.connect() as lsn_conn:
             _walinspect(lsn_conn)
             for _ in range(repeats):
                 run_id = submit(rt, http_tool_agent(base_url, rounds))
@@ -271,8 +284,8 @@ def anatomy(
                                 Counter(published),
                                 Counter(spawned),
                                 json5_s[0],
-                                time.thread_time() - client_cpu[0],
-                                client_cpu[0],
+                                time.thread_time() - client[0],
+                                client[0],
                             )
                         )
                         run_round(rt, d.run_id, d.version)
@@ -308,7 +321,6 @@ def anatomy(
                     )
     finally:
         json5.loads = real_json5
-        OpenAICompatModel.complete = real_complete  # type: ignore[method-assign]
         threading.Thread.start = real_start  # type: ignore[method-assign]
         lsn_engine.dispose()
         close_runtime(rt)
@@ -412,52 +424,54 @@ def cpu_growth(url: str, prefix: str, base_url: str, pairs: int = GROWTH_PAIRS) 
     broker list, first in first out), so the long run's rounds LONG±5 and the new run's
     rounds 10±5 share the same minutes of the machine. Engine CPU = this thread's CPU in
     the round and tool dispatches of that round, minus the model client's ``complete()``."""
-    from shared.engine.round import run_round
     from shared.engine.runtime import InProcessBus
-    from shared.engine.toolrun import run_tool
-    from shared.llm.openai_compat import OpenAICompatModel
 
     queue: deque[Any] = deque()
     rt = replace(treadle_runtime(url, prefix), publish=queue.extend, live=InProcessBus())
-    client = [0.0]
-    real_complete = OpenAICompatModel.complete
-
-    def timed_complete(self: Any, *args: Any, **kw: Any) -> Any:
-        c = time.thread_time()
-        try:
-            return real_complete(self, *args, **kw)
-        finally:
-            client[0] += time.thread_time() - c
-
-    late, early = [], []
-    OpenAICompatModel.complete = timed_complete  # type: ignore[method-assign]
+    late: list[float] = []
+    early: list[float] = []
     try:
-        for _ in range(pairs):
-            long_id = submit(rt, http_tool_agent(base_url, LONG + GROWTH_NEAR + 3))
-            cpu: dict[tuple[str, int], float] = {}
-            rounds: dict[str, int] = {}
-            while queue:
-                d = queue.popleft()
-                if d.kind == "round":
-                    rounds[d.run_id] = rounds.get(d.run_id, 0) + 1
-                    if d.run_id == long_id and rounds[d.run_id] == LONG - 10:
-                        submit(rt, http_tool_agent(base_url, 10 + GROWTH_NEAR + 3))
-                c, m = time.thread_time(), client[0]
-                if d.kind == "round":
-                    run_round(rt, d.run_id, d.version, d.attempt)
-                elif d.kind == "tool":
-                    run_tool(rt, d.run_id, d.call_id, d.version)
-                key = (d.run_id, rounds.get(d.run_id, 0))
-                cpu[key] = cpu.get(key, 0.0) + (time.thread_time() - c) - (client[0] - m)
-            for (rid, k), x in cpu.items():
-                if rid == long_id and abs(k - LONG) <= GROWTH_NEAR:
-                    late.append(x)
-                elif rid != long_id and abs(k - 10) <= GROWTH_NEAR:
-                    early.append(x)
+        with client_cpu() as client:
+            _drive_pairs(rt, queue, base_url, pairs, client, late, early)
     finally:
-        OpenAICompatModel.complete = real_complete  # type: ignore[method-assign]
         close_runtime(rt)
     return {"late": med(late), "early": med(early), "n": len(late)}
+
+
+def _drive_pairs(
+    rt: Any,
+    queue: deque[Any],
+    base_url: str,
+    pairs: int,
+    client: list[float],
+    late: list[float],
+    early: list[float],
+) -> None:
+    from shared.engine.round import run_round
+    from shared.engine.toolrun import run_tool
+
+    for _ in range(pairs):
+        long_id = submit(rt, http_tool_agent(base_url, LONG + GROWTH_NEAR + 3))
+        cpu: dict[tuple[str, int], float] = {}
+        rounds: dict[str, int] = {}
+        while queue:
+            d = queue.popleft()
+            if d.kind == "round":
+                rounds[d.run_id] = rounds.get(d.run_id, 0) + 1
+                if d.run_id == long_id and rounds[d.run_id] == LONG - 10:
+                    submit(rt, http_tool_agent(base_url, 10 + GROWTH_NEAR + 3))
+            c, m = time.thread_time(), client[0]
+            if d.kind == "round":
+                run_round(rt, d.run_id, d.version, d.attempt)
+            elif d.kind == "tool":
+                run_tool(rt, d.run_id, d.call_id, d.version)
+            key = (d.run_id, rounds.get(d.run_id, 0))
+            cpu[key] = cpu.get(key, 0.0) + (time.thread_time() - c) - (client[0] - m)
+        for (rid, k), x in cpu.items():
+            if rid == long_id and abs(k - LONG) <= GROWTH_NEAR:
+                late.append(x)
+            elif rid != long_id and abs(k - 10) <= GROWTH_NEAR:
+                early.append(x)
 
 
 # --------------------------------------------------------------------------- main

@@ -137,9 +137,15 @@ def given(conn: Connection, run_id: str, rev: int | None = None) -> Given:
     found = _given.get(run_id)
     if found is None or found.rev != rev:
         agent, inputs = repo.run_spec(conn, run_id)
-        found = Given(AgentSpec.model_validate(agent), inputs, rev)
-        size = len(json.dumps(agent)) * 4 + len(json.dumps(inputs or {})) + 512
-        _given.put(run_id, found, size)
+        found = _put_given(run_id, agent, inputs, rev)
+    return found
+
+
+def _put_given(
+    run_id: str, agent: dict[str, Any], inputs: dict[str, Any] | None, rev: int
+) -> Given:
+    found = Given(AgentSpec.model_validate(agent), inputs, rev)
+    _given.put(run_id, found, len(json.dumps(agent)) * 4 + len(json.dumps(inputs or {})) + 512)
     return found
 
 
@@ -226,12 +232,16 @@ def history(
         base = cached
         rows = read(conn, run_id, cached.seen + 1)
     else:
-        base = _View(view_start, view_start - 1, (), 0)
+        base = _empty(view_start)
         rows = read(conn, run_id, view_start)
     new = tuple(repo.message_from_row(r) for r in rows)
     view = _extend(base, new, rows[-1]["seq"] if rows else base.seen)
     _history.put(run_id, view, view.size)
     return list(view.messages)
+
+
+def _empty(view_start: int) -> _View:
+    return _View(view_start, view_start - 1, (), 0)
 
 
 def _extend(view: _View, msgs: Sequence[Message], seen: int) -> _View:
@@ -275,17 +285,14 @@ def prime(run: Run, pre: repo.Prefetch) -> None:
     """Fill the caches from what a cold claim of ``run`` read (``repo.Prefetch``); messages
     that do not reach the row's ``msg_seq`` (a commit raced the claim's snapshot) are left
     for ``history`` to read."""
-    spec = AgentSpec.model_validate(pre.agent)
-    size = len(json.dumps(pre.agent)) * 4 + len(json.dumps(pre.inputs or {})) + 512
-    _given.put(run.id, Given(spec, pre.inputs, run.spec_rev), size)
+    _put_given(run.id, pre.agent, pre.inputs, run.spec_rev)
     rows = pre.messages
     if rows is None:
         return
     seen = int(rows[-1]["seq"]) if rows else run.view_start - 1
     if seen != run.msg_seq:  # messages are append-only: only the tail can be missing
         return
-    msgs = tuple(repo.message_from_row(r) for r in rows)
-    view = _View(run.view_start, seen, msgs, _size(msgs), _call_ids(msgs))
+    view = _extend(_empty(run.view_start), [repo.message_from_row(r) for r in rows], seen)
     _history.put(run.id, view, view.size)
 
 

@@ -395,8 +395,8 @@ def answer_run(
     def op(tx: Tx) -> RunRecord:
         _spend(tx, run_id, token, "ask", ask_id)
         found = repo.get_run_and_round(tx.conn, run_id, tenant, ask_id)  # one read
-        record = _checked(found[0] if found else None, run_id, token, "ask", ask_id)
-        run = record.run
+        record = _checked(found and found[0], run_id, token, "ask", ask_id)
+        run, ask_round = record.run, found[1] if found else []
         pending = run.pending or {}
         if run.status != Status.WAITING or pending.get("kind") != "ask":
             _already_answered(tx, run, ask_id, answers)
@@ -405,7 +405,7 @@ def answer_run(
             raise Conflict(f"run {run_id} is waiting on ask {pending.get('ask_id')}, not {ask_id}")
         owner = _pause_owner(tx, run, "ask_id")
         text = ask_mod.render_answer(ask_mod.Ask.from_dict(owner.pending or {}), answers)
-        beside = found[1] if found and owner is run else None
+        beside = ask_round if owner is run else None  # a descendant's ask: read its round
         new = _finish_ask(tx, owner, ask_id, text, {"answers": answers}, beside)
         # the run's own ask: its new row is the whole change (a descendant's changed it too)
         return replace(record, run=new) if owner is run else _record(tx, run_id)

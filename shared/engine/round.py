@@ -151,10 +151,10 @@ def rounds_in_place(
         n = 0
         while more(n) and (nxt := take()) is not None:
             try:
-                if drive is None:
-                    run_round(rt, nxt.run_id, nxt.version, nxt.attempt)
-                else:
+                if drive is not None:
                     drive(nxt)
+                else:
+                    run_round(rt, nxt.run_id, nxt.version, nxt.attempt)
             except Exception:
                 rt.publish([nxt])
                 raise

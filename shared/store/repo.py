@@ -21,21 +21,10 @@ from sqlalchemy.engine import Connection
 
 from shared.agent.messages import Message
 from shared.agent.tokens import estimate_message_tokens
-from shared.store import lineage
+from shared.store import lineage, tables
 from shared.store.lineage import message_from_row
 from shared.store.rows import RUNNABLE, Call, CallStatus, Run, RunRecord, Status
-from shared.store.tables import (
-    events,
-    messages,
-    metadata,
-    run_specs,
-    runs,
-    tool_calls,
-    usage,
-    workers,
-)
-
-_messages, _events, _usage = messages, events, usage  # the tables (names the arguments use)
+from shared.store.tables import events, messages, run_specs, runs, tool_calls, usage, workers
 
 __all__ = [
     "call_and_run",
@@ -414,7 +403,7 @@ def _claim_statements() -> tuple[Any, Any, Any, Any]:
     postgres = sa.select(claimed).add_cte(started)
     # a cold claim (this process holds nothing of the run): its spec, inputs and own messages
     # come back with it, in the same round trip
-    spec = sa.select(run_specs.c.agent).where(run_specs.c.run_id == claimed.c.id)
+    of_run = run_specs.c.run_id == claimed.c.id
     m = messages.c
     row = sa.func.json_build_object(*[x for name in _PREFETCHED for x in (name, m[name])])
     rows = (
@@ -424,8 +413,8 @@ def _claim_statements() -> tuple[Any, Any, Any, Any]:
     )
     cold = sa.select(
         claimed,
-        spec.with_only_columns(run_specs.c.agent).scalar_subquery().label("pre_agent"),
-        spec.with_only_columns(run_specs.c.inputs).scalar_subquery().label("pre_inputs"),
+        sa.select(run_specs.c.agent).where(of_run).scalar_subquery().label("pre_agent"),
+        sa.select(run_specs.c.inputs).where(of_run).scalar_subquery().label("pre_inputs"),
         sa.case((claimed.c.base_run_id.is_(None), rows), else_=None).label("pre_messages"),
     ).add_cte(started)
     # SQLite: one writer at a time, RETURNING plain
@@ -506,15 +495,29 @@ _UPDATES: dict[tuple[Any, ...], Any] = {}
 _UPDATE_SHAPES_MAX = 256  # shapes come from the code's transitions: a few dozen
 
 
-def _update_statement(values: Mapping[str, Any], owner: bool, guard: Mapping[str, Any]) -> Any:
-    """The guarded UPDATE … RETURNING for this shape of values: bind parameters for the values
-    (``None`` is SQL NULL, ``Inc`` adds), built once per shape; a value that is an SQL
-    expression is written into a statement built for this call alone."""
+def _update_key(
+    values: Mapping[str, Any], owner: bool, guard: Mapping[str, Any]
+) -> tuple[Any, ...]:
+    """The shape of a guarded UPDATE: what its statement is cached under."""
     shape = tuple(
         (name, "expr" if isinstance(v, sa.ColumnElement) else _kind(v))
         for name, v in values.items()
     )
-    key = (shape, owner, tuple((g, v is None) for g, v in guard.items()))
+    return (shape, owner, tuple((g, v is None) for g, v in guard.items()))
+
+
+def _update_statement(
+    values: Mapping[str, Any],
+    owner: bool,
+    guard: Mapping[str, Any],
+    key: tuple[Any, ...] | None = None,
+) -> Any:
+    """The guarded UPDATE … RETURNING for this shape of values (``key``: ``_update_key``):
+    bind parameters for the values (``None`` is SQL NULL, ``Inc`` adds), built once per
+    shape; a value that is an SQL expression is written into a statement built for this call
+    alone."""
+    key = key or _update_key(values, owner, guard)
+    shape = key[0]
     stmt = _UPDATES.get(key)
     if stmt is not None:
         return stmt
@@ -569,50 +572,35 @@ def rows_beside(
 ) -> list[Beside]:
     """A transition's new rows, to insert beside its UPDATE of the run (``update_run``)."""
     return [
-        Beside(_messages, message_rows(run_id, messages, ts, tokens), "msg_seq"),
+        Beside(tables.messages, message_rows(run_id, messages, ts, tokens), "msg_seq"),
         Beside(
-            _events,
+            tables.events,
             [{"run_id": run_id, "type": t, "data": d, "created_at": ts} for t, d in events],
             "event_seq",
         ),
-        Beside(_usage, [{"run_id": run_id, "created_at": ts, **u} for u in usage]),
+        Beside(tables.usage, [{"run_id": run_id, "created_at": ts, **u} for u in usage]),
         Beside(tool_calls, [dict(c) for c in calls]),
     ]
 
 
 _WRITES: dict[tuple[Any, ...], Any] = {}
+_Shape = tuple[tuple[sa.Table, tuple[str, ...], str | None], ...]  # per table: columns, seq
+_Closes = tuple[tuple[tuple[str, bool], ...], ...]  # per closing: (column, is None)
 
 
-def _write_statement(
-    update: Any,
-    shape: tuple[tuple[str, tuple[str, ...], str | None], ...],
-    closes: tuple[tuple[tuple[str, bool], ...], ...] = (),
-) -> Any:
-    """The guarded UPDATE with its rows beside (``Beside``) and its calls' closings
-    (``Closing``), built once per shape of a cached UPDATE: ``WITH u AS (UPDATE runs …
-    RETURNING *), w0 AS (INSERT INTO … SELECT … FROM u, json_to_recordset(:j_0) AS x(…)),
-    c0 AS (UPDATE tool_calls … FROM u WHERE …), … SELECT * FROM u``. A row's ``k`` (1…n) is
-    its place: its seq is the run's new counter minus n plus k."""
-    key = (id(update), shape, closes)
-    found = _WRITES.get(key)
-    if found is not None and found[0] is update:
-        return found[1]
+def _write_statement(update: Any, key: tuple[Any, ...], shape: _Shape, closes: _Closes) -> Any:
+    """The guarded UPDATE (``key``: its ``_update_key``) with its rows beside (``Beside``)
+    and its calls' closings (``Closing``), built once per shape of a cacheable UPDATE:
+    ``WITH u AS (UPDATE runs … RETURNING *), c0 AS (UPDATE tool_calls … FROM u WHERE …),
+    w0 AS (INSERT INTO … SELECT … FROM u, json_to_recordset(:j_0) AS x(…)), … SELECT * FROM
+    u``. A row's ``k`` (1…n) is its place: its seq is the run's new counter minus n plus k."""
+    cached = key in _UPDATES  # no SQL expression among the values
+    stmt = _WRITES.get((key, shape, closes)) if cached else None
+    if stmt is not None:
+        return stmt
     u = update.cte("u")
-    ctes = []
-    c = tool_calls.c
-    for i, close in enumerate(closes):
-        sets = {
-            name: sa.null() if null else sa.bindparam(f"c{i}_{name}", type_=c[name].type)
-            for name, null in close
-        }
-        closing = (
-            sa.update(tool_calls)
-            .where(c.run_id == u.c.id, c.call_id.in_(sa.bindparam(f"c{i}_ids", expanding=True)))
-            .values(**sets)
-        )
-        ctes.append(closing.cte(f"c{i}"))
-    for i, (name, keys, seq) in enumerate(shape):
-        table = metadata.tables[name]
+    ctes = [_calls_update(close, u.c.id, f"c{i}_").cte(f"c{i}") for i, close in enumerate(closes)]
+    for i, (table, keys, seq) in enumerate(shape):
         cols = [sa.column(k, table.c[k].type) for k in keys]
         if seq is not None:
             cols.append(sa.column("k", sa.Integer))
@@ -630,8 +618,8 @@ def _write_statement(
         rows = sa.select(*picked).select_from(u.join(x, sa.true()))
         ctes.append(sa.insert(table).from_select(names, rows).cte(f"w{i}"))
     stmt = sa.select(u).add_cte(*ctes)
-    if update in _UPDATES.values() and len(_WRITES) < _UPDATE_SHAPES_MAX:
-        _WRITES[key] = (update, stmt)
+    if cached and len(_WRITES) < _UPDATE_SHAPES_MAX:
+        _WRITES[(key, shape, closes)] = stmt
     return stmt
 
 
@@ -698,18 +686,19 @@ def update_run(
     params = {f"v_{k}": v.by if isinstance(v, Inc) else v for k, v in vals.items()}
     params.update({f"g_{k}": v for k, v in guard.items()})
     params.update(b_run=run_id, b_version=version, b_owner=owner)
-    stmt = _update_statement(vals, owner is not None, guard)
+    key = _update_key(vals, owner is not None, guard)
+    stmt = _update_statement(vals, owner is not None, guard, key)
     beside = [b for b in beside if b.rows]
     closing = [c for c in closing if c.call_ids]
     if (beside or closing) and conn.dialect.name == "postgresql":
         extra = _beside_params(beside)
         if extra is not None:
-            shape = tuple((b.table.name, tuple(b.rows[0]), b.seq) for b in beside)
-            closes = tuple(tuple((k, v is None) for k, v in c.values.items()) for c in closing)
+            shape = tuple((b.table, tuple(b.rows[0]), b.seq) for b in beside)
             for i, c in enumerate(closing):
-                extra[f"c{i}_ids"] = list(c.call_ids)
-                extra.update({f"c{i}_{k}": v for k, v in c.values.items() if v is not None})
-            write = _write_statement(stmt, shape, closes)
+                extra.update(_calls_params(c.call_ids, c.values, f"c{i}_"))
+            write = _write_statement(
+                stmt, key, shape, tuple(_values_shape(c.values) for c in closing)
+            )
             row = conn.execute(write, {**params, **extra}).mappings().first()
             return Run.of(row) if row is not None else None
     for c in closing:
@@ -978,12 +967,34 @@ def close_calls(
     """Set ``values`` on calls (guarded by their status and, for a claimed call, its attempt:
     a fencing token); returns how many rows changed."""
     statuses = None if from_status is None else tuple(s.value for s in from_status)
-    stmt = _close_statement(
-        tuple((name, v is None) for name, v in values.items()), statuses, attempts is not None
-    )
-    params = {f"v_{name}": v for name, v in values.items() if v is not None}
-    params.update(b_run=run_id, b_ids=list(call_ids), b_attempts=attempts)
+    stmt = _close_statement(_values_shape(values), statuses, attempts is not None)
+    params = _calls_params(call_ids, values, "v_")
+    params.update(b_run=run_id, b_attempts=attempts)
     return int(conn.execute(stmt, params).rowcount)
+
+
+def _values_shape(values: Mapping[str, Any]) -> tuple[tuple[str, bool], ...]:
+    return tuple((name, v is None) for name, v in values.items())
+
+
+def _calls_params(
+    call_ids: Sequence[str], values: Mapping[str, Any], prefix: str
+) -> dict[str, Any]:
+    params = {f"{prefix}{name}": v for name, v in values.items() if v is not None}
+    params[f"{prefix}ids"] = list(call_ids)
+    return params
+
+
+def _calls_update(shape: tuple[tuple[str, bool], ...], run: Any, prefix: str) -> Any:
+    """UPDATE tool_calls of run ``run`` whose ids are ``:<prefix>ids``, setting each value of
+    ``shape`` from ``:<prefix><column>`` (a None value is SQL NULL)."""
+    c = tool_calls.c
+    sets = {
+        name: sa.null() if null else sa.bindparam(f"{prefix}{name}", type_=c[name].type)
+        for name, null in shape
+    }
+    ids: Any = sa.bindparam(f"{prefix}ids", expanding=True)
+    return sa.update(tool_calls).where(c.run_id == run, c.call_id.in_(ids)).values(**sets)
 
 
 _CLOSES: dict[tuple[Any, ...], Any] = {}
@@ -999,19 +1010,11 @@ def _close_statement(
     if stmt is not None:
         return stmt
     c = tool_calls.c
-    stmt = sa.update(tool_calls).where(
-        c.run_id == sa.bindparam("b_run"), c.call_id.in_(sa.bindparam("b_ids", expanding=True))
-    )
+    stmt = _calls_update(shape, sa.bindparam("b_run"), "v_")
     if statuses is not None:
         stmt = stmt.where(c.status.in_(_literals(statuses)))
     if fenced:
         stmt = stmt.where(c.attempts == sa.bindparam("b_attempts"))
-    stmt = stmt.values(
-        **{
-            name: sa.null() if null else sa.bindparam(f"v_{name}", type_=c[name].type)
-            for name, null in shape
-        }
-    )
     if len(_CLOSES) < _UPDATE_SHAPES_MAX:
         _CLOSES[key] = stmt
     return stmt
