@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
-from enum import StrEnum
 from typing import Any
+
+from shared.vocab import ACTIVE, FINAL, RUNNABLE, CallStatus, Status
 
 __all__ = [
     "ACTIVE",
@@ -18,34 +19,6 @@ __all__ = [
     "RunRecord",
     "Status",
 ]
-
-
-class Status(StrEnum):
-    """A run's status (the ``runs.status`` column)."""
-
-    SCHEDULED = "scheduled"
-    QUEUED = "queued"
-    RUNNING = "running"
-    WAITING = "waiting"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-FINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
-ACTIVE = frozenset({Status.QUEUED, Status.RUNNING, Status.WAITING})
-RUNNABLE = frozenset({Status.QUEUED, Status.RUNNING})
-
-
-class CallStatus(StrEnum):
-    """A tool call's status (the ``tool_calls.status`` column)."""
-
-    PENDING = "pending"  # not dispatched yet (a windowed batch)
-    QUEUED = "queued"  # dispatched: a tool message is on its way
-    RUNNING = "running"  # claimed by a worker (``lease_owner``)
-    CHILD = "child"  # a sub-agent call whose child run is working
-    WAITING = "waiting"  # a person must act (an approval)
-    DONE = "done"
 
 
 def _from_mapping(cls: Any, row: Mapping[Any, Any]) -> Any:

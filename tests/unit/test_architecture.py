@@ -22,6 +22,7 @@ STORE_MAY_IMPORT = (
     "shared.config",
     "shared.errors",
     "shared.isotime",
+    "shared.vocab",
 )
 
 
@@ -145,3 +146,8 @@ def test_the_checks_see_a_violation() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
     assert "scheduler.http.auth" in _imports(ROOT / "scheduler" / "app.py")
+
+
+def test_the_vocabulary_imports_nothing_of_the_project() -> None:
+    """``shared.vocab`` is at the bottom: every room may import it."""
+    assert [m for m in _imports(ROOT / "shared" / "vocab.py") if m.split(".")[0] in PACKAGES] == []

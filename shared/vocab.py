@@ -1,0 +1,107 @@
+"""The project's vocabulary, defined once: run and call statuses, the status sets, the event
+types a run's log and its live stream carry, and the outcomes of a round and of a tool task.
+
+Dependency-free (standard library only), so every room imports it: the engine, the store, the
+API schemas, the CLI, the facades. A new status, event type or outcome is added here and
+nowhere else.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Final
+
+__all__ = [
+    "ACTIVE",
+    "FINAL",
+    "IN_FLIGHT",
+    "LIVE_EVENTS",
+    "RUNNABLE",
+    "TERMINAL_EVENTS",
+    "CallStatus",
+    "EventType",
+    "RoundOutcome",
+    "Status",
+    "ToolOutcome",
+]
+
+
+class Status(StrEnum):
+    """A run's status (the ``runs.status`` column)."""
+
+    SCHEDULED = "scheduled"
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING = "waiting"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+FINAL: Final = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
+"""A run in one of these has ended: nothing more happens to it (but resume or delete)."""
+ACTIVE: Final = frozenset({Status.QUEUED, Status.RUNNING, Status.WAITING})
+"""Started and not ended."""
+RUNNABLE: Final = frozenset({Status.QUEUED, Status.RUNNING})
+"""Due for work by a worker (a round, a tool call): what admission counts as in flight."""
+IN_FLIGHT: Final = frozenset({Status.SCHEDULED, *ACTIVE})
+"""Submitted and not ended: what a tenant's limit on open runs counts."""
+
+
+class CallStatus(StrEnum):
+    """A tool call's status (the ``tool_calls.status`` column)."""
+
+    PENDING = "pending"  # not dispatched yet (a windowed batch)
+    QUEUED = "queued"  # dispatched: a tool message is on its way
+    RUNNING = "running"  # claimed by a worker (``lease_owner``)
+    CHILD = "child"  # a sub-agent call whose child run is working
+    WAITING = "waiting"  # a person must act (an approval)
+    DONE = "done"
+
+
+class EventType(StrEnum):
+    """The ``type`` of an event in a run's log (``events``) or its live stream."""
+
+    RUN_QUEUED = "run.queued"
+    RUN_RESUMED = "run.resumed"
+    RUN_RELEASED = "run.released"
+    RUN_WAITING = "run.waiting"
+    RUN_COMPLETED = "run.completed"
+    RUN_FAILED = "run.failed"
+    RUN_CANCELLED = "run.cancelled"
+    ROUND_STARTED = "round.started"
+    TOOL_STARTED = "tool.started"
+    TOOL_FINISHED = "tool.finished"
+    PLAN_UPDATED = "plan.updated"
+    MESSAGE_ADDED = "message.added"
+    # live only (the SSE stream, never stored): a reply as it streams
+    TEXT_DELTA = "text.delta"
+    REASONING_DELTA = "reasoning.delta"
+    TOOL_DELTA = "tool.delta"
+
+
+TERMINAL_EVENTS: Final = frozenset(
+    {EventType.RUN_COMPLETED, EventType.RUN_FAILED, EventType.RUN_CANCELLED}
+)
+"""The last event of a run that ended (an SSE stream ends after one)."""
+LIVE_EVENTS: Final = frozenset(
+    {EventType.TEXT_DELTA, EventType.REASONING_DELTA, EventType.TOOL_DELTA}
+)
+"""Events that are only streamed, never stored."""
+
+
+class RoundOutcome(StrEnum):
+    """What a round task did (``treadle_rounds{outcome}``, the task span's outcome)."""
+
+    STALE = "stale"  # nothing to claim: a duplicate or out-of-date dispatch
+    COMMITTED = "committed"  # the round's change committed
+    LOST = "lost"  # the run moved on under the round (a cancel, another worker)
+    RETRY = "retry"  # given back, due again later (a transient failure)
+
+
+class ToolOutcome(StrEnum):
+    """What a tool task did."""
+
+    STALE = "stale"
+    COMMITTED = "committed"
+    LOST = "lost"
