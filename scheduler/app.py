@@ -68,6 +68,7 @@ def create_app(get_rt: Callable[[], Runtime] | None = None, *, auth: str | None 
             "levels deep."
         ),
     )
+    app.state.get_rt = get_rt  # scheduler.http.deps.RuntimeDep
     app.state.auth = authenticator = Authenticator(get_rt, auth)
     install_error_handlers(app)
     app.include_router(runs_router(get_rt))
