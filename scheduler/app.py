@@ -18,6 +18,7 @@ from scheduler.http.datasets import datasets_router
 from scheduler.http.errors import install_error_handlers
 from scheduler.http.files import files_router, upload_overhead
 from scheduler.http.lifecycle import lifecycle_router
+from scheduler.http.memory import router as memory_router
 from scheduler.http.openapi import install_openapi
 from scheduler.http.ops import ops_router
 from scheduler.http.retention_routes import retention_router
@@ -25,6 +26,7 @@ from scheduler.http.runs import runs_router
 from scheduler.http.schemas import ERROR_RESPONSES
 from scheduler.http.threads import threads_router
 from scheduler.interop.langgraph import langgraph_router
+from scheduler.interop.lg_store import router as lg_store_router
 from scheduler.interop.openai_responses import openai_router
 from shared import tracing
 from shared.config import Settings, get_settings
@@ -80,8 +82,10 @@ def create_app(get_rt: Callable[[], Runtime] | None = None, *, auth: str | None 
     app.include_router(ops_router(get_rt))
     app.include_router(files_router(get_rt))
     app.include_router(datasets_router(get_rt), responses=ERROR_RESPONSES)  # the knowledge base
+    app.include_router(memory_router, responses=ERROR_RESPONSES)  # long-term memory
     app.include_router(console_router(get_rt))
     app.include_router(langgraph_router(get_rt), prefix="/langgraph")  # interop facades
+    app.include_router(lg_store_router, prefix="/langgraph")  # the LangGraph Store
     app.include_router(openai_router(get_rt), prefix="/openai/v1")
     # outermost last: body size, then ?access_token= (EventSource), then the key check
     app.add_middleware(BodyGuard)  # hostile JSON: depth, non-finite numbers, NUL

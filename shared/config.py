@@ -253,6 +253,36 @@ class Settings(BaseSettings):
         description="A model profile (profiles file) with an OpenAI-compatible /embeddings "
         "endpoint: chunks get vectors and search ranks keyword + vector hits together (RRF)",
     )
+    # --- long-term memory (shared.engine.memory) ----------------------------------------
+    memory_max_value_bytes: int = Field(
+        default=65_536, ge=64, description="Largest memory item value (its JSON, in bytes)"
+    )
+    memory_max_key_chars: int = Field(
+        default=256, ge=1, le=1024, description="Longest memory item key"
+    )
+    memory_max_namespace_depth: int = Field(
+        default=8, ge=1, le=32, description="Most labels in a memory namespace"
+    )
+    memory_max_items: int = Field(
+        default=10_000, ge=0, description="Per tenant: memory items stored at once (0 = no limit)"
+    )
+    memory_refresh_on_read: bool = Field(
+        default=True,
+        description="A read (get, search, recall) of an item with a TTL starts its TTL again, "
+        "unless the read says otherwise (refresh_ttl)",
+    )
+    # --- treadle as a server of other protocols (/mcp, /a2a) -----------------------------
+    mcp_call_wait_s: float = Field(
+        default=20.0,
+        ge=0,
+        le=600,
+        description="/mcp: a tool call waits this long for its run to end or pause, sending "
+        "progress; a run still going then is answered with its id and resource",
+    )
+    mcp_agents: str = Field(
+        default="",
+        description="/mcp: comma-separated agent names served as tools (empty = every agent)",
+    )
 
     def load_plugins(self) -> None:
         import importlib

@@ -27,6 +27,7 @@ from shared.engine.attachments import run_files
 from shared.engine.busy import when_free
 from shared.engine.gate import Stage
 from shared.engine.knowledge import Knowledge
+from shared.engine.memory import RunMemory
 from shared.engine.runtime import Runtime
 from shared.engine.transition import Finished, LostRace, Tx, attempt, finish_call
 from shared.errors import Aborted, ToolError
@@ -159,6 +160,7 @@ def execute_tool(
         attachments=refs,
         files=run_files(rt, run.tenant, inputs) if refs else None,
         knowledge=Knowledge(rt, run.tenant),
+        memory=RunMemory(rt, run),
     )
     try:  # strict JSON first: json5 is pure Python (~100 ms for 500 characters)
         args = parse_arguments(call.arguments or "{}")

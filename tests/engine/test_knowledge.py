@@ -3,10 +3,7 @@
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +18,7 @@ from shared.engine.testing import StubBroker
 from shared.errors import NotFound, SpecError
 from shared.llm.fake_server import FakeLLMServer
 from shared.store import repo
+from tests.embeddings_server import Embeddings
 from tests.engine.helpers import agent, call, run, submit
 from tests.files_support import tiny_pdf
 
@@ -290,49 +288,8 @@ def test_a_chat_agent_tool_with_a_dataset_quotes_it(
 # --- hybrid ranking with embeddings --------------------------------------------------------------
 
 
-class _Embeddings:
-    """An OpenAI-compatible /embeddings endpoint: a bag of topic words as the vector."""
-
-    TOPICS = ("refund", "money", "ship", "deliver", "password", "gift")
-
-    def __init__(self) -> None:
-        outer = self
-        self.calls = 0
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                outer.calls += 1
-                data = [
-                    {"index": i, "embedding": outer.vector(t)} for i, t in enumerate(body["input"])
-                ]
-                payload = json.dumps({"data": data, "model": body["model"]}).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def vector(self, text: str) -> list[float]:
-        low = text.lower()
-        synonyms = {"money back": "refund", "reimburse": "refund", "parcel": "ship"}
-        for word, topic in synonyms.items():
-            low = low.replace(word, topic)
-        return [float(low.count(t)) + 0.01 for t in self.TOPICS]
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-
 def test_hybrid_search_finds_passages_without_the_keywords(sqlite_rt: Runtime) -> None:
-    emb = _Embeddings()
+    emb = Embeddings()
     try:
         sqlite_rt.profiles["emb"] = ModelProfile(name="emb", base_url=emb.url, model="bow")
         sqlite_rt.settings.embeddings_profile = "emb"

@@ -1,0 +1,137 @@
+"""The LangGraph Store routes on the facade (``/langgraph/store/...``): what
+``langgraph-sdk``'s ``client.store`` speaks, over treadle's long-term memory
+(``shared.engine.memory``; docs/memory.md).
+
+``put_item`` (``PUT /store/items``, 204; ``ttl`` in minutes, ``index``), ``get_item``
+(``GET /store/items?namespace=a.b&key=k``, 404 when there is none), ``delete_item``
+(``DELETE /store/items`` with a JSON body, 204), ``search_items`` (``POST
+/store/items/search``), ``list_namespaces`` (``POST /store/namespaces``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from scheduler.http.auth import ReadCaller, WriteCaller
+from scheduler.http.deps import RuntimeDep
+from scheduler.http.memory import DottedNamespace, Key, Namespace, dotted
+from shared.engine import memory
+from shared.errors import NotFound
+from shared.isotime import iso
+from shared.store.memory import MemoryItem
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/store", tags=["langgraph"])
+MINUTE = 60.0
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # the SDK may send more than treadle reads
+
+
+class PutBody(_Body):
+    namespace: Namespace = Field(min_length=1)
+    key: Key
+    value: dict[str, Any]
+    index: Literal[False] | list[Annotated[str, Field(max_length=200)]] | None = Field(
+        default=None, max_length=32
+    )
+    ttl: float | None = Field(default=None, gt=0, description="Minutes")
+
+
+class DeleteBody(_Body):
+    namespace: Namespace = Field(min_length=1)
+    key: Key
+
+
+class SearchBody(_Body):
+    namespace_prefix: Namespace = Field(default_factory=list)
+    filter: dict[str, Any] | None = None
+    limit: int = Field(default=10, ge=1, le=1000)
+    offset: int = Field(default=0, ge=0, le=100_000)
+    query: str | None = Field(default=None, max_length=2000)
+    refresh_ttl: bool | None = None
+
+
+class NamespacesBody(_Body):
+    prefix: Namespace | None = None
+    suffix: Namespace | None = None
+    max_depth: int | None = Field(default=None, ge=1, le=32)
+    limit: int = Field(default=100, ge=1, le=1000)
+    offset: int = Field(default=0, ge=0, le=100_000)
+
+
+def _item(item: MemoryItem, score: float | None = None, scored: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "namespace": list(item.namespace),
+        "key": item.key,
+        "value": item.value,
+        "created_at": iso(item.created_at),
+        "updated_at": iso(item.updated_at),
+    }
+    if scored:
+        out["score"] = score
+    return out
+
+
+@router.put("/items", status_code=204, response_class=Response)
+def put_item(body: PutBody, rt: RuntimeDep, caller: WriteCaller) -> Response:
+    ttl = body.ttl * MINUTE if body.ttl is not None else None
+    memory.put_item(
+        rt, caller.tenant, body.namespace, body.key, body.value, ttl_s=ttl, index=body.index
+    )
+    return Response(status_code=204)
+
+
+@router.get("/items")
+def get_item(
+    rt: RuntimeDep,
+    caller: ReadCaller,
+    namespace: DottedNamespace,
+    key: Annotated[str, Query(min_length=1, max_length=1024)],
+    refresh_ttl: bool | None = None,
+) -> dict[str, Any]:
+    item = memory.get_item(rt, caller.tenant, dotted(namespace), key, refresh=refresh_ttl)
+    if item is None:
+        raise NotFound(f"item {key!r} not found in {namespace!r}")
+    return _item(item)
+
+
+@router.delete("/items", status_code=204, response_class=Response)
+def delete_item(body: DeleteBody, rt: RuntimeDep, caller: WriteCaller) -> Response:
+    memory.delete_item(rt, caller.tenant, body.namespace, body.key)  # absent: done all the same
+    return Response(status_code=204)
+
+
+@router.post("/items/search")
+def search_items(body: SearchBody, rt: RuntimeDep, caller: ReadCaller) -> dict[str, Any]:
+    hits = memory.search(
+        rt,
+        caller.tenant,
+        body.namespace_prefix,
+        query=body.query,
+        flt=body.filter,
+        limit=body.limit,
+        offset=body.offset,
+        refresh=body.refresh_ttl,
+    )
+    scored = bool(body.query)
+    return {"items": [_item(h.item, h.score, scored) for h in hits]}
+
+
+@router.post("/namespaces")
+def list_namespaces(body: NamespacesBody, rt: RuntimeDep, caller: ReadCaller) -> dict[str, Any]:
+    found = memory.list_namespaces(
+        rt,
+        caller.tenant,
+        prefix=body.prefix or (),
+        suffix=body.suffix or (),
+        max_depth=body.max_depth,
+        limit=body.limit,
+        offset=body.offset,
+    )
+    return {"namespaces": [list(n) for n in found]}
