@@ -21,6 +21,7 @@ __all__ = [
     "LABEL_CHARS",
     "NAMESPACE_CHARS",
     "SEPARATOR",
+    "check_filter",
     "check_key",
     "check_namespace",
     "item_text",
@@ -129,10 +130,22 @@ def _leaves(value: Any) -> str:
     return " ".join(out)
 
 
+def check_filter(flt: Mapping[str, Any] | None) -> None:
+    """ValueError for an unknown operator, or ``$in`` / ``$nin`` without a list."""
+    for cond in (flt or {}).values():
+        if isinstance(cond, Mapping) and cond and all(str(k).startswith("$") for k in cond):
+            for op, arg in cond.items():
+                if op not in _OPS:
+                    known = ", ".join(sorted(_OPS))
+                    raise ValueError(f"unknown filter operator {op!r}; one of {known}")
+                if op in ("$in", "$nin") and not isinstance(arg, list):
+                    raise ValueError(f"{op} takes a list")
+
+
 def matches_filter(value: Mapping[str, Any], flt: Mapping[str, Any] | None) -> bool:
     """LangGraph's store filter: ``{field: value}`` is equality; ``{field: {"$gt": 3}}``
     compares (``$eq $ne $gt $gte $lt $lte $in $nin``); a dotted field reads nested values.
-    ValueError for an unknown operator."""
+    The filter was checked (``check_filter``)."""
     for field, cond in (flt or {}).items():
         actual = _at(value, field)
         if isinstance(cond, Mapping) and cond and all(str(k).startswith("$") for k in cond):
@@ -144,15 +157,11 @@ def matches_filter(value: Mapping[str, Any], flt: Mapping[str, Any] | None) -> b
 
 
 def _compare(actual: Any, op: str, arg: Any) -> bool:
-    if op not in _OPS:
-        raise ValueError(f"unknown filter operator {op!r}; one of {', '.join(sorted(_OPS))}")
     if op == "$eq":
         return bool(actual == arg)
     if op == "$ne":
         return bool(actual != arg)
     if op in ("$in", "$nin"):
-        if not isinstance(arg, list):
-            raise ValueError(f"{op} takes a list")
         return (actual in arg) == (op == "$in")
     try:
         if op == "$gt":

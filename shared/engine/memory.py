@@ -228,11 +228,12 @@ def search(
     """The items under ``prefix`` that match ``flt``: without a query the most recently
     written first; with one, those that match it best first."""
     ns = _namespace(rt, prefix, prefix=True)
+    _checked(lambda: pure.check_filter(flt))
     limit, offset = max(1, min(limit, MAX_LIMIT)), max(0, offset)
     ts = repo.now()
     with rt.engine.connect() as conn:
         found = store.scan(conn, tenant, ns, ts, MAX_SCAN)
-    kept = _checked(lambda: [i for i in found if pure.matches_filter(i.value, flt)])
+    kept = [i for i in found if pure.matches_filter(i.value, flt)]
     hits = _ranked(rt, kept, query) if query and query.strip() else [Hit(i) for i in kept]
     page = hits[offset : offset + limit]
     touched = [h.item for h in page if h.item.ttl_s is not None]
