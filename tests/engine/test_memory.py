@@ -87,8 +87,12 @@ def test_search_by_prefix_filter_and_keywords(mem_rt: Runtime) -> None:
     assert [h.item.key for h in hits] == ["a", "c"]  # both "like"; only a has "tea"
     assert hits[0].score is not None and hits[0].score > (hits[1].score or 0)
     spaces = memory.list_namespaces(mem_rt, "default", prefix=["users"])
-    assert spaces == [("users", "u1", "facts"), ("users", "u1", "prefs"), ("users", "u10"),
-                      ("users", "u_")]  # fmt: skip
+    assert spaces == [
+        ("users", "u1", "facts"),
+        ("users", "u1", "prefs"),
+        ("users", "u10"),
+        ("users", "u_"),
+    ]
     assert memory.list_namespaces(mem_rt, "default", max_depth=2) == [
         ("users", "u1"),
         ("users", "u10"),
