@@ -27,6 +27,7 @@ from scheduler.http.retention_routes import retention_router
 from scheduler.http.runs import runs_router
 from scheduler.http.schemas import ERROR_RESPONSES
 from scheduler.http.threads import threads_router
+from scheduler.interop.a2a_server import install_a2a
 from scheduler.interop.langgraph import langgraph_router
 from scheduler.interop.lg_store import router as lg_store_router
 from scheduler.interop.mcp_server import McpService
@@ -93,6 +94,7 @@ def create_app(get_rt: Callable[[], Runtime] | None = None, *, auth: str | None 
     app.include_router(openai_router(get_rt), prefix="/openai/v1")
     app.state.mcp = McpService()  # /mcp: agents as MCP tools (its sessions run in the lifespan)
     app.router.routes.append(Route("/mcp", endpoint=app.state.mcp, include_in_schema=False))
+    install_a2a(app)  # /a2a/{agent}: agents as A2A servers (card, JSON-RPC)
     # outermost last: body size, then ?access_token= (EventSource), then the key check
     app.add_middleware(BodyGuard)  # hostile JSON: depth, non-finite numbers, NUL
     app.add_middleware(AuthMiddleware, auth=authenticator)

@@ -272,12 +272,13 @@ class Settings(BaseSettings):
         "unless the read says otherwise (refresh_ttl)",
     )
     # --- treadle as a server of other protocols (/mcp, /a2a) -----------------------------
-    mcp_call_wait_s: float = Field(
+    call_wait_s: float = Field(
         default=20.0,
         ge=0,
         le=600,
-        description="/mcp: a tool call waits this long for its run to end or pause, sending "
-        "progress; a run still going then is answered with its id and resource",
+        description="/mcp tool calls and blocking /a2a message/send: wait this long for the run "
+        "to end or pause; a run still going then is answered with its id (MCP: and its "
+        "resource; A2A: a working task)",
     )
     mcp_agents: str = Field(
         default="",

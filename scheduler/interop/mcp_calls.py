@@ -5,7 +5,7 @@ or the call's wait runs out (docs/mcp.md). The wiring is ``scheduler.interop.mcp
 * While it works, each durable event of the run is a progress notification.
 * It ended: its answer is the result (``structuredContent``: the agent's output, for an agent
   with an ``output_schema``); a failed or cancelled run is an ``isError`` result.
-* Still going after ``TREADLE_MCP_CALL_WAIT_S``: the result is its handle (run id, status and
+* Still going after ``TREADLE_CALL_WAIT_S``: the result is its handle (run id, status and
   the resource ``treadle://runs/{id}`` to read or subscribe to); the run goes on.
 * It paused on an ask or an approval: a client that declared elicitation is asked (a server
   request on a 2025 session, an ``InputRequiredResult`` on the 2026-07-28 protocol), its
@@ -31,6 +31,7 @@ from scheduler.http.agents import resolve, store_lookup
 from scheduler.http.auth import Caller
 from scheduler.http.schemas import run_view
 from scheduler.http.tail import SEGMENT_ENDS, Batch, follow
+from scheduler.interop.common import progress_text
 from shared.engine import commands
 from shared.engine.runtime import Runtime
 from shared.errors import Conflict, TreadleError
@@ -146,14 +147,6 @@ class Followed:
     cursor: int  # the last event seen (a resumed run is followed on from it)
 
 
-def _progress_text(ev: dict[str, Any]) -> str:
-    data = ev.get("data") or {}
-    name = data.get("name")
-    if ev["type"] == "round.started":
-        return f"round {data.get('round')}"
-    return f"{ev['type']} {name}" if name else str(ev["type"])
-
-
 async def follow_run(
     rt: Runtime, session: Any, run_id: str, tenant: str, cursor: int, wait_s: float
 ) -> Followed:
@@ -165,7 +158,7 @@ async def follow_run(
                 continue
             for ev in item.events:
                 cursor = int(ev["seq"])
-                await session.report_progress(float(cursor), None, _progress_text(ev))
+                await session.report_progress(float(cursor), None, progress_text(ev))
             if item.last:
                 break
     record = await run_in_threadpool(record_of, rt, tenant, run_id)

@@ -201,7 +201,7 @@ class McpService:
     ) -> types.CallToolResult | types.InputRequiredResult:
         """Follow the run; ask the person when it pauses and the client can be asked. The
         call cancelled: the run is cancelled too."""
-        wait = rt.settings.mcp_call_wait_s
+        wait = rt.settings.call_wait_s
         try:
             while True:
                 at = await calls.follow_run(rt, ctx.session, run_id, caller.tenant, cursor, wait)

@@ -133,7 +133,7 @@ def _env(tmp: Path, receiver: Receiver) -> dict[str, str]:
             "TREADLE_WEBHOOK_SECRET_ENV": "INTEROP_HOOK_SECRET",
             "INTEROP_HOOK_SECRET": SECRET,
             "TREADLE_REAPER_INTERVAL": "1",
-            "TREADLE_MCP_CALL_WAIT_S": "5",  # /mcp: a run still going after 5 s is a handle
+            "TREADLE_CALL_WAIT_S": "5",  # /mcp, /a2a: a run still going after 5 s is a handle
         }
     )
     return env
