@@ -258,10 +258,10 @@ class Settings(BaseSettings):
         default=65_536, ge=64, description="Largest memory item value (its JSON, in bytes)"
     )
     memory_max_key_chars: int = Field(
-        default=256, ge=1, le=1024, description="Longest memory item key"
+        default=256, ge=1, le=256, description="Longest memory item key (at most 256)"
     )
     memory_max_namespace_depth: int = Field(
-        default=8, ge=1, le=32, description="Most labels in a memory namespace"
+        default=8, ge=1, le=8, description="Most labels in a memory namespace (at most 8)"
     )
     memory_max_items: int = Field(
         default=10_000, ge=0, description="Per tenant: memory items stored at once (0 = no limit)"

@@ -6,7 +6,7 @@
 * ``POST /v1/memory/search``: under a namespace prefix, by a filter, by a query (keywords,
   and vector similarity when an embeddings profile is configured);
 * ``POST /v1/memory/namespaces`` lists namespaces; ``DELETE /v1/memory?prefix=a.b`` deletes a
-  namespace and everything below it (``?all=true``: all of the tenant's memory);
+  namespace and everything below it (``?prefix=*``: all of the tenant's memory);
 * ``GET /v1/runs/{id}/memory``: a run's reads and writes of memory (its ``memory.*`` events).
 
 Namespaces travel as lists of labels in bodies and as labels joined by ``.`` in a query
@@ -18,60 +18,121 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from scheduler.http.auth import ReadCaller, WriteCaller
 from scheduler.http.deps import RuntimeDep
-from scheduler.http.schemas import PathId
-from shared.agent.memory import split_namespace
+from scheduler.http.schemas import NUMBER, JsonInt, PathId, TtlSeconds
+from shared.agent.memory import KEY_CHARS, NAMESPACE_DEPTH, OPERATORS, check_filter, split_namespace
 from shared.engine import memory
-from shared.errors import NotFound, SpecError
+from shared.errors import NotFound
 from shared.isotime import iso, iso_or_none, iso_times
 from shared.store import repo
 from shared.store.memory import MemoryItem
 from shared.vocab import MEMORY_EVENTS
 
-__all__ = ["ItemView", "item_view", "router"]
+__all__ = [
+    "Depth",
+    "DottedNamespace",
+    "Filter",
+    "Flag",
+    "Index",
+    "ItemView",
+    "Key",
+    "Namespace",
+    "QueryKey",
+    "dotted",
+    "item_view",
+    "router",
+]
 
 router = APIRouter(prefix="/v1", tags=["memory"])
-_Label = Annotated[str, Field(max_length=64)]
-Namespace = Annotated[list[_Label], Field(max_length=32)]
-DottedNamespace = Annotated[str, Query(max_length=600)]
-Key = Annotated[str, Field(min_length=1, max_length=1024)]
+
+# The schema states each limit's ceiling; a setting (TREADLE_MEMORY_MAX_*) may lower it.
+_LABEL = r"[^.\x00-\x1f\x7f]{1,64}"
+DOTTED = f"^{_LABEL}(\\.{_LABEL}){{0,{NAMESPACE_DEPTH - 1}}}$"
+Label = Annotated[str, Field(min_length=1, max_length=64, pattern=f"^{_LABEL}$")]
+Namespace = Annotated[list[Label], Field(max_length=NAMESPACE_DEPTH)]
+Key = Annotated[str, Field(min_length=1, max_length=KEY_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$")]
+DottedNamespace = Annotated[str, Query(max_length=600, pattern=DOTTED, description="a.b.c")]
+QueryKey = Annotated[str, Query(min_length=1, max_length=KEY_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$")]
+
+
+def _bool(value: Any) -> Any:
+    if not isinstance(value, bool):
+        raise ValueError("Input should be a boolean")
+    return value
+
+
+Flag = Annotated[bool, BeforeValidator(_bool)]
+Depth = Annotated[int, Field(ge=1, le=NAMESPACE_DEPTH), NUMBER]
+"""A ``boolean`` as JSON Schema means it: true or false, not 1 or "yes"."""
+Index = (
+    Annotated[Literal[False], BeforeValidator(_bool)]
+    | Annotated[list[Annotated[str, Field(max_length=200)]], Field(max_length=32)]
+    | None
+)
+_OPERATORS = sorted(OPERATORS)
+_FILTER_VALUE = {
+    "anyOf": [
+        {"not": {"type": "object"}},
+        {"type": "object", "propertyNames": {"not": {"pattern": "^\\$"}}},
+        {
+            "type": "object",
+            "minProperties": 1,
+            "propertyNames": {"enum": _OPERATORS},
+            "properties": {"$in": {"type": "array"}, "$nin": {"type": "array"}},
+        },
+    ]
+}
+
+
+def _filter(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    check_filter(value)  # ValueError: a 422
+    return value
+
+
+Filter = Annotated[
+    dict[str, Any] | None,
+    AfterValidator(_filter),
+    Field(
+        description="{field: value} (equality) or {field: {$op: value}}: " + " ".join(_OPERATORS),
+        json_schema_extra={"additionalProperties": _FILTER_VALUE},
+    ),
+]
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class ItemPut(_Strict):
+class MemoryPut(_Strict):
     namespace: Namespace = Field(min_length=1)
     key: Key
     value: dict[str, Any]
-    ttl_s: float | None = Field(default=None, gt=0, description="Expire this long after writing")
-    index: Literal[False] | list[Annotated[str, Field(max_length=200)]] | None = Field(
+    ttl_s: TtlSeconds | None = Field(default=None, description="Expire this long after writing")
+    index: Index = Field(
         default=None,
-        max_length=32,
         description="What search reads: null = the whole value, a list of field paths, or "
         "false (not searchable by query)",
     )
 
 
-class SearchBody(_Strict):
+class MemorySearch(_Strict):
     namespace_prefix: Namespace = Field(default_factory=list)
     query: str | None = Field(default=None, max_length=2000)
-    filter: dict[str, Any] | None = None
-    limit: int = Field(default=10, ge=1, le=1000)
-    offset: int = Field(default=0, ge=0, le=100_000)
-    refresh_ttl: bool | None = None
+    filter: Filter = None
+    limit: JsonInt = Field(default=10, ge=1, le=1000)
+    offset: JsonInt = Field(default=0, ge=0, le=100_000)
+    refresh_ttl: Flag | None = None
 
 
-class NamespacesBody(_Strict):
+class MemoryNamespaces(_Strict):
     prefix: Namespace = Field(default_factory=list)
     suffix: Namespace = Field(default_factory=list)
-    max_depth: int | None = Field(default=None, ge=1, le=32)
-    limit: int = Field(default=100, ge=1, le=1000)
-    offset: int = Field(default=0, ge=0, le=100_000)
+    max_depth: Depth | None = None
+    limit: JsonInt = Field(default=100, ge=1, le=1000)
+    offset: JsonInt = Field(default=0, ge=0, le=100_000)
 
 
 class ItemView(BaseModel):
@@ -129,7 +190,7 @@ def dotted(namespace: str) -> list[str]:
 
 
 @router.put("/memory/items", response_model=ItemView)
-def put_item(body: ItemPut, rt: RuntimeDep, caller: WriteCaller) -> ItemView:
+def put_item(body: MemoryPut, rt: RuntimeDep, caller: WriteCaller) -> ItemView:
     """Write an item (a new one, or replace the value under that namespace and key)."""
     item = memory.put_item(
         rt, caller.tenant, body.namespace, body.key, body.value, ttl_s=body.ttl_s, index=body.index
@@ -142,7 +203,7 @@ def get_item(
     rt: RuntimeDep,
     caller: ReadCaller,
     namespace: DottedNamespace,
-    key: Annotated[str, Query(min_length=1, max_length=1024)],
+    key: QueryKey,
     refresh_ttl: bool | None = None,
 ) -> ItemView:
     """One item (404 when there is none, or it expired)."""
@@ -157,7 +218,7 @@ def delete_item(
     rt: RuntimeDep,
     caller: WriteCaller,
     namespace: DottedNamespace,
-    key: Annotated[str, Query(min_length=1, max_length=1024)],
+    key: QueryKey,
 ) -> Response:
     if not memory.delete_item(rt, caller.tenant, dotted(namespace), key):
         raise NotFound(f"no memory item {key!r} in {namespace!r}")
@@ -165,7 +226,7 @@ def delete_item(
 
 
 @router.post("/memory/search", response_model=ItemList)
-def search(body: SearchBody, rt: RuntimeDep, caller: ReadCaller) -> ItemList:
+def search(body: MemorySearch, rt: RuntimeDep, caller: ReadCaller) -> ItemList:
     """Items under a namespace prefix that match the filter; with a query, best first."""
     hits = memory.search(
         rt,
@@ -181,7 +242,7 @@ def search(body: SearchBody, rt: RuntimeDep, caller: ReadCaller) -> ItemList:
 
 
 @router.post("/memory/namespaces", response_model=NamespaceList)
-def namespaces(body: NamespacesBody, rt: RuntimeDep, caller: ReadCaller) -> NamespaceList:
+def namespaces(body: MemoryNamespaces, rt: RuntimeDep, caller: ReadCaller) -> NamespaceList:
     found = memory.list_namespaces(
         rt,
         caller.tenant,
@@ -198,14 +259,13 @@ def namespaces(body: NamespacesBody, rt: RuntimeDep, caller: ReadCaller) -> Name
 def forget(
     rt: RuntimeDep,
     caller: WriteCaller,
-    prefix: DottedNamespace = "",
-    all: bool = False,  # noqa: A002 - the query parameter's name
+    prefix: Annotated[
+        str, Query(max_length=600, pattern=f"^\\*$|{DOTTED}", description="a.b, or * (all)")
+    ],
 ) -> Deleted:
-    """Delete a namespace and everything below it; ``?all=true`` and no prefix: all of the
-    tenant's memory."""
-    if not prefix and not all:
-        raise SpecError("name a prefix, or all=true to delete all of the tenant's memory")
-    return Deleted(deleted=memory.forget(rt, caller.tenant, dotted(prefix)))
+    """Delete a namespace and everything below it; ``prefix=*``: all of the tenant's memory."""
+    labels = [] if prefix == "*" else dotted(prefix)
+    return Deleted(deleted=memory.forget(rt, caller.tenant, labels))
 
 
 @router.get("/runs/{run_id}/memory", response_model=MemoryEvents, tags=["runs"])

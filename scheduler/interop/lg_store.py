@@ -10,14 +10,25 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from scheduler.http.auth import ReadCaller, WriteCaller
 from scheduler.http.deps import RuntimeDep
-from scheduler.http.memory import DottedNamespace, Key, Namespace, dotted
+from scheduler.http.memory import (
+    Depth,
+    DottedNamespace,
+    Filter,
+    Flag,
+    Index,
+    Key,
+    Namespace,
+    QueryKey,
+    dotted,
+)
+from scheduler.http.schemas import NUMBER, JsonInt
 from shared.engine import memory
 from shared.errors import NotFound
 from shared.isotime import iso
@@ -27,42 +38,42 @@ __all__ = ["router"]
 
 router = APIRouter(prefix="/store", tags=["langgraph"])
 MINUTE = 60.0
+MAX_TTL_MINUTES = memory.MAX_TTL_S / MINUTE
+Minutes = Annotated[float, Field(gt=0, le=MAX_TTL_MINUTES, allow_inf_nan=False), NUMBER]
 
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore")  # the SDK may send more than treadle reads
 
 
-class PutBody(_Body):
+class StorePut(_Body):
     namespace: Namespace = Field(min_length=1)
     key: Key
     value: dict[str, Any]
-    index: Literal[False] | list[Annotated[str, Field(max_length=200)]] | None = Field(
-        default=None, max_length=32
-    )
-    ttl: float | None = Field(default=None, gt=0, description="Minutes")
+    index: Index = None
+    ttl: Minutes | None = Field(default=None, description="Minutes")
 
 
-class DeleteBody(_Body):
+class StoreDelete(_Body):
     namespace: Namespace = Field(min_length=1)
     key: Key
 
 
-class SearchBody(_Body):
+class StoreSearch(_Body):
     namespace_prefix: Namespace = Field(default_factory=list)
-    filter: dict[str, Any] | None = None
-    limit: int = Field(default=10, ge=1, le=1000)
-    offset: int = Field(default=0, ge=0, le=100_000)
+    filter: Filter = None
+    limit: JsonInt = Field(default=10, ge=1, le=1000)
+    offset: JsonInt = Field(default=0, ge=0, le=100_000)
     query: str | None = Field(default=None, max_length=2000)
-    refresh_ttl: bool | None = None
+    refresh_ttl: Flag | None = None
 
 
-class NamespacesBody(_Body):
+class StoreNamespaces(_Body):
     prefix: Namespace | None = None
     suffix: Namespace | None = None
-    max_depth: int | None = Field(default=None, ge=1, le=32)
-    limit: int = Field(default=100, ge=1, le=1000)
-    offset: int = Field(default=0, ge=0, le=100_000)
+    max_depth: Depth | None = None
+    limit: JsonInt = Field(default=100, ge=1, le=1000)
+    offset: JsonInt = Field(default=0, ge=0, le=100_000)
 
 
 def _item(item: MemoryItem, score: float | None = None, scored: bool = False) -> dict[str, Any]:
@@ -79,7 +90,7 @@ def _item(item: MemoryItem, score: float | None = None, scored: bool = False) ->
 
 
 @router.put("/items", status_code=204, response_class=Response)
-def put_item(body: PutBody, rt: RuntimeDep, caller: WriteCaller) -> Response:
+def put_item(body: StorePut, rt: RuntimeDep, caller: WriteCaller) -> Response:
     ttl = body.ttl * MINUTE if body.ttl is not None else None
     memory.put_item(
         rt, caller.tenant, body.namespace, body.key, body.value, ttl_s=ttl, index=body.index
@@ -92,7 +103,7 @@ def get_item(
     rt: RuntimeDep,
     caller: ReadCaller,
     namespace: DottedNamespace,
-    key: Annotated[str, Query(min_length=1, max_length=1024)],
+    key: QueryKey,
     refresh_ttl: bool | None = None,
 ) -> dict[str, Any]:
     item = memory.get_item(rt, caller.tenant, dotted(namespace), key, refresh=refresh_ttl)
@@ -102,13 +113,13 @@ def get_item(
 
 
 @router.delete("/items", status_code=204, response_class=Response)
-def delete_item(body: DeleteBody, rt: RuntimeDep, caller: WriteCaller) -> Response:
+def delete_item(body: StoreDelete, rt: RuntimeDep, caller: WriteCaller) -> Response:
     memory.delete_item(rt, caller.tenant, body.namespace, body.key)  # absent: done all the same
     return Response(status_code=204)
 
 
 @router.post("/items/search")
-def search_items(body: SearchBody, rt: RuntimeDep, caller: ReadCaller) -> dict[str, Any]:
+def search_items(body: StoreSearch, rt: RuntimeDep, caller: ReadCaller) -> dict[str, Any]:
     hits = memory.search(
         rt,
         caller.tenant,
@@ -124,7 +135,7 @@ def search_items(body: SearchBody, rt: RuntimeDep, caller: ReadCaller) -> dict[s
 
 
 @router.post("/namespaces")
-def list_namespaces(body: NamespacesBody, rt: RuntimeDep, caller: ReadCaller) -> dict[str, Any]:
+def list_namespaces(body: StoreNamespaces, rt: RuntimeDep, caller: ReadCaller) -> dict[str, Any]:
     found = memory.list_namespaces(
         rt,
         caller.tenant,

@@ -18,8 +18,11 @@ from typing import Any
 from shared.agent.knowledge import Query, search_text
 
 __all__ = [
+    "KEY_CHARS",
     "LABEL_CHARS",
     "NAMESPACE_CHARS",
+    "NAMESPACE_DEPTH",
+    "OPERATORS",
     "SEPARATOR",
     "check_filter",
     "check_key",
@@ -35,12 +38,14 @@ __all__ = [
 
 SEPARATOR = "."
 LABEL_CHARS = 64
-NAMESPACE_CHARS = 512
+NAMESPACE_DEPTH = 8  # labels, at most (a setting may lower it)
+KEY_CHARS = 256  # a key's characters, at most (a setting may lower it)
+NAMESPACE_CHARS = NAMESPACE_DEPTH * (LABEL_CHARS + 1)
 TEXT_CHARS = 20_000  # the text of a value that search reads, at most
 _LABEL = re.compile(r"^[^.\x00-\x1f\x7f]{1,64}$")
 _FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]{0,63})\}")
 _WORD = re.compile(r"\w+", re.UNICODE)
-_OPS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin"})
+OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin"})
 
 
 def check_namespace(
@@ -130,13 +135,18 @@ def _leaves(value: Any) -> str:
     return " ".join(out)
 
 
+def _operators(cond: Any) -> bool:
+    return isinstance(cond, Mapping) and any(str(k).startswith("$") for k in cond)
+
+
 def check_filter(flt: Mapping[str, Any] | None) -> None:
-    """ValueError for an unknown operator, or ``$in`` / ``$nin`` without a list."""
+    """ValueError for an unknown operator (a condition with a ``$`` key holds operators
+    only), or ``$in`` / ``$nin`` without a list."""
     for cond in (flt or {}).values():
-        if isinstance(cond, Mapping) and cond and all(str(k).startswith("$") for k in cond):
+        if _operators(cond):
             for op, arg in cond.items():
-                if op not in _OPS:
-                    known = ", ".join(sorted(_OPS))
+                if op not in OPERATORS:
+                    known = ", ".join(sorted(OPERATORS))
                     raise ValueError(f"unknown filter operator {op!r}; one of {known}")
                 if op in ("$in", "$nin") and not isinstance(arg, list):
                     raise ValueError(f"{op} takes a list")
@@ -148,7 +158,7 @@ def matches_filter(value: Mapping[str, Any], flt: Mapping[str, Any] | None) -> b
     The filter was checked (``check_filter``)."""
     for field, cond in (flt or {}).items():
         actual = _at(value, field)
-        if isinstance(cond, Mapping) and cond and all(str(k).startswith("$") for k in cond):
+        if _operators(cond):
             if not all(_compare(actual, str(op), arg) for op, arg in cond.items()):
                 return False
         elif actual != cond:

@@ -62,7 +62,7 @@ log = logging.getLogger("treadle.memory")
 T = TypeVar("T")
 MEMORY_TOOLS = frozenset({"remember", "recall"})
 MAX_SCAN = 5_000  # items one search ranks, at most (the most recently written)
-MAX_TTL_S = 10 * 365 * 86_400.0
+MAX_TTL_S = 10 * 366 * 86_400.0  # ten years, as a run's ttl_s
 MAX_LIMIT = 1_000
 
 

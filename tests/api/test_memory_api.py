@@ -52,7 +52,7 @@ def test_put_get_search_delete(client: TestClient) -> None:
     assert gone.status_code == 204
     missing = client.get("/v1/memory/items", params={"namespace": "users.u1", "key": "colour"})
     _error(missing, 404, "not_found")
-    _error(client.delete("/v1/memory"), 422, "invalid_spec")  # no prefix, no all=true
+    _error(client.delete("/v1/memory"), 422, "invalid_request")  # no prefix
     assert client.delete("/v1/memory", params={"prefix": "users"}).json() == {"deleted": 1}
 
 
@@ -60,10 +60,11 @@ def test_put_get_search_delete(client: TestClient) -> None:
     ("body", "status", "code"),
     [
         ({**ITEM, "value": {"text": "x" * 70_000}}, 413, "too_large"),
-        ({**ITEM, "key": "k" * 300}, 422, "invalid_spec"),
-        ({**ITEM, "key": "a\x01b"}, 422, "invalid_spec"),
-        ({**ITEM, "namespace": [str(i) for i in range(9)]}, 422, "invalid_spec"),
-        ({**ITEM, "namespace": ["a.b"]}, 422, "invalid_spec"),
+        ({**ITEM, "key": "k" * 300}, 422, "invalid_request"),
+        ({**ITEM, "key": "a\x01b"}, 422, "invalid_request"),
+        ({**ITEM, "namespace": [str(i) for i in range(9)]}, 422, "invalid_request"),
+        ({**ITEM, "namespace": ["a.b"]}, 422, "invalid_request"),
+        ({**ITEM, "index": 0}, 422, "invalid_request"),
         ({**ITEM, "namespace": []}, 422, "invalid_request"),
         ({**ITEM, "value": "not an object"}, 422, "invalid_request"),
         ({**ITEM, "ttl_s": -1}, 422, "invalid_request"),
@@ -79,9 +80,21 @@ def test_bad_items_are_refused_and_nothing_is_written(
 
 def test_bad_searches_are_refused(client: TestClient) -> None:
     bad_op = {"filter": {"n": {"$where": "1"}}}
-    _error(client.post("/v1/memory/search", json=bad_op), 422, "invalid_spec")
+    _error(client.post("/v1/memory/search", json=bad_op), 422, "invalid_request")
+    mixed = {"filter": {"n": {"$gt": 1, "x": 2}}}
+    _error(client.post("/v1/memory/search", json=mixed), 422, "invalid_request")
+    _error(client.post("/v1/memory/search", json={"refresh_ttl": 1}), 422, "invalid_request")
     _error(client.post("/v1/memory/search", json={"limit": 0}), 422, "invalid_request")
     _error(client.get("/v1/memory/items", params={"namespace": "a..b", "key": "k"}), 422)
+
+
+def test_a_setting_lowers_a_limit(client: TestClient, sqlite_rt: Runtime) -> None:
+    sqlite_rt.settings.memory_max_namespace_depth = 2
+    sqlite_rt.settings.memory_max_key_chars = 5
+    deep = {**ITEM, "namespace": ["a", "b", "c"]}
+    _error(client.put("/v1/memory/items", json=deep), 422, "invalid_spec")
+    _error(client.put("/v1/memory/items", json={**ITEM, "key": "longer"}), 422, "invalid_spec")
+    assert _count(sqlite_rt) == 0
 
 
 def test_items_per_tenant(client: TestClient, sqlite_rt: Runtime) -> None:
