@@ -25,6 +25,7 @@ from scheduler.http.deps import RuntimeDep
 from scheduler.http.schemas import NUMBER, JsonInt, PathId, TtlSeconds
 from shared.agent.memory import KEY_CHARS, NAMESPACE_DEPTH, OPERATORS, check_filter, split_namespace
 from shared.engine import memory
+from shared.engine.runtime import Runtime
 from shared.errors import NotFound
 from shared.isotime import iso, iso_or_none, iso_times
 from shared.store import repo
@@ -43,7 +44,9 @@ __all__ = [
     "QueryKey",
     "dotted",
     "item_view",
+    "listed",
     "router",
+    "searched",
 ]
 
 router = APIRouter(prefix="/v1", tags=["memory"])
@@ -128,8 +131,8 @@ class MemorySearch(_Strict):
 
 
 class MemoryNamespaces(_Strict):
-    prefix: Namespace = Field(default_factory=list)
-    suffix: Namespace = Field(default_factory=list)
+    prefix: Namespace | None = Field(default_factory=list)
+    suffix: Namespace | None = Field(default_factory=list)
     max_depth: Depth | None = None
     limit: JsonInt = Field(default=100, ge=1, le=1000)
     offset: JsonInt = Field(default=0, ge=0, le=100_000)
@@ -225,12 +228,11 @@ def delete_item(
     return Response(status_code=204)
 
 
-@router.post("/memory/search", response_model=ItemList)
-def search(body: MemorySearch, rt: RuntimeDep, caller: ReadCaller) -> ItemList:
-    """Items under a namespace prefix that match the filter; with a query, best first."""
-    hits = memory.search(
+def searched(rt: Runtime, tenant: str, body: MemorySearch) -> list[memory.Hit]:
+    """A search body's items (this API's, or the LangGraph Store's)."""
+    return memory.search(
         rt,
-        caller.tenant,
+        tenant,
         body.namespace_prefix,
         query=body.query,
         flt=body.filter,
@@ -238,21 +240,32 @@ def search(body: MemorySearch, rt: RuntimeDep, caller: ReadCaller) -> ItemList:
         offset=body.offset,
         refresh=body.refresh_ttl,
     )
+
+
+def listed(rt: Runtime, tenant: str, body: MemoryNamespaces) -> list[list[str]]:
+    """A namespaces body's namespaces (this API's, or the LangGraph Store's)."""
+    found = memory.list_namespaces(
+        rt,
+        tenant,
+        prefix=body.prefix or (),
+        suffix=body.suffix or (),
+        max_depth=body.max_depth,
+        limit=body.limit,
+        offset=body.offset,
+    )
+    return [list(n) for n in found]
+
+
+@router.post("/memory/search", response_model=ItemList)
+def search(body: MemorySearch, rt: RuntimeDep, caller: ReadCaller) -> ItemList:
+    """Items under a namespace prefix that match the filter; with a query, best first."""
+    hits = searched(rt, caller.tenant, body)
     return ItemList(items=[item_view(h.item, h.score) for h in hits])
 
 
 @router.post("/memory/namespaces", response_model=NamespaceList)
 def namespaces(body: MemoryNamespaces, rt: RuntimeDep, caller: ReadCaller) -> NamespaceList:
-    found = memory.list_namespaces(
-        rt,
-        caller.tenant,
-        prefix=body.prefix,
-        suffix=body.suffix,
-        max_depth=body.max_depth,
-        limit=body.limit,
-        offset=body.offset,
-    )
-    return NamespaceList(namespaces=[list(n) for n in found])
+    return NamespaceList(namespaces=listed(rt, caller.tenant, body))
 
 
 @router.delete("/memory", response_model=Deleted)

@@ -18,17 +18,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from scheduler.http.auth import ReadCaller, WriteCaller
 from scheduler.http.deps import RuntimeDep
 from scheduler.http.memory import (
-    Depth,
     DottedNamespace,
-    Filter,
-    Flag,
     Index,
     Key,
+    MemoryNamespaces,
+    MemorySearch,
     Namespace,
     QueryKey,
     dotted,
+    listed,
+    searched,
 )
-from scheduler.http.schemas import NUMBER, JsonInt
+from scheduler.http.schemas import NUMBER
 from shared.engine import memory
 from shared.errors import NotFound
 from shared.isotime import iso
@@ -59,21 +60,12 @@ class StoreDelete(_Body):
     key: Key
 
 
-class StoreSearch(_Body):
-    namespace_prefix: Namespace = Field(default_factory=list)
-    filter: Filter = None
-    limit: JsonInt = Field(default=10, ge=1, le=1000)
-    offset: JsonInt = Field(default=0, ge=0, le=100_000)
-    query: str | None = Field(default=None, max_length=2000)
-    refresh_ttl: Flag | None = None
+class StoreSearch(MemorySearch):
+    model_config = ConfigDict(extra="ignore")
 
 
-class StoreNamespaces(_Body):
-    prefix: Namespace | None = None
-    suffix: Namespace | None = None
-    max_depth: Depth | None = None
-    limit: JsonInt = Field(default=100, ge=1, le=1000)
-    offset: JsonInt = Field(default=0, ge=0, le=100_000)
+class StoreNamespaces(MemoryNamespaces):
+    model_config = ConfigDict(extra="ignore")
 
 
 def _item(item: MemoryItem, score: float | None = None, scored: bool = False) -> dict[str, Any]:
@@ -120,29 +112,11 @@ def delete_item(body: StoreDelete, rt: RuntimeDep, caller: WriteCaller) -> Respo
 
 @router.post("/items/search")
 def search_items(body: StoreSearch, rt: RuntimeDep, caller: ReadCaller) -> dict[str, Any]:
-    hits = memory.search(
-        rt,
-        caller.tenant,
-        body.namespace_prefix,
-        query=body.query,
-        flt=body.filter,
-        limit=body.limit,
-        offset=body.offset,
-        refresh=body.refresh_ttl,
-    )
+    hits = searched(rt, caller.tenant, body)
     scored = bool(body.query)
     return {"items": [_item(h.item, h.score, scored) for h in hits]}
 
 
 @router.post("/namespaces")
 def list_namespaces(body: StoreNamespaces, rt: RuntimeDep, caller: ReadCaller) -> dict[str, Any]:
-    found = memory.list_namespaces(
-        rt,
-        caller.tenant,
-        prefix=body.prefix or (),
-        suffix=body.suffix or (),
-        max_depth=body.max_depth,
-        limit=body.limit,
-        offset=body.offset,
-    )
-    return {"namespaces": [list(n) for n in found]}
+    return {"namespaces": listed(rt, caller.tenant, body)}
