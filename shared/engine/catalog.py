@@ -12,6 +12,7 @@ from shared.agent.attachments import is_image
 from shared.agent.spec import AgentSpec, InlineTool, ModelProfile
 from shared.agent.state import CatalogEntry
 from shared.agent.step import INTERNAL_TOOLS
+from shared.engine.handlers import check_router
 from shared.errors import ToolError
 from shared.tools import Tool, ToolContext, ToolResult, resolve
 from shared.tools.agent_tool import AgentTool, SubAgentTool
@@ -116,6 +117,7 @@ def build_catalog(
     reach them: the engine's rounds and tool calls, never a submission)."""
     if spec.kind != "agent":
         return Catalog(entries={}, tools={})
+    check_router(spec)  # a rule naming an unknown handler: an error now, not each round
     entries: dict[str, CatalogEntry] = {}
     tools: dict[str, Tool] = {}
     warnings: list[str] = []

@@ -158,6 +158,8 @@ def resume_run(rt: Runtime, actor: Actor, run_id: str, new: NewSpec | None = Non
             lease_owner=None,
             wake_at=None,
             redrives=0,
+            attempts=0,  # L-12: a resumed round has its attempts again
+            last_error=None,
             deadline_at=tx.ts + spec_deadline if spec_deadline else None,
         )
         change.queue_round = True

@@ -90,7 +90,7 @@ def wait_out(rt: Runtime, run: Run, owner: str, down: ProviderDown) -> None:
     tries = int(before["tries"]) + 1 if before else 1
     retry_at = max(ts + retry_delay(rt.settings, tries), ts + rt.limiter.paused(down.key))
     retry_at = min(retry_at, since + wait_s)
-    change = Change(run, owner=owner)
+    change = Change.by_holder(run, owner)
     late = run.deadline_at is not None and retry_at >= run.deadline_at
     if ts - since >= wait_s or late:
         reason = f"the model provider did not answer for {ts - since:.0f} s: {down.error}"

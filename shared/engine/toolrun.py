@@ -71,6 +71,8 @@ def _run_tool(rt: Runtime, run_id: str, call_id: str, version: int) -> str:
     claimed = _claim(rt, run, call)
     if claimed is None:
         return "stale"
+    if claimed.attempts > (spec.max_attempts or rt.settings.max_attempts):  # L-12
+        return _commit(rt, spec, run, claimed, ToolResult(text=_never_finished(claimed)))
     if sub is not None:
         if _too_deep(rt, run):
             text = f"Tool error: sub-agents nest at most {children.MAX_DEPTH} levels deep"
@@ -81,6 +83,16 @@ def _run_tool(rt: Runtime, run_id: str, call_id: str, version: int) -> str:
     with metrics.TOOL_SECONDS.labels(tool=call.name).time():
         result = execute_tool(rt, run, given.inputs, tool, claimed)
     return _commit(rt, spec, run, claimed, result)
+
+
+def _never_finished(call: Call) -> str:
+    """A call whose attempts ran out (each one's worker crashed or was lost): the model is
+    told, as for any tool failure (L-5), instead of the call being tried forever (L-12)."""
+    tries = call.attempts - 1
+    return (
+        f"Tool error: {call.name} was attempted {tries} times and never finished "
+        "(its worker crashed or was lost each time); it was not run again"
+    )
 
 
 def _still_held(rt: Runtime, call: Call, tool: Tool | None) -> bool:
@@ -196,8 +208,10 @@ def _with_timeout(fn: Any, timeout: float, abort: Abort) -> ToolResult:
     if t.is_alive():
         abort.cancel(f"timed out after {timeout:g}s")
         t.join(STOP_GRACE_S)
-    if t.is_alive() or "result" not in box:
+    if t.is_alive():
         return ToolResult(text=f"Tool error: timed out after {timeout:g}s")
+    if "result" not in box:  # the thread died of something no tool should raise
+        return ToolResult(text="Tool error: the tool stopped without a result")
     return box["result"]
 
 

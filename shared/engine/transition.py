@@ -93,6 +93,14 @@ class Change:
     guard: dict[str, Any] = field(default_factory=dict)  # more WHERE column = value
     release_thread: bool = True  # a run ending on a thread starts the thread's next run
 
+    @classmethod
+    def by_holder(cls, run: Run, owner: str, *, failing: bool = False) -> Change:
+        """A change by the worker holding the run's round, guarded by its lease: it ends the
+        round's attempt, so the run's attempts go back to 0 (L-12) — unless the run fails
+        here (``failing``): then they stay, with the last error, as the record of why."""
+        values: dict[str, Any] = {} if failing else {"attempts": 0, "last_error": None}
+        return cls(run, values=values, owner=owner)
+
     def copy(self) -> Change:
         """A copy whose lists and dicts are its own (a retried apply starts from this one)."""
         return replace(

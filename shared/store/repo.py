@@ -334,6 +334,7 @@ def _claim_values() -> dict[str, Any]:
         "lease_owner": sa.bindparam("b_owner"),
         "wake_at": None,
         "redrives": 0,
+        "attempts": r.attempts + 1,  # L-12: every claim counts; the round's commit resets
         "updated_at": sa.bindparam("b_ts"),
         "event_seq": r.event_seq + 1,
     }
@@ -473,13 +474,24 @@ def claim_round(
 
 
 def release_round(
-    conn: Connection, run_id: str, version: int, owner: str, wake_at: float | None
+    conn: Connection,
+    run_id: str,
+    version: int,
+    owner: str,
+    wake_at: float | None,
+    *,
+    counted: bool = True,
 ) -> bool:
-    """Give a claimed round back (a transient error): due again at ``wake_at``."""
+    """Give a claimed round back: due again at ``wake_at``. ``counted`` False: the attempt
+    its claim counted is given back too (a transient model error, the fleet's capacity, the
+    database or the broker out of reach: not the round's fault, and bounded elsewhere)."""
+    values: dict[str, Any] = {"lease_owner": None, "wake_at": wake_at}
+    if not counted:
+        values["attempts"] = sa.case((runs.c.attempts > 0, runs.c.attempts - 1), else_=0)
     stmt = (
         sa.update(runs)
         .where(runs.c.id == run_id, runs.c.version == version, runs.c.lease_owner == owner)
-        .values(lease_owner=None, wake_at=wake_at)
+        .values(**values)
     )
     return conn.execute(stmt).rowcount == 1
 
