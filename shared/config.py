@@ -51,8 +51,9 @@ class Settings(BaseSettings):
     redrive_seconds: float = Field(
         default=10.0,
         gt=0,
-        description="A dispatch nobody took is re-sent after this, doubled per re-send; never "
-        "while its queue still holds messages (a backlog is not a loss)",
+        description="A dispatch nobody took is re-sent this long after it went out, once it "
+        "is known lost (its queue is empty, or a dispatch sent after it was taken); one still "
+        "waiting in its queue is never re-sent (a backlog is not a loss)",
     )
     reaper_interval: float = Field(
         default=2.0,

@@ -298,6 +298,7 @@ def _crashed(rt: Runtime, claim: _Claim, exc: Exception) -> RoundResult:
     change.values.update(
         lease_owner=None,
         wake_at=repo.now() + delay,
+        dispatched_at=repo.now(),
         last_error=failure.describe(exc, run.attempts, repo.now()),
         cost=repo.Inc(_billed_cost(claim.billed)),
     )
@@ -361,7 +362,7 @@ def _give_back(rt: Runtime, claim: _Claim, r: _Retry, attempt_no: int) -> None:
     wake = repo.now() + r.delay
     with transaction(rt) as tx:
         if repo.release_round(
-            tx.conn, claim.run.id, claim.run.version, claim.owner, wake, counted=False
+            tx.conn, claim.run.id, claim.run.version, claim.owner, wake, counted=False, sent=tx.ts
         ):
             nxt = attempt_no + 1 if r.counts else attempt_no
             tx.out.append(

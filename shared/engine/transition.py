@@ -225,6 +225,8 @@ class Tx:
         """The guarded UPDATE and the change's rows (messages, events, usage, calls): one
         statement on PostgreSQL (``repo.Beside``)."""
         values = dict(change.values)
+        if change.queue_round:  # when its dispatch goes out (the reaper's clock for it)
+            values.setdefault("dispatched_at", self.ts)
         if tokens and "view_tokens" not in values:
             values["view_tokens"] = repo.Inc(sum(tokens))
         beside = repo.rows_beside(

@@ -481,11 +481,15 @@ def release_round(
     wake_at: float | None,
     *,
     counted: bool = True,
+    sent: float | None = None,
 ) -> bool:
     """Give a claimed round back: due again at ``wake_at``. ``counted`` False: the attempt
     its claim counted is given back too (a transient model error, the fleet's capacity, the
-    database or the broker out of reach: not the round's fault, and bounded elsewhere)."""
+    database or the broker out of reach: not the round's fault, and bounded elsewhere).
+    ``sent``: when its next dispatch goes out (a countdown: the reaper's clock for it)."""
     values: dict[str, Any] = {"lease_owner": None, "wake_at": wake_at}
+    if sent is not None:
+        values["dispatched_at"] = sent
     if not counted:
         values["attempts"] = sa.case((runs.c.attempts > 0, runs.c.attempts - 1), else_=0)
     stmt = (
