@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from shared.agent import ask as ask_mod
 from shared.agent import plan as plan_mod
@@ -18,9 +18,7 @@ from shared.tools import Tool, ToolContext, ToolResult, resolve
 from shared.tools.agent_tool import AgentTool, SubAgentTool
 from shared.tools.files import READ_FILES, describe_files
 from shared.tools.knowledge import KnowledgeTool
-
-if TYPE_CHECKING:
-    from shared.tools.mcp_tools import McpAccess
+from shared.tools.mcp_tools import McpAccess, list_mcp_tools
 
 __all__ = ["Catalog", "build_catalog"]
 
@@ -134,8 +132,6 @@ def build_catalog(
             tools[tool.name] = tool
     unreachable: dict[str, str] = {}
     if spec.mcp and mcp is not None:
-        from shared.tools.mcp_tools import list_mcp_tools  # the mcp SDK loads only when used
-
         taken = [*entries, *internal, *_RESERVED]
         listing = list_mcp_tools(spec.mcp, mcp, taken=taken)
         for remote in listing.tools:

@@ -22,8 +22,10 @@ from typing import Any
 from shared.agent.decisions import Fail
 from shared.agent.spec import AgentSpec, ModelProfile
 from shared.config import Settings
+from shared.engine.change import Change, settle
 from shared.engine.runtime import Runtime
-from shared.engine.transition import Change, Tx, attempt, retrying, settle
+from shared.engine.transition import attempt, retrying
+from shared.engine.tx import Tx
 from shared.store import repo
 from shared.store.rows import Run, Status
 

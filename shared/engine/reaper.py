@@ -26,8 +26,11 @@ from typing import TypeVar
 from shared.engine import admission, metrics, outage, retention, schedule, threads
 from shared.engine.commands import expire_ask
 from shared.engine.runtime import Dispatch, Runtime
+from shared.engine.transition import transaction
 from shared.names import ROUND_TASK, TASK_QUEUES, TOOL_TASK
-from shared.store import outbox, redrive
+from shared.store import admission as admission_store
+from shared.store import outbox, redrive, repo
+from shared.store import threads as thread_store
 from shared.store import workers as worker_store
 
 __all__ = ["ReapReport", "reap"]
@@ -50,8 +53,8 @@ def reap(rt: Runtime) -> ReapReport:
     resent = _redrive(rt)
     webhooks = _webhooks(rt)
     expired = _expire(rt)
-    released = threads.release_stalled(rt)
-    released += admission.release_all(rt)  # runs waiting for their tenant's admission
+    released = _release_stalled(rt)
+    released += _admit_waiting(rt)  # runs waiting for their tenant's admission
     _forget_workers(rt)
     retention.reap_pass(rt)  # ended runs past retention or ttl_s (shared.engine.retention)
     if resent or expired or webhooks or released:
@@ -112,6 +115,40 @@ def _lost(
     return kept
 
 
+def _release_stalled(rt: Runtime, limit: int = 200) -> int:
+    """Safety net: release held runs whose thread has no active run (every path that ends a
+    run should already have done it, in the same transaction)."""
+    with rt.engine.connect() as conn:
+        stalled = thread_store.stalled_threads(conn, limit)
+    released = 0
+    for thread_id in stalled:
+        with transaction(rt) as tx:
+            tx.lock_thread(thread_id)
+            nxt = threads.release_next(tx, thread_id)
+            if nxt is not None:
+                tx.apply(nxt)
+                released += 1
+    if released:
+        log.warning("released %d held runs the ending transaction missed", released)
+    return released
+
+
+def _admit_waiting(rt: Runtime) -> int:
+    """Every tenant with runs waiting for admission, in turn (after a limit was raised, or
+    as a safety net)."""
+    if rt.settings.tenant_active_runs <= 0:
+        return 0
+    with rt.engine.connect() as conn:
+        tenants = admission_store.gated_tenants(conn)
+    released = 0
+    for tenant in tenants:
+        with transaction(rt) as tx:
+            for change in admission.release(tx, tenant):
+                tx.apply(change)
+                released += 1
+    return released
+
+
 def _webhooks(rt: Runtime) -> int:
     with rt.engine.begin() as conn:
         ts = _now()
@@ -153,6 +190,4 @@ def _forget_workers(rt: Runtime) -> None:
 
 
 def _now() -> float:
-    from shared.store.repo import now
-
-    return now()
+    return repo.now()

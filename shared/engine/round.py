@@ -41,25 +41,18 @@ from shared.engine import cache, children, failure, metrics, outage, stopper
 from shared.engine.attachments import request_inputs
 from shared.engine.busy import when_free
 from shared.engine.catalog import Catalog
+from shared.engine.change import Change, encode_after, finish_events, flush, settle
 from shared.engine.gate import Stage
 from shared.engine.handlers import run_handler
+from shared.engine.join import finish_call
 from shared.engine.knowledge import with_dataset_quotes
-from shared.engine.runtime import Dispatch, Runtime
+from shared.engine.runtime import Dispatch, Publisher, Runtime
 from shared.engine.toolrun import execute_tool, finished, quick
-from shared.engine.transition import (
-    Change,
-    Tx,
-    attempt,
-    encode_after,
-    finish_call,
-    finish_events,
-    flush,
-    in_place,
-    settle,
-    transaction,
-)
+from shared.engine.transition import attempt, transaction
+from shared.engine.tx import Tx
 from shared.errors import Aborted, DeadlineExceeded, FatalModelError, TransientModelError
 from shared.llm.abort import Abort
+from shared.llm.backoff import backoff_delay
 from shared.llm.base import Delta, ModelRequest, ToolDef
 from shared.llm.profiles import make_model, resolve_profile
 from shared.llm.ratelimit import Limits, Permit, limit_key, limits_of
@@ -135,33 +128,64 @@ def run_round(rt: Runtime, run_id: str, version: int, attempt_no: int = 0) -> Ro
     return result
 
 
+class _Holding:
+    """A publisher that keeps back the first round of ``run_id`` a commit makes due at once
+    (no countdown), for the task to drive here; it passes everything else on."""
+
+    def __init__(self, inner: Publisher, run_id: str) -> None:
+        self.inner, self.run_id = inner, run_id
+        self.held: Dispatch | None = None
+
+    def __call__(self, items: list[Dispatch]) -> None:
+        out = []
+        for d in items:
+            mine = d.kind == "round" and d.run_id == self.run_id and not d.countdown
+            if mine and self.held is None:
+                self.held = d
+            else:
+                out.append(d)
+        if out:
+            self.inner(out)
+
+    def take(self) -> Dispatch | None:
+        held, self.held = self.held, None
+        return held
+
+
 @contextmanager
 def rounds_in_place(
     rt: Runtime,
     run_id: str,
     more: Callable[[int], bool],
-    drive: Callable[[Dispatch], object] | None = None,
-) -> Iterator[None]:
-    """Around a round or tool task: while a commit of the block, then of each round driven
-    here, makes the run's next round due at once (a round of quick tools, a tool batch's
-    join), that round is claimed and driven in this thread instead of through the broker,
-    as long as ``more(rounds driven here so far)``; ``drive`` drives one (``run_round`` by
-    default; the worker's wraps it in the round's span and log line). A crash in between
-    loses nothing: the run's state says its round is due, and the reaper re-sends it; a
-    round driven here that fails goes to the broker as if it had never been held."""
-    with in_place(rt, run_id) as take:
-        yield
+    drive: Callable[[Runtime, Dispatch], object] | None = None,
+) -> Iterator[Runtime]:
+    """Opt-in (``TREADLE_WORKER_IN_PLACE_S``), around a round or tool task: yields the
+    runtime the task works with, whose publisher keeps back the run's next round when a
+    commit makes it due at once (a round of quick tools, a tool batch's join); the task then
+    claims and drives that round in this thread instead of through the broker, as long as
+    ``more(rounds driven here so far)``; ``drive`` drives one (``run_round`` by default; the
+    worker's wraps it in the round's span and log line). A crash in between loses nothing:
+    the run's state says its round is due, and the reaper re-sends it; a round driven here
+    that fails, or one held when the block ends, goes to the broker."""
+    holding = _Holding(rt.publish, run_id)
+    here = replace(rt, publish=holding)
+    try:
+        yield here
         n = 0
-        while more(n) and (nxt := take()) is not None:
+        while more(n) and (nxt := holding.take()) is not None:
             try:
                 if drive is not None:
-                    drive(nxt)
+                    drive(here, nxt)
                 else:
-                    run_round(rt, nxt.run_id, nxt.version, nxt.attempt)
+                    run_round(here, nxt.run_id, nxt.version, nxt.attempt)
             except Exception:
                 rt.publish([nxt])
                 raise
             n += 1
+    finally:
+        left = holding.take()
+        if left is not None:
+            rt.publish([left])
 
 
 def _run_round(rt: Runtime, run_id: str, version: int, attempt_no: int) -> RoundResult:
@@ -666,8 +690,6 @@ def _metric_label(profile: ModelProfile) -> str:
 def _retry_or_fatal(
     rt: Runtime, claim: _Claim, exc: TransientModelError, attempt_no: int
 ) -> Exception:
-    from shared.llm.backoff import backoff_delay
-
     limit = claim.profile.max_retries
     if limit is None:
         limit = rt.settings.model_max_retries

@@ -60,6 +60,7 @@ __all__ = [
     "own_messages",
     "now",
     "queue_calls",
+    "make_due",
     "release_round",
     "round_of_call",
     "round_started",
@@ -498,6 +499,14 @@ def release_round(
         .values(**values)
     )
     return conn.execute(stmt).rowcount == 1
+
+
+def make_due(conn: Connection, run_id: str, version: int) -> None:
+    """A round waiting for its ``wake_at`` is due now (the test broker skips the wait)."""
+    stmt = (
+        sa.update(runs).where(runs.c.id == run_id, runs.c.version == version).values(wake_at=None)
+    )
+    conn.execute(stmt)
 
 
 @dataclass(frozen=True, slots=True)
