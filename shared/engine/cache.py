@@ -17,21 +17,22 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy.engine import Connection
 
+from shared.agent.compression import tool_result_budget
 from shared.agent.messages import Message
 from shared.agent.spec import AgentSpec
 from shared.agent.tokens import estimate_tokens
+from shared.engine.catalog import Catalog, build_catalog
 from shared.engine.gate import Stage
+from shared.engine.runtime import Runtime
+from shared.errors import ConfigError
+from shared.llm.profiles import resolve_profile
 from shared.store import repo
 from shared.store.rows import Run
-
-if TYPE_CHECKING:
-    from shared.engine.catalog import Catalog
-    from shared.engine.runtime import Runtime
-    from shared.tools.mcp_tools import McpAccess
+from shared.tools.mcp_tools import McpAccess
 
 __all__ = [
     "ByteLRU",
@@ -161,8 +162,6 @@ def catalog(rt: Runtime, run_id: str, spec: AgentSpec, attachments: Sequence[Any
     catalog missing an MCP server that could not be listed is built again next time."""
     found = _catalogs.get(run_id)
     if found is None or found[0] is not spec:
-        from shared.engine.catalog import build_catalog
-
         mcp = mcp_access(rt) if spec.mcp else None
         with rt.gate.outside(Stage.CLAIM) if mcp else nullcontext():  # MCP listing: I/O
             built = build_catalog(spec, rt.profiles, attachments=attachments, mcp=mcp)
@@ -174,8 +173,6 @@ def catalog(rt: Runtime, run_id: str, spec: AgentSpec, attachments: Sequence[Any
 
 def mcp_access(rt: Runtime) -> McpAccess:
     """How this process reaches MCP servers (its settings)."""
-    from shared.tools.mcp_tools import McpAccess  # the mcp SDK loads only when used
-
     s = rt.settings
     hosts = tuple(h.strip() for h in s.allow_hosts.split(",") if h.strip())
     return McpAccess(allow_hosts=hosts, ttl=s.mcp_tools_ttl, max_bytes=s.mcp_max_bytes)
@@ -188,10 +185,6 @@ def result_budget(rt: Runtime, run_id: str, spec: AgentSpec) -> int:
     """The run's tool-result budget in tokens (L-7: from its profile's window)."""
     found = _budgets.get(run_id)
     if found is None or found[0] is not spec:
-        from shared.agent.compression import tool_result_budget
-        from shared.errors import ConfigError
-        from shared.llm.profiles import resolve_profile
-
         try:
             window = resolve_profile(spec.model, rt.profiles).context_window
         except ConfigError:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from shared.agent import ask as ask_mod
 from shared.agent import plan as plan_mod
@@ -12,14 +12,13 @@ from shared.agent.attachments import is_image
 from shared.agent.spec import AgentSpec, InlineTool, ModelProfile
 from shared.agent.state import CatalogEntry
 from shared.agent.step import INTERNAL_TOOLS
+from shared.engine.handlers import check_router
 from shared.errors import ToolError
 from shared.tools import Tool, ToolContext, ToolResult, resolve
 from shared.tools.agent_tool import AgentTool, SubAgentTool
 from shared.tools.files import READ_FILES, describe_files
 from shared.tools.knowledge import KnowledgeTool
-
-if TYPE_CHECKING:
-    from shared.tools.mcp_tools import McpAccess
+from shared.tools.mcp_tools import McpAccess, list_mcp_tools
 
 __all__ = ["Catalog", "build_catalog"]
 
@@ -116,6 +115,7 @@ def build_catalog(
     reach them: the engine's rounds and tool calls, never a submission)."""
     if spec.kind != "agent":
         return Catalog(entries={}, tools={})
+    check_router(spec)  # a rule naming an unknown handler: an error now, not each round
     entries: dict[str, CatalogEntry] = {}
     tools: dict[str, Tool] = {}
     warnings: list[str] = []
@@ -132,8 +132,6 @@ def build_catalog(
             tools[tool.name] = tool
     unreachable: dict[str, str] = {}
     if spec.mcp and mcp is not None:
-        from shared.tools.mcp_tools import list_mcp_tools  # the mcp SDK loads only when used
-
         taken = [*entries, *internal, *_RESERVED]
         listing = list_mcp_tools(spec.mcp, mcp, taken=taken)
         for remote in listing.tools:

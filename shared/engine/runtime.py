@@ -111,10 +111,17 @@ class Runtime:
     profiles: dict[str, ModelProfile] = field(default_factory=dict)
     limiter: RateLimiter = field(default_factory=LocalLimiter)
     queue_depth: Callable[[], dict[str, int] | None] | None = None  # broker messages waiting
-    gate: Gate = field(init=False)  # engine work admission of a worker process
+    _gate: Gate | None = field(default=None, repr=False)  # shared by copies (``replace``)
 
     def __post_init__(self) -> None:
-        self.gate = Gate(self.settings.worker_engine_slots)
+        if self._gate is None:
+            self._gate = Gate(self.settings.worker_engine_slots)
+
+    @property
+    def gate(self) -> Gate:
+        """Engine work admission of a worker process (``shared.engine.gate``)."""
+        assert self._gate is not None
+        return self._gate
 
     @property
     def heartbeat(self) -> Heartbeat:
