@@ -31,9 +31,11 @@ from shared.agent import memory as pure
 from shared.agent.knowledge import cosine, parse_query, reciprocal_rank_fusion
 from shared.agent.spec import AgentSpec, MemorySpec
 from shared.engine import cache
+from shared.engine.change import Change
 from shared.engine.knowledge import embeddings_profile
 from shared.engine.runtime import Runtime
-from shared.engine.transition import Change, Tx, retrying
+from shared.engine.transition import retrying
+from shared.engine.tx import Tx
 from shared.errors import ModelError, QuotaExceeded, SpecError, TooLarge, ToolError
 from shared.llm.embeddings import embed
 from shared.store import memory as store

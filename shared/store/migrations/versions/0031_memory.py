@@ -1,14 +1,14 @@
 """memory_items: a tenant's long-term memory, (namespace, key) -> JSON value, with a TTL
 
 Revision ID: 0031
-Revises: 0013
+Revises: 0014
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0031"
-down_revision = "0013"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 
