@@ -62,8 +62,13 @@ async def _events(client: Client, request: pb.SendMessageRequest) -> list[pb.Str
 
 
 def _final(events: list[pb.StreamResponse]) -> pb.TaskStatusUpdateEvent:
-    updates = [e.status_update for e in events if e.HasField("status_update")]
-    return updates[-1]
+    """The stream's last status: its last status update, or the task it opened with (a task
+    already over, or paused, when the stream began is only that)."""
+    last = events[-1]
+    if last.HasField("status_update"):
+        return last.status_update
+    task = last.task
+    return pb.TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id, status=task.status)
 
 
 def _artifact_text(task: pb.Task) -> str:
