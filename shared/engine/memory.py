@@ -46,6 +46,7 @@ from shared.vocab import EventType
 
 __all__ = [
     "MAX_SCAN",
+    "MAX_SCAN_BYTES",
     "MEMORY_TOOLS",
     "Hit",
     "RunMemory",
@@ -64,6 +65,7 @@ log = logging.getLogger("treadle.memory")
 T = TypeVar("T")
 MEMORY_TOOLS = frozenset({"remember", "recall"})
 MAX_SCAN = 5_000  # items one search ranks, at most (the most recently written)
+MAX_SCAN_BYTES = 16 * 1024 * 1024  # ... and no more than this of their values and texts
 MAX_TTL_S = 10 * 366 * 86_400.0  # ten years, as a run's ttl_s
 MAX_LIMIT = 1_000
 
@@ -234,7 +236,7 @@ def search(
     limit, offset = max(1, min(limit, MAX_LIMIT)), max(0, offset)
     ts = repo.now()
     with rt.engine.connect() as conn:
-        found = store.scan(conn, tenant, ns, ts, MAX_SCAN)
+        found = store.scan(conn, tenant, ns, ts, MAX_SCAN, MAX_SCAN_BYTES)
     kept = [i for i in found if pure.matches_filter(i.value, flt)]
     hits = _ranked(rt, kept, query) if query and query.strip() else [Hit(i) for i in kept]
     page = hits[offset : offset + limit]

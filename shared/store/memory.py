@@ -10,6 +10,7 @@ matches itself and everything below it, never a sibling whose name merely starts
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -186,17 +187,33 @@ def delete_prefix(conn: Connection, tenant: str, prefix: Sequence[str]) -> int:
 
 
 def scan(
-    conn: Connection, tenant: str, prefix: Sequence[str], ts: float, limit: int
+    conn: Connection,
+    tenant: str,
+    prefix: Sequence[str],
+    ts: float,
+    limit: int,
+    max_bytes: int,
 ) -> list[MemoryItem]:
-    """The live items under ``prefix``, most recently updated first, at most ``limit``,
-    with their embeddings (what search ranks)."""
+    """The live items under ``prefix``, most recently updated first, with their embeddings
+    (what search ranks): at most ``limit`` items, and no more once their values and texts
+    add up to ``max_bytes`` (rows are streamed, so a tenant's large items cannot make one
+    search read them all)."""
     q = (
         sa.select(mi)
         .where(mi.c.tenant == tenant, _under(prefix), _live(ts))
         .order_by(mi.c.updated_at.desc(), mi.c.id)
         .limit(limit)
     )
-    return [MemoryItem.of(r, with_embedding=True) for r in conn.execute(q).mappings()]
+    out: list[MemoryItem] = []
+    seen = 0
+    rows = conn.execution_options(stream_results=True, yield_per=100).execute(q).mappings()
+    for row in rows:
+        item = MemoryItem.of(row, with_embedding=True)
+        out.append(item)
+        seen += len(item.text) + len(json.dumps(item.value))
+        if seen >= max_bytes:
+            break
+    return out
 
 
 def list_namespaces(

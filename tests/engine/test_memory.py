@@ -242,3 +242,12 @@ def test_a_run_without_the_namespace_metadata_is_refused(sqlite_rt: Runtime) -> 
     bad = {"user_id": "a.b"}  # a label may not hold a dot
     with pytest.raises(SpecError, match="label"):
         commands.submit_run(sqlite_rt, commands.RunInput(agent=RECALL, input="hi", metadata=bad))
+
+
+def test_a_search_reads_a_bounded_number_of_bytes(
+    sqlite_rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(10):
+        memory.put_item(sqlite_rt, "default", NS, f"k{i}", {"text": "x" * 1000})
+    monkeypatch.setattr(memory, "MAX_SCAN_BYTES", 3_500)
+    assert len(memory.search(sqlite_rt, "default", NS, limit=100)) == 2  # the newest first
