@@ -5,15 +5,12 @@ expiry with the clock moved (not slept), the limits, retention; and the ``rememb
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 from shared.agent.spec import AgentSpec, ModelProfile
-from shared.config import Settings
 from shared.engine import commands, memory, retention, threads
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
@@ -24,18 +21,6 @@ from tests.embeddings_server import Embeddings
 from tests.engine.helpers import call
 
 NS = ["users", "u1", "facts"]
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def mem_rt(request: pytest.FixtureRequest, tmp_path: Path, stub: StubBroker) -> Iterator[Runtime]:
-    if request.param == "sqlite":
-        yield request.getfixturevalue("sqlite_rt")
-        return
-    engine = request.getfixturevalue("pg_engine")
-    url = request.getfixturevalue("pg_url")
-    yield Runtime(
-        engine=engine, settings=Settings(database_url=url, broker_url="memory://"), publish=stub
-    )
 
 
 def _rows(rt: Runtime) -> int:
@@ -54,53 +39,53 @@ class Clock:
         self.t += seconds
 
 
-def test_put_get_replace_delete(mem_rt: Runtime) -> None:
-    first = memory.put_item(mem_rt, "default", NS, "colour", {"text": "green"})
+def test_put_get_replace_delete(any_rt: Runtime) -> None:
+    first = memory.put_item(any_rt, "default", NS, "colour", {"text": "green"})
     assert first.namespace == tuple(NS) and first.value == {"text": "green"}
-    again = memory.put_item(mem_rt, "default", NS, "colour", {"text": "blue"})
+    again = memory.put_item(any_rt, "default", NS, "colour", {"text": "blue"})
     assert again.created_at == first.created_at and again.updated_at >= first.updated_at
-    got = memory.get_item(mem_rt, "default", NS, "colour")
+    got = memory.get_item(any_rt, "default", NS, "colour")
     assert got is not None and got.value == {"text": "blue"}
-    assert memory.get_item(mem_rt, "other", NS, "colour") is None  # another tenant's
-    assert memory.delete_item(mem_rt, "default", NS, "colour")
-    assert memory.get_item(mem_rt, "default", NS, "colour") is None
-    assert not memory.delete_item(mem_rt, "default", NS, "colour")
+    assert memory.get_item(any_rt, "other", NS, "colour") is None  # another tenant's
+    assert memory.delete_item(any_rt, "default", NS, "colour")
+    assert memory.get_item(any_rt, "default", NS, "colour") is None
+    assert not memory.delete_item(any_rt, "default", NS, "colour")
 
 
-def test_search_by_prefix_filter_and_keywords(mem_rt: Runtime) -> None:
+def test_search_by_prefix_filter_and_keywords(any_rt: Runtime) -> None:
     put = memory.put_item
-    put(mem_rt, "default", ["users", "u1", "facts"], "a", {"text": "likes tea", "n": 1})
-    put(mem_rt, "default", ["users", "u1", "prefs"], "b", {"text": "dark mode", "n": 5})
-    put(mem_rt, "default", ["users", "u10"], "c", {"text": "likes coffee", "n": 9})
-    put(mem_rt, "default", ["users", "u_"], "d", {"text": "wildcards stay literal", "n": 2})
-    put(mem_rt, "other", ["users", "u1"], "e", {"text": "likes tea too", "n": 1})
+    put(any_rt, "default", ["users", "u1", "facts"], "a", {"text": "likes tea", "n": 1})
+    put(any_rt, "default", ["users", "u1", "prefs"], "b", {"text": "dark mode", "n": 5})
+    put(any_rt, "default", ["users", "u10"], "c", {"text": "likes coffee", "n": 9})
+    put(any_rt, "default", ["users", "u_"], "d", {"text": "wildcards stay literal", "n": 2})
+    put(any_rt, "other", ["users", "u1"], "e", {"text": "likes tea too", "n": 1})
 
     def keys(prefix: list[str], **kw: Any) -> list[str]:
-        return sorted(h.item.key for h in memory.search(mem_rt, "default", prefix, **kw))
+        return sorted(h.item.key for h in memory.search(any_rt, "default", prefix, **kw))
 
     assert keys(["users", "u1"]) == ["a", "b"]  # not u10: a prefix is whole labels
     assert keys(["users", "u_"]) == ["d"]  # LIKE wildcards escaped
     assert keys(["users"]) == ["a", "b", "c", "d"]
     assert keys([], flt={"n": {"$gte": 5}}) == ["b", "c"]
     assert keys([], flt={"n": 1}) == ["a"]
-    hits = memory.search(mem_rt, "default", ["users"], query="who likes tea")
+    hits = memory.search(any_rt, "default", ["users"], query="who likes tea")
     assert [h.item.key for h in hits] == ["a", "c"]  # both "like"; only a has "tea"
     assert hits[0].score is not None and hits[0].score > (hits[1].score or 0)
-    spaces = memory.list_namespaces(mem_rt, "default", prefix=["users"])
+    spaces = memory.list_namespaces(any_rt, "default", prefix=["users"])
     assert spaces == [
         ("users", "u1", "facts"),
         ("users", "u1", "prefs"),
         ("users", "u10"),
         ("users", "u_"),
     ]
-    assert memory.list_namespaces(mem_rt, "default", max_depth=2) == [
+    assert memory.list_namespaces(any_rt, "default", max_depth=2) == [
         ("users", "u1"),
         ("users", "u10"),
         ("users", "u_"),
     ]
-    assert memory.list_namespaces(mem_rt, "default", suffix=["prefs"]) == [("users", "u1", "prefs")]
+    assert memory.list_namespaces(any_rt, "default", suffix=["prefs"]) == [("users", "u1", "prefs")]
     with pytest.raises(SpecError, match="operator"):
-        memory.search(mem_rt, "default", [], flt={"n": {"$regex": "x"}})
+        memory.search(any_rt, "default", [], flt={"n": {"$regex": "x"}})
 
 
 def test_semantic_search_ranks_the_right_item_first(sqlite_rt: Runtime) -> None:
@@ -120,54 +105,54 @@ def test_semantic_search_ranks_the_right_item_first(sqlite_rt: Runtime) -> None:
 
 
 def test_ttl_expires_items_when_the_clock_moves(
-    mem_rt: Runtime, monkeypatch: pytest.MonkeyPatch
+    any_rt: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = Clock(monkeypatch)
-    memory.put_item(mem_rt, "default", NS, "short", {"text": "soon gone"}, ttl_s=60)
-    memory.put_item(mem_rt, "default", NS, "kept", {"text": "stays"})
+    memory.put_item(any_rt, "default", NS, "short", {"text": "soon gone"}, ttl_s=60)
+    memory.put_item(any_rt, "default", NS, "kept", {"text": "stays"})
     clock.advance(50)
-    assert memory.get_item(mem_rt, "default", NS, "short") is not None  # read: TTL starts again
+    assert memory.get_item(any_rt, "default", NS, "short") is not None  # read: TTL starts again
     clock.advance(50)  # 100 s after the write, 50 after the read
-    assert memory.get_item(mem_rt, "default", NS, "short", refresh=False) is not None
+    assert memory.get_item(any_rt, "default", NS, "short", refresh=False) is not None
     clock.advance(20)  # 70 s after the last refreshing read
-    assert memory.get_item(mem_rt, "default", NS, "short") is None
-    assert [h.item.key for h in memory.search(mem_rt, "default", NS)] == ["kept"]
-    assert _rows(mem_rt) == 2  # gone for reads; the row waits for the reaper
-    report = retention.purge(mem_rt)
-    assert report.memory_items == 1 and _rows(mem_rt) == 1
+    assert memory.get_item(any_rt, "default", NS, "short") is None
+    assert [h.item.key for h in memory.search(any_rt, "default", NS)] == ["kept"]
+    assert _rows(any_rt) == 2  # gone for reads; the row waits for the reaper
+    report = retention.purge(any_rt)
+    assert report.memory_items == 1 and _rows(any_rt) == 1
 
 
-def test_limits_refuse_and_write_nothing(mem_rt: Runtime) -> None:
-    s = mem_rt.settings
+def test_limits_refuse_and_write_nothing(any_rt: Runtime) -> None:
+    s = any_rt.settings
     s.memory_max_value_bytes, s.memory_max_key_chars, s.memory_max_namespace_depth = 100, 10, 3
     s.memory_max_items = 2
     with pytest.raises(TooLarge):
-        memory.put_item(mem_rt, "default", NS, "k", {"text": "x" * 200})
+        memory.put_item(any_rt, "default", NS, "k", {"text": "x" * 200})
     with pytest.raises(SpecError, match="key"):
-        memory.put_item(mem_rt, "default", NS, "k" * 11, {"text": "x"})
+        memory.put_item(any_rt, "default", NS, "k" * 11, {"text": "x"})
     with pytest.raises(SpecError, match="at most 3 labels"):
-        memory.put_item(mem_rt, "default", ["a", "b", "c", "d"], "k", {"text": "x"})
+        memory.put_item(any_rt, "default", ["a", "b", "c", "d"], "k", {"text": "x"})
     with pytest.raises(SpecError, match="label"):
-        memory.put_item(mem_rt, "default", ["a.b"], "k", {"text": "x"})
+        memory.put_item(any_rt, "default", ["a.b"], "k", {"text": "x"})
     with pytest.raises(SpecError, match="JSON object"):
-        memory.put_item(mem_rt, "default", NS, "k", ["not", "an", "object"])
-    assert _rows(mem_rt) == 0
-    memory.put_item(mem_rt, "default", NS, "k1", {"text": "1"})
-    memory.put_item(mem_rt, "default", NS, "k2", {"text": "2"})
-    memory.put_item(mem_rt, "default", NS, "k2", {"text": "2 again"})  # a replace is no new item
+        memory.put_item(any_rt, "default", NS, "k", ["not", "an", "object"])
+    assert _rows(any_rt) == 0
+    memory.put_item(any_rt, "default", NS, "k1", {"text": "1"})
+    memory.put_item(any_rt, "default", NS, "k2", {"text": "2"})
+    memory.put_item(any_rt, "default", NS, "k2", {"text": "2 again"})  # a replace is no new item
     with pytest.raises(QuotaExceeded):
-        memory.put_item(mem_rt, "default", NS, "k3", {"text": "3"})
-    memory.put_item(mem_rt, "other", NS, "k3", {"text": "3"})  # another tenant has room
-    assert _rows(mem_rt) == 3
+        memory.put_item(any_rt, "default", NS, "k3", {"text": "3"})
+    memory.put_item(any_rt, "other", NS, "k3", {"text": "3"})  # another tenant has room
+    assert _rows(any_rt) == 3
 
 
-def test_forget_deletes_a_namespace_or_all_of_a_tenants_memory(mem_rt: Runtime) -> None:
+def test_forget_deletes_a_namespace_or_all_of_a_tenants_memory(any_rt: Runtime) -> None:
     for ns in (["a", "x"], ["a", "y"], ["b"]):
-        memory.put_item(mem_rt, "default", ns, "k", {"text": "v"})
-    memory.put_item(mem_rt, "other", ["a", "x"], "k", {"text": "v"})
-    assert memory.forget(mem_rt, "default", ["a"]) == 2
-    assert memory.forget(mem_rt, "default", []) == 1
-    assert _rows(mem_rt) == 1  # the other tenant's
+        memory.put_item(any_rt, "default", ns, "k", {"text": "v"})
+    memory.put_item(any_rt, "other", ["a", "x"], "k", {"text": "v"})
+    assert memory.forget(any_rt, "default", ["a"]) == 2
+    assert memory.forget(any_rt, "default", []) == 1
+    assert _rows(any_rt) == 1  # the other tenant's
 
 
 # --- the remember / recall tools ---------------------------------------------------------------
