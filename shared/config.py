@@ -263,6 +263,37 @@ class Settings(BaseSettings):
         description="A model profile (profiles file) with an OpenAI-compatible /embeddings "
         "endpoint: chunks get vectors and search ranks keyword + vector hits together (RRF)",
     )
+    # --- long-term memory (shared.engine.memory) ----------------------------------------
+    memory_max_value_bytes: int = Field(
+        default=65_536, ge=64, description="Largest memory item value (its JSON, in bytes)"
+    )
+    memory_max_key_chars: int = Field(
+        default=256, ge=1, le=256, description="Longest memory item key (at most 256)"
+    )
+    memory_max_namespace_depth: int = Field(
+        default=8, ge=1, le=8, description="Most labels in a memory namespace (at most 8)"
+    )
+    memory_max_items: int = Field(
+        default=10_000, ge=0, description="Per tenant: memory items stored at once (0 = no limit)"
+    )
+    memory_refresh_on_read: bool = Field(
+        default=True,
+        description="A read (get, search, recall) of an item with a TTL starts its TTL again, "
+        "unless the read says otherwise (refresh_ttl)",
+    )
+    # --- treadle as a server of other protocols (/mcp, /a2a) -----------------------------
+    call_wait_s: float = Field(
+        default=20.0,
+        ge=0,
+        le=600,
+        description="/mcp tool calls and blocking /a2a message/send: wait this long for the run "
+        "to end or pause; a run still going then is answered with its id (MCP: and its "
+        "resource; A2A: a working task)",
+    )
+    mcp_agents: str = Field(
+        default="",
+        description="/mcp: comma-separated agent names served as tools (empty = every agent)",
+    )
 
     def load_plugins(self) -> None:
         import importlib

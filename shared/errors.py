@@ -3,8 +3,10 @@
     TreadleError
     ├── ConfigError            bad settings, unknown model profile
     ├── SpecError              an agent spec or request that cannot run
+    │   └── TooLarge              a value over a size limit (413)
     ├── NotFound               a run, thread, file... that does not exist (for this tenant)
     ├── Conflict               a state that forbids the operation (409)
+    │   └── QuotaExceeded         a tenant's limit on stored things reached (409)
     ├── Unauthorized           missing or invalid credentials (401)
     ├── Forbidden              the caller may not do or reach this (403)
     ├── ModelError             a model call failed
@@ -31,8 +33,10 @@ __all__ = [
     "Forbidden",
     "ModelError",
     "NotFound",
+    "QuotaExceeded",
     "SpecError",
     "ToolError",
+    "TooLarge",
     "ToolsRejected",
     "TransientModelError",
     "TreadleError",
@@ -61,12 +65,24 @@ class SpecError(TreadleError):
     code = "invalid_spec"
 
 
+class TooLarge(SpecError):
+    """A value over a size limit (a memory item's value, ...): 413, nothing written."""
+
+    code = "too_large"
+
+
 class NotFound(TreadleError):
     code = "not_found"
 
 
 class Conflict(TreadleError):
     code = "conflict"
+
+
+class QuotaExceeded(Conflict):
+    """A tenant has as many of something stored as it may (memory items): 409."""
+
+    code = "quota_exceeded"
 
 
 class Unauthorized(TreadleError):

@@ -28,6 +28,7 @@ __all__ = [
     "InlineTool",
     "KnowledgeToolSpec",
     "McpServerSpec",
+    "MemorySpec",
     "ModelProfile",
     "PricingTier",
     "RouterRule",
@@ -320,6 +321,20 @@ class WebhookSpec(_Strict):
     secret_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
+_Label = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^.\x00-\x1f\x7f]+$")]
+
+
+class MemorySpec(_Strict):
+    """Long-term memory for the ``remember`` and ``recall`` tools (docs/memory.md): the
+    namespace their items live in, a template whose ``{field}`` placeholders are filled from
+    the run's metadata (the default keeps each user's memory apart: ``metadata.user_id``)."""
+
+    namespace: list[_Label] = Field(
+        default_factory=lambda: ["memories", "{user_id}"], min_length=1, max_length=8
+    )
+    ttl_s: float | None = Field(default=None, gt=0)  # what remember writes expires after this
+
+
 def _needs_items(kind: str, field: str) -> dict[str, Any]:
     return {
         "if": {"required": ["kind"], "properties": {"kind": {"const": kind}}},
@@ -386,6 +401,8 @@ class AgentSpec(_Strict):
     stream_answer: bool = True
     dataset: str | None = None  # quotes taken from this dataset (id or name) for the question
     dataset_k: Int = Field(default=5, ge=1, le=50)
+    # the remember / recall tools' namespace (default: ["memories", "{user_id}"])
+    memory: MemorySpec | None = None
     # kind: classify
     categories: list[Category] = Field(default_factory=list)
     # kind: extract

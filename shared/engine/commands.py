@@ -30,6 +30,7 @@ from shared.engine.attachments import resolve_attachments
 from shared.engine.catalog import build_catalog
 from shared.engine.change import Change, LostRace, flush, settle
 from shared.engine.knowledge import check_sources
+from shared.engine.memory import check_run_memory
 from shared.engine.resume import pause_is_current, spend_resume_token
 from shared.engine.runtime import Runtime
 from shared.engine.transition import retrying
@@ -123,6 +124,7 @@ def submit_run(
     # (a tool named like an internal one, SPEC P-5) is a warning stored on the run
     warnings = list(build_catalog(req.agent).warnings)
     check_sources(rt, req.tenant, req.agent, req.inputs)  # the datasets it names exist
+    check_run_memory(rt, req.agent, req.metadata)  # its memory namespace can be filled
     if req.idempotency_key is not None:
         found = _idempotent(rt, req)
         if found is not None:

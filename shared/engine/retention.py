@@ -5,7 +5,9 @@ runs, a thread with its runs, a dataset; and retention, which the reaper runs ea
 ``ttl_s`` has passed since they ended, are deleted in batches of ``BATCH`` runs, one short
 transaction each (at most ``MAX_BATCHES`` a pass), oldest first. A run another run reads as
 its history (a thread's next run, a fork) stays until that run goes; sub-agent runs go with
-their parent. The SQL is ``shared.store.retention``'s.
+their parent. The SQL is ``shared.store.retention``'s. The same pass deletes the rows of
+long-term memory items whose TTL has passed (``shared.engine.memory.purge``; reads stopped
+seeing them when they expired).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.engine import Connection
 
+from shared.engine import memory
 from shared.engine.runtime import Runtime
 from shared.errors import Conflict, NotFound
 from shared.store import repo
@@ -95,6 +98,7 @@ def delete_dataset(rt: Runtime, tenant: str, dataset_id: str) -> None:
 class PurgeReport:
     runs: int  # top-level runs chosen
     deleted: int  # runs deleted, sub-agent runs included (0 on a dry run)
+    memory_items: int = 0  # expired memory items deleted
 
 
 def purge(
@@ -106,8 +110,8 @@ def purge(
     max_batches: int = MAX_BATCHES,
 ) -> PurgeReport:
     """Delete ended runs past retention (``older_than_s``, default the setting) or their own
-    ``ttl_s``, ``BATCH`` runs per transaction. ``dry_run``: count the runs it would delete
-    now (a run kept as another's history is not counted)."""
+    ``ttl_s``, ``BATCH`` runs per transaction, and expired memory items. ``dry_run``: count
+    the runs it would delete now (a run kept as another's history is not counted)."""
     ts = repo.now() if now is None else now
     days = rt.settings.retention_days
     age = older_than_s if older_than_s is not None else (days * DAY if days > 0 else None)
@@ -131,4 +135,7 @@ def purge(
             deleted += store.delete_runs(conn, tree)
     if deleted:
         log.info("retention: deleted %d runs", deleted)
-    return PurgeReport(chosen, deleted)
+    items = memory.purge(rt, now=ts, batches=max_batches)
+    if items:
+        log.info("retention: deleted %d expired memory items", items)
+    return PurgeReport(chosen, deleted, items)

@@ -29,6 +29,7 @@ from shared.engine.change import Finished, LostRace
 from shared.engine.gate import Stage
 from shared.engine.join import finish_call
 from shared.engine.knowledge import Knowledge
+from shared.engine.memory import RunMemory
 from shared.engine.runtime import Runtime
 from shared.engine.transition import attempt
 from shared.engine.tx import Tx
@@ -174,6 +175,7 @@ def execute_tool(
         attachments=refs,
         files=run_files(rt, run.tenant, inputs) if refs else None,
         knowledge=Knowledge(rt, run.tenant),
+        memory=RunMemory(rt, run),
     )
     try:  # strict JSON first: json5 is pure Python (~100 ms for 500 characters)
         args = parse_arguments(call.arguments or "{}")

@@ -22,6 +22,7 @@ __all__ = [
     "facade_segments",
     "files",
     "metadata",
+    "memory_items",
     "messages",
     "outbox",
     "runs",
@@ -454,3 +455,28 @@ cron_fires = sa.Table(
     sa.Column("run_id", sa.String(40), nullable=True),
     sa.Column("fired_at", sa.Float, nullable=False),
 )
+
+# --- long-term memory: a tenant's items, (namespace, key) -> JSON value (shared.store.memory).
+# ``id`` is a digest of (tenant, namespace, key): the primary key stays short however long
+# the key; ``namespace`` is the labels joined by "." (a label has none), so a namespace prefix
+# is ``namespace = p OR namespace LIKE 'p.%'``; ``text`` is what search reads (keywords, and
+# the embedding of it when an embeddings profile is configured) -----------------------------
+memory_items = sa.Table(
+    "memory_items",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("tenant", sa.String(64), nullable=False),
+    sa.Column("namespace", sa.String(600), nullable=False),
+    sa.Column("key", sa.String(1024), nullable=False),
+    sa.Column("value", sa.JSON, nullable=False),
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("embedding", sa.JSON, nullable=True),
+    sa.Column("embedding_model", sa.String(200), nullable=True),
+    sa.Column("ttl_s", sa.Float, nullable=True),  # a read may start it again (refresh_ttl)
+    sa.Column("expires_at", sa.Float, nullable=True),
+    sa.Column("run_id", sa.String(40), nullable=True),  # the run that wrote it last, if any
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+sa.Index("ix_memory_items_namespace", memory_items.c.tenant, memory_items.c.namespace)
+sa.Index("ix_memory_items_expires", memory_items.c.expires_at)
