@@ -74,6 +74,7 @@ class EventType(StrEnum):
     TOOL_FINISHED = "tool.finished"
     PLAN_UPDATED = "plan.updated"
     MESSAGE_ADDED = "message.added"
+    MODEL_FAILOVER = "model.failover"  # the run's next call goes to the next profile
     # live only (the SSE stream, never stored): a reply as it streams
     TEXT_DELTA = "text.delta"
     REASONING_DELTA = "reasoning.delta"

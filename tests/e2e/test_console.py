@@ -245,3 +245,17 @@ def test_edit_the_arguments_then_reject_with_a_message(up: str, page: Any, sync_
     expect(page.get_by_test_id("run-status")).to_have_text("completed")
     tool = page.locator("[data-testid=tool-card][data-tool=save_note]")
     expect(tool).to_contain_text("Declined by user: wrong folder")
+
+
+def test_the_home_page_shows_the_spend_envelopes(up: str, page: Any, sync_api: Any) -> None:
+    expect = sync_api.expect
+    put = httpx.put(f"{up}/v1/spend/tenant/-", json={"cap": 3.0, "period": "month"})
+    assert put.status_code == 200, put.text
+    try:
+        page.goto(f"{up}/#/")
+        envelope = page.get_by_test_id("spend-tenant--")
+        expect(envelope).to_contain_text("month")
+        expect(envelope).to_contain_text("3")
+        shot(page, "spend")
+    finally:
+        httpx.delete(f"{up}/v1/spend/tenant/-")
