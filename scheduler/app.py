@@ -26,6 +26,7 @@ from scheduler.http.ops import ops_router
 from scheduler.http.retention_routes import retention_router
 from scheduler.http.runs import runs_router
 from scheduler.http.schemas import ERROR_RESPONSES
+from scheduler.http.spend import router as spend_router
 from scheduler.http.threads import threads_router
 from scheduler.interop.a2a_server import install_a2a
 from scheduler.interop.langgraph import langgraph_router
@@ -85,6 +86,7 @@ def create_app(get_rt: Callable[[], Runtime] | None = None, *, auth: str | None 
     app.include_router(cron_router(get_rt))
     app.include_router(retention_router(get_rt))
     app.include_router(ops_router(get_rt))
+    app.include_router(spend_router, responses=ERROR_RESPONSES)
     app.include_router(files_router(get_rt))
     app.include_router(datasets_router(get_rt), responses=ERROR_RESPONSES)  # the knowledge base
     app.include_router(memory_router, responses=ERROR_RESPONSES)  # long-term memory

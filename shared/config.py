@@ -9,8 +9,9 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
+from zoneinfo import ZoneInfo
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.agent.spec import MAX_ATTEMPTS_CAP
@@ -124,6 +125,11 @@ class Settings(BaseSettings):
     )
     tool_timeout: float = Field(default=120.0, description="Default wall limit of one tool call")
     model_max_retries: int = Field(default=4, description="Transient model errors retried")
+    timezone: str = Field(
+        default="UTC",
+        description="The operator's time zone: the days and calendar months spend envelopes "
+        "count in (an IANA name)",
+    )
     max_attempts: int = Field(
         default=5,
         ge=1,
@@ -304,6 +310,15 @@ class Settings(BaseSettings):
     @property
     def embedded(self) -> bool:
         return self.broker_url.startswith("memory://")
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except Exception as exc:
+            raise ValueError(f"unknown time zone {value!r}") from exc
+        return value
 
     @property
     def test_models_allowed(self) -> bool:

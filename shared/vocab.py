@@ -77,6 +77,7 @@ class EventType(StrEnum):
     MESSAGE_ADDED = "message.added"
     MEMORY_READ = "memory.read"  # a run's recall read its long-term memory (shared.engine.memory)
     MEMORY_WRITTEN = "memory.written"  # a run's remember wrote an item there
+    MODEL_FAILOVER = "model.failover"  # the run's next call goes to the next profile
     # live only (the SSE stream, never stored): a reply as it streams
     TEXT_DELTA = "text.delta"
     REASONING_DELTA = "reasoning.delta"

@@ -15,6 +15,7 @@ from rich.text import Text
 from scheduler.cli import keys as keys_cli
 from scheduler.cli import prune as prune_cli
 from scheduler.cli import runs as cli_runs
+from scheduler.cli import spend as spend_cli
 from scheduler.cli.render import print_run, print_transcript
 from scheduler.cli.runs import exit_code, load_agent
 
@@ -266,6 +267,7 @@ def _interactive_demo(question: str, agent: str) -> int:
 cli_runs.register(app)  # submit, watch, answer, approve, cancel, resume, runs, show
 keys_cli.register(app)  # keys create | list | revoke
 prune_cli.register(app)  # prune --older-than 30d [--dry-run]
+spend_cli.register(app)  # spend | spend set SCOPE KEY --cap N | spend delete SCOPE KEY
 
 
 def main() -> None:

@@ -70,3 +70,5 @@ export const runs = {
 };
 
 export const agents = () => api("/v1/agents").then((r) => r.agents);
+
+export const spend = () => api("/v1/spend").then((r) => r.envelopes);

@@ -73,7 +73,8 @@ class PricingTier(_Strict):
     max_input_tokens: Annotated[int, Field(ge=0), _WHOLE] | None = None
     input: float = Field(default=0.0, ge=0)  # per 1000 tokens
     output: float = Field(default=0.0, ge=0)
-    cached_input: float | None = Field(default=None, ge=0)
+    cached_input: float | None = Field(default=None, ge=0)  # input tokens read from a cache
+    reasoning: float | None = Field(default=None, ge=0)  # reasoning tokens (else: output)
 
 
 class Pricing(_Strict):
@@ -108,6 +109,12 @@ class ModelProfile(_Strict):
     # when its spec does not say; None: the default, 1800 s
     provider_wait_s: float | None = Field(default=None, ge=0)
     max_continuations: Int = Field(default=0, ge=0)  # M-10
+    # failover (docs/cost.md): profiles (by name, the operator's) that serve in turn when this
+    # one fails past its retries; back to this one after ``failover_cooldown_s``
+    fallback: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
+        default_factory=list, max_length=8
+    )
+    failover_cooldown_s: float = Field(default=300.0, ge=0)
     # fleet-wide limits shared by every worker (Redis); None = unlimited
     max_concurrent: Annotated[int, Field(ge=1), _WHOLE] | None = None
     requests_per_minute: Annotated[int, Field(ge=1), _WHOLE] | None = None

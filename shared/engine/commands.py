@@ -72,6 +72,14 @@ class RunInput:
     run_at: float | None = None  # scheduled: not started before this time (epoch seconds)
     priority: int = 5  # 0-9: its dispatches' broker priority
     ttl_s: float | None = None  # retention: purged this long after it ended
+    cron_id: str | None = None  # fired by this cron: its spend envelope counts the run too
+
+    @property
+    def spend_keys(self) -> list[str] | None:
+        """The spend envelopes the run counts against besides its tenant's."""
+        keys = [f"agent:{self.agent_ref.split('@', 1)[0]}"] if self.agent_ref else []
+        keys += [f"cron:{self.cron_id}"] if self.cron_id else []
+        return keys or None
 
 
 def _input_messages(value: str | list[dict[str, Any]]) -> list[Message]:
@@ -179,6 +187,7 @@ def _create(
         "ttl_s": req.ttl_s,
         "thread_id": req.thread_id,
         "idempotency_key": req.idempotency_key,
+        "spend_keys": req.spend_keys,
         "webhook": webhook_config(tx.rt, req),
         "deadline_at": deadline,
         "parent_run_id": req.parent_run_id,

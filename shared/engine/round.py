@@ -37,7 +37,7 @@ from shared.agent.sanitize import sanitize_reply
 from shared.agent.spec import AgentSpec, ModelProfile
 from shared.agent.state import LoopState
 from shared.agent.step import StepResult, step
-from shared.engine import cache, children, failure, metrics, outage, stopper
+from shared.engine import cache, children, failover, failure, metrics, outage, spend, stopper
 from shared.engine.attachments import request_inputs
 from shared.engine.busy import when_free
 from shared.engine.catalog import Catalog
@@ -54,10 +54,11 @@ from shared.errors import Aborted, DeadlineExceeded, FatalModelError, TransientM
 from shared.llm.abort import Abort
 from shared.llm.backoff import backoff_delay
 from shared.llm.base import Delta, ModelRequest, ToolDef
-from shared.llm.profiles import make_model, resolve_profile
+from shared.llm.profiles import make_model
 from shared.llm.ratelimit import Limits, Permit, limit_key, limits_of
 from shared.store import repo
 from shared.store.rows import Call, CallStatus, Run
+from shared.store.spend import Envelope
 from shared.tools import ToolResult
 
 __all__ = ["RoundResult", "rounds_in_place", "run_round"]
@@ -102,6 +103,15 @@ class _Stopped(Exception):  # noqa: N818 - control flow
     def __init__(self, cause: Aborted, usage: dict[str, Any]) -> None:
         super().__init__(str(cause))
         self.cause, self.usage = cause, usage
+
+
+class _Budget(Exception):  # noqa: N818 - control flow
+    """The call cannot be afforded: the run's own ``max_cost`` (no ``envelope``), or a full
+    spend envelope it counts against."""
+
+    def __init__(self, message: str, envelope: Envelope | None = None, never: bool = False) -> None:
+        super().__init__(message)
+        self.envelope, self.never = envelope, never
 
 
 class _Fatal(Exception):
@@ -218,7 +228,12 @@ def _settle_round(rt: Runtime, claim: _Claim, attempt_no: int) -> RoundResult:
         metrics.RETRIES.labels(cause="model" if r.counts else "capacity").inc()
         _give_back(rt, claim, r, attempt_no)
         return RoundResult("retry", r.cause, kind)
+    except _Budget as exc:
+        return replace(_unaffordable(rt, claim, exc), kind=kind)
     except _Outage as exc:
+        if failover.next_profile(claim.spec, claim.state, rt.profiles) is not None:
+            failover.fail_over(rt, claim.run, claim.owner, claim.spec, claim.state, str(exc))
+            return RoundResult("committed", "Failover", kind)
         down = outage.ProviderDown(
             claim.spec,
             claim.profile,
@@ -285,17 +300,18 @@ def _read(
 ) -> _Claim:
     """What the claimed round works from: its spec, profile, loop state and model view."""
     given = cache.given(tx.conn, run.id, run.spec_rev)  # the row just read has it
-    profile = resolve_profile(given.spec.model, rt.profiles)
     state = replace(
         LoopState.from_dict(run.loop),
         cost=run.cost,
         input_tokens=run.input_tokens,
         output_tokens=run.output_tokens,
     )
+    profile, state = failover.serving(given.spec, state, rt.profiles, tx.ts)
     based = run.base_run_id is not None
     history = cache.history(tx.conn, run.id, run.view_start, run.msg_seq, based=based)
     if abandoned:  # a worker died during this round's model call: the provider billed it
         _bill_abandoned(tx, run, profile, state)
+        spend.settle_left(tx.conn, run)
     limit = given.spec.max_attempts or rt.settings.max_attempts
     spec, inputs = given.spec, given.inputs or {}
     return _Claim(run, spec, inputs, profile, state, history, owner, due_since, limit)
@@ -348,6 +364,28 @@ def _exhausted(claim: _Claim, exc: BaseException | None = None) -> str:
     if last:
         return f"the round failed {n - 1} times; the last time: {last['type']}: {last['message']}"
     return f"the round was attempted {n - 1} times and never finished (its worker was lost)"
+
+
+def _bill_lost(rt: Runtime, claim: _Claim) -> None:
+    """The round lost its commit to a change of its run (a steer superseded it, a cancel
+    ended it): the calls it made are still billed — in ``/usage``, not committed, and in the
+    run's cost."""
+    if not claim.billed:
+        return
+
+    def op(tx: Tx) -> None:
+        run = repo.load_run(tx.conn, claim.run.id)
+        if run is None:
+            return
+        cost = _billed_cost(claim.billed)
+        children.charge_ancestors(tx, run, cost)  # a child's parent pays too
+        run = repo.load_run(tx.conn, run.id) or run
+        change = Change(run, bump=False, usage=list(claim.billed))
+        change.values["cost"] = repo.Inc(cost)
+        tx.apply(change)
+
+    attempt(rt, op)
+    claim.billed.clear()
 
 
 def _billed_cost(billed: list[dict[str, Any]]) -> float:
@@ -574,10 +612,18 @@ def _call_model(
         abort = Abort(run.deadline_at)  # the stream is closed at the deadline, or on a cancel
         stopper.listen(rt.live)
         try:
-            with stopper.holding(run.id, abort):
-                reply = model.complete(_to_model_request(req), on_delta, abort=abort)
-        except Aborted as exc:
-            raise _Stopped(exc, _partial(claim, run.view_tokens, offsets, started)) from exc
+            with _held(rt, claim, _to_model_request(req)) as held:
+                try:
+                    with stopper.holding(run.id, abort):
+                        reply = model.complete(held.request, on_delta, abort=abort)
+                except Aborted as exc:
+                    partial = _partial(claim, run.view_tokens, offsets, started)
+                    held.cost = float(partial["cost"])
+                    raise _Stopped(exc, partial) from exc
+                except (TransientModelError, FatalModelError):
+                    held.cost = 0.0  # refused or failed: not billed
+                    raise
+                held.cost = _price(claim.profile, reply)
         except TransientModelError as exc:
             if exc.status == 429 and exc.retry_after:
                 with _limiter_quietly("pause"):
@@ -600,6 +646,19 @@ def _call_model(
         }
     )
     return reply, latency
+
+
+@contextmanager
+def _held(rt: Runtime, claim: _Claim, request: ModelRequest) -> Iterator[spend.Held]:
+    """The call's reservation (``shared.engine.spend``): a call its budget or an envelope
+    cannot afford is not made (``_Budget``)."""
+    try:
+        with spend.held_for(rt, claim.run, claim.spec, claim.profile, request) as held:
+            yield held
+    except spend.OverBudget as exc:
+        raise _Budget(str(exc)) from exc
+    except spend.EnvelopeFull as exc:
+        raise _Budget(str(exc), exc.envelope, never=exc.never) from exc
 
 
 LIMITER_RETRY_S = 5.0  # the fleet limiter unreachable with TREADLE_LIMITER_ON_FAILURE=closed
@@ -645,6 +704,18 @@ def _partial(
         "cost": price_call(claim.profile.pricing, usage, claim.profile.own_key),
         "latency_ms": int((repo.now() - started) * 1000),
     }
+
+
+def _unaffordable(rt: Runtime, claim: _Claim, b: _Budget) -> RoundResult:
+    """The run's own budget ends it (``budget_cost``); a full envelope makes it wait for the
+    period to turn or the cap to be raised, or fail, as the envelope says."""
+    if b.envelope is None:
+        return _end(rt, claim, Finish(stop_reason="budget_cost", text=claim.state.last_text))
+    if b.envelope.on_exceed == "fail" or b.never:
+        _fail(rt, claim.run, claim.owner, str(b), spend.ENVELOPE_FULL)
+        return RoundResult("committed", "Fail")
+    spend.wait_for(rt, claim.run, claim.owner, b.envelope)
+    return RoundResult("committed", "Wait")
 
 
 def _stopped(rt: Runtime, claim: _Claim, s: _Stopped) -> RoundResult:
@@ -726,6 +797,7 @@ def _usage_values(claim: _Claim, reply: Reply, cost: float, latency: int) -> dic
         "input_tokens": u.input_tokens if u else 0,
         "output_tokens": u.output_tokens if u else 0,
         "cached_input_tokens": u.cached_input_tokens if u else 0,
+        "reasoning_tokens": u.reasoning_tokens if u else 0,
         "estimated": u.estimated if u else True,
         "cost": cost,
         "latency_ms": latency,
@@ -913,7 +985,8 @@ def _apply(
         reason = f"the reply could not be stored: {exc.orig}"
         _fail(rt, claim.run, claim.owner, reason, "engine_error")
         return RoundResult("committed", "Fail")
-    if new is None:
+    if new is None:  # superseded (a steer, a cancel): its model calls were billed still
+        _bill_lost(rt, claim)
         return RoundResult("lost")
     claim.billed.clear()  # the commit wrote their usage rows
     return RoundResult("committed", detail)

@@ -13,6 +13,7 @@ from sqlalchemy.engine import Engine
 
 from shared.agent.spec import ModelProfile
 from shared.config import Settings
+from shared.engine.envelopes import Envelopes
 from shared.engine.gate import Gate
 from shared.engine.leases import Heartbeat, heartbeat_for
 from shared.llm.ratelimit import LocalLimiter, RateLimiter
@@ -111,6 +112,7 @@ class Runtime:
     profiles: dict[str, ModelProfile] = field(default_factory=dict)
     limiter: RateLimiter = field(default_factory=LocalLimiter)
     queue_depth: Callable[[], dict[str, int] | None] | None = None  # broker messages waiting
+    envelopes: Envelopes = field(default_factory=Envelopes)  # tenants with spend envelopes
     _gate: Gate | None = field(default=None, repr=False)  # shared by copies (``replace``)
 
     def __post_init__(self) -> None:

@@ -196,6 +196,7 @@ def _run_input(cron: store.Cron, slot: float) -> commands.RunInput:
         tenant=cron.tenant,
         thread_id=cron.thread_id,
         metadata=meta,
+        cron_id=cron.id,
         priority=int(options.get("priority", 5)),
         ttl_s=options.get("ttl_s"),
     )

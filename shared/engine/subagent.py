@@ -136,6 +136,7 @@ def _insert_child(tx: Tx, parent: Run, call: Call, sub: AgentSpec, child_id: str
         "parent_run_id": parent.id,
         "parent_call_id": call.call_id,
         "deadline_at": min(deadlines) if deadlines else None,
+        "spend_keys": parent.spend_keys,  # its spend counts in its root's envelopes
     }
     spec: dict[str, Any] = {
         "agent": sub.model_dump(mode="json", exclude_none=True),

@@ -27,6 +27,7 @@ __all__ = [
     "outbox",
     "runs",
     "resume_tokens",
+    "spend_envelopes",
     "run_specs",
     "tenants",
     "threads",
@@ -77,6 +78,10 @@ runs = sa.Table(
     # round that keeps failing ends the run at its agent's ``max_attempts``
     sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
     sa.Column("last_error", sa.JSON, nullable=True),  # why the round's last attempt failed
+    # the worst case of its model calls in flight, reserved against its budget and envelopes
+    sa.Column("reserved", sa.Float, nullable=False, server_default="0"),
+    # the spend envelopes it counts against besides its tenant's: ["agent:<name>", "cron:<id>"]
+    sa.Column("spend_keys", sa.JSON, nullable=True),
     sa.Column("idempotency_key", sa.String(200), nullable=True),
     sa.Column("msg_seq", sa.Integer, nullable=False, server_default="0"),
     sa.Column("event_seq", sa.Integer, nullable=False, server_default="0"),
@@ -215,6 +220,7 @@ usage = sa.Table(
     sa.Column("input_tokens", sa.Integer, nullable=False, server_default="0"),
     sa.Column("output_tokens", sa.Integer, nullable=False, server_default="0"),
     sa.Column("cached_input_tokens", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("reasoning_tokens", sa.Integer, nullable=False, server_default="0"),
     sa.Column("cost", sa.Float, nullable=False, server_default="0"),
     sa.Column("estimated", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("committed", sa.Boolean, nullable=False, server_default=sa.true()),
@@ -480,3 +486,22 @@ memory_items = sa.Table(
 )
 sa.Index("ix_memory_items_namespace", memory_items.c.tenant, memory_items.c.namespace)
 sa.Index("ix_memory_items_expires", memory_items.c.expires_at)
+spend_envelopes = sa.Table(
+    # what a tenant may spend on models per day or calendar month (the operator's time zone):
+    # its whole tenant (scope tenant, key ""), a named agent (any version) or a cron; a call
+    # reserves its worst case here before it is sent and settles to its real cost after
+    "spend_envelopes",
+    metadata,
+    sa.Column("tenant", sa.String(64), primary_key=True),
+    sa.Column("scope", sa.String(8), primary_key=True),  # tenant | agent | cron
+    sa.Column("key", sa.String(140), primary_key=True),
+    sa.Column("period", sa.String(8), nullable=False),  # day | month
+    sa.Column("cap", sa.Float, nullable=False),
+    sa.Column("on_exceed", sa.String(8), nullable=False, server_default="wait"),  # wait | fail
+    sa.Column("period_start", sa.Float, nullable=False),
+    sa.Column("period_end", sa.Float, nullable=False),
+    sa.Column("spent", sa.Float, nullable=False, server_default="0"),
+    sa.Column("reserved", sa.Float, nullable=False, server_default="0"),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)

@@ -595,9 +595,9 @@ def test_a_parent_on_a_thread_ended_by_its_childs_join_releases_the_next_run(
 def test_children_started_together_share_the_parents_budget(
     sqlite_rt: Runtime, stub: StubBroker
 ) -> None:
-    # a child's budget is what its parent has left, reserved when it starts: three children
-    # that each try to spend everything never take the parent past its max_cost by more than
-    # one model call's cost (the call that crosses it)
+    # a child's budget is what its parent has left, reserved when it starts, and each call
+    # reserves its worst case first (docs/cost.md): three children that each try to spend
+    # everything never take the parent past its max_cost
     cheap = {"tiers": [{"input": 0.05, "output": 0.05}]}
     spender = {
         "kind": "agent",
@@ -622,7 +622,7 @@ def test_children_started_together_share_the_parents_budget(
         ],
         tools=[_tool("a", spender), _tool("b", spender), _tool("c", spender)],
         parallel_tools=3,
-        budget={"max_cost": 0.01},
+        budget={"max_cost": 0.2},
         model_extra={"pricing": cheap},
     )
     run_id = submit(sqlite_rt, spec, "go")
@@ -638,6 +638,6 @@ def test_children_started_together_share_the_parents_budget(
         )
     total = sum(costs)
     assert parent["cost"] == pytest.approx(total)
-    assert total <= 0.01 + max(costs) + 1e-9, (total, max(costs))
+    assert total <= 0.2 + 1e-9, total
     assert sum(1 for k in kids if k["stop_reason"] == "budget_cost") >= 2
     assert len(costs) > 4  # the children did spend: the budget, not a bug, stopped them
