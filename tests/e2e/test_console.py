@@ -282,6 +282,8 @@ def test_a_runs_memory_reads_and_writes_are_shown(up: str, page: Any, sync_api: 
     expect(event).to_contain_text("what does Ana drink")
     expect(event).to_contain_text("drink")
     shot(page, "console-memory")
+
+
 def test_the_home_page_shows_the_spend_envelopes(up: str, page: Any, sync_api: Any) -> None:
     expect = sync_api.expect
     put = httpx.put(f"{up}/v1/spend/tenant/-", json={"cap": 3.0, "period": "month"})
