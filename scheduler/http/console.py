@@ -22,7 +22,7 @@ from scheduler.http.auth import ReadCaller
 from shared.engine.runtime import Runtime
 from shared.errors import NotFound
 from shared.store import agents as agent_store
-from shared.store import repo
+from shared.store import runs as run_store
 from shared.store.tables import usage
 
 __all__ = ["STATIC_DIR", "EventsQueryToken", "agent_summary", "console_router"]
@@ -76,7 +76,7 @@ def _usage_rows(rt: Runtime, tenant: str, run_id: str) -> list[dict[str, Any]]:
         usage.c.latency_ms,
     )
     with rt.engine.connect() as conn:
-        if repo.get_run(conn, run_id, tenant) is None:
+        if run_store.get_run(conn, run_id, tenant) is None:
             raise NotFound(f"run {run_id} not found")
         rows = conn.execute(sa.select(*keep).where(usage.c.run_id == run_id).order_by(usage.c.id))
         return [dict(r._mapping) for r in rows]

@@ -28,7 +28,8 @@ from shared.engine import memory
 from shared.engine.runtime import Runtime
 from shared.errors import NotFound
 from shared.isotime import iso, iso_or_none, iso_times
-from shared.store import repo
+from shared.store import records
+from shared.store import runs as run_store
 from shared.store.memory import MemoryItem
 from shared.vocab import MEMORY_EVENTS
 
@@ -286,9 +287,9 @@ def run_memory(run_id: PathId, rt: RuntimeDep, caller: ReadCaller) -> MemoryEven
     """The run's reads and writes of long-term memory (``memory.read``, ``memory.written``
     events), in order."""
     with rt.engine.connect() as conn:
-        if repo.get_run(conn, run_id, caller.tenant) is None:
+        if run_store.get_run(conn, run_id, caller.tenant) is None:
             raise NotFound(f"run {run_id} not found")
-        rows = repo.list_events_of(conn, run_id, sorted(MEMORY_EVENTS))
+        rows = records.list_events_of(conn, run_id, sorted(MEMORY_EVENTS))
     return MemoryEvents(
         events=[
             MemoryEvent(

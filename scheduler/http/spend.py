@@ -18,7 +18,8 @@ from shared.agent.spend import Period
 from shared.engine.runtime import Runtime
 from shared.errors import NotFound, SpecError
 from shared.isotime import iso
-from shared.store import repo, schedules
+from shared.store import runs as run_store
+from shared.store import schedules
 from shared.store import spend as store
 
 __all__ = ["EnvelopeBody", "EnvelopeList", "EnvelopeView", "router"]
@@ -97,7 +98,7 @@ def _key(rt: Runtime, tenant: str, scope: Scope, key: str) -> str:
 def list_envelopes(rt: RuntimeDep, caller: ReadCaller) -> EnvelopeList:
     """The tenant's envelopes, each with what is spent and reserved in its current period."""
     with rt.engine.begin() as conn:
-        store.roll(conn, caller.tenant, repo.now(), rt.settings.timezone)
+        store.roll(conn, caller.tenant, run_store.now(), rt.settings.timezone)
         found = store.list_envelopes(conn, caller.tenant)
     return EnvelopeList(envelopes=[_view(e) for e in found])
 
@@ -118,9 +119,9 @@ def put_envelope(
             cap=body.cap,
             on_exceed=body.on_exceed,
             timezone=rt.settings.timezone,
-            ts=repo.now(),
+            ts=run_store.now(),
         )
-        store.wake_waiting(conn, caller.tenant, repo.now())
+        store.wake_waiting(conn, caller.tenant, run_store.now())
     rt.envelopes.changed()
     return _view(envelope)
 
@@ -131,6 +132,6 @@ def delete_envelope(scope: Scope, key: KeyPath, rt: RuntimeDep, caller: WriteCal
     with rt.engine.begin() as conn:
         if not store.delete_envelope(conn, caller.tenant, scope, stored):
             raise NotFound(f"no {scope} envelope {key}")
-        store.wake_waiting(conn, caller.tenant, repo.now())
+        store.wake_waiting(conn, caller.tenant, run_store.now())
     rt.envelopes.changed()
     return Response(status_code=204)

@@ -21,7 +21,7 @@ from shared.engine.runtime import Runtime
 from shared.errors import Conflict, SpecError
 from shared.interop.a2a_shapes import A2A
 from shared.interop.thread_ids import CLIENT_THREAD_ID, scoped_id
-from shared.store import repo
+from shared.store import runs as run_store
 from shared.store import threads as thread_store
 from shared.store.rows import RunRecord, Status
 
@@ -43,7 +43,7 @@ NO = frozenset({"reject", "rejected", "no", "n"})
 
 def record_of(rt: Runtime, tenant: str, run_id: str) -> RunRecord | None:
     with rt.engine.connect() as conn:
-        return repo.get_run(conn, run_id, tenant)
+        return run_store.get_run(conn, run_id, tenant)
 
 
 def agent_of(record: RunRecord) -> str | None:
@@ -186,7 +186,7 @@ def tasks_of(rt: Runtime, tenant: str, agent: str, context_id: str, size: int) -
     if context_id and thread_id is None:
         return []
     with rt.engine.connect() as conn:
-        found = repo.list_runs(conn, tenant, thread_id=thread_id, limit=500)
+        found = run_store.list_runs(conn, tenant, thread_id=thread_id, limit=500)
     return [r for r in found if agent_of(r) == agent][:size]
 
 

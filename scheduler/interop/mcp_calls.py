@@ -35,7 +35,8 @@ from scheduler.interop.common import progress_text
 from shared.engine import commands
 from shared.engine.runtime import Runtime
 from shared.errors import Conflict, TreadleError
-from shared.store import deliveries, repo
+from shared.store import deliveries
+from shared.store import runs as run_store
 from shared.store.rows import FINAL, RunRecord, Status
 
 __all__ = [
@@ -135,7 +136,7 @@ async def start_run(rt: Runtime, caller: Caller, name: str, args: CallArgs) -> s
 
 def record_of(rt: Runtime, tenant: str, run_id: str) -> RunRecord | None:
     with rt.engine.connect() as conn:
-        return repo.get_run(conn, run_id, tenant)
+        return run_store.get_run(conn, run_id, tenant)
 
 
 @dataclass(frozen=True)
@@ -232,7 +233,7 @@ def _issue(rt: Runtime, run_id: str, pending: dict[str, Any]) -> str:
     kind, pause_id = _pause(pending)
     with rt.engine.begin() as conn:
         return deliveries.issue_token(
-            conn, run_id, kind, pause_id, pending.get("expires_at"), repo.now()
+            conn, run_id, kind, pause_id, pending.get("expires_at"), run_store.now()
         )
 
 

@@ -22,7 +22,7 @@ from shared.engine.change import Change
 from shared.engine.runtime import Runtime
 from shared.engine.transition import attempt
 from shared.llm.profiles import resolve_profile
-from shared.store import repo
+from shared.store import runs as run_store
 from shared.store.rows import Run, Status
 from shared.vocab import EventType
 
@@ -59,10 +59,10 @@ def fail_over(
     rt: Runtime, run: Run, owner: str, spec: AgentSpec, state: LoopState, error: str
 ) -> None:
     """Move the run's next round to the next profile of the chain, now."""
-    failed = serving(spec, state, rt.profiles, repo.now())[0]
+    failed = serving(spec, state, rt.profiles, run_store.now())[0]
     target = next_profile(spec, state, rt.profiles)
     assert target is not None
-    moved = replace(state, profile_index=state.profile_index + 1, failover_at=repo.now())
+    moved = replace(state, profile_index=state.profile_index + 1, failover_at=run_store.now())
     change = Change.by_holder(run, owner)
     change.values.update(
         loop=moved.to_dict(), status=Status.RUNNING.value, lease_owner=None, wake_at=None

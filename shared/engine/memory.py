@@ -39,7 +39,7 @@ from shared.engine.tx import Tx
 from shared.errors import ModelError, QuotaExceeded, SpecError, TooLarge, ToolError
 from shared.llm.embeddings import embed
 from shared.store import memory as store
-from shared.store import repo
+from shared.store import runs as run_store
 from shared.store.memory import MemoryItem
 from shared.store.rows import Run
 from shared.vocab import EventType
@@ -181,7 +181,7 @@ def put_item(
     """Write (or replace) an item after every check; nothing is written when one fails."""
     w = _prepare(rt, tenant, namespace, key, value, ttl_s=ttl_s, index=index, run_id=run_id)
     with rt.engine.begin() as conn:
-        return _write(conn, rt, w, repo.now())
+        return _write(conn, rt, w, run_store.now())
 
 
 def _refreshing(rt: Runtime, refresh: bool | None) -> bool:
@@ -197,7 +197,7 @@ def get_item(
     refresh: bool | None = None,
 ) -> MemoryItem | None:
     ns, key = _namespace(rt, namespace), _key(rt, key)
-    ts = repo.now()
+    ts = run_store.now()
     with rt.engine.begin() as conn:
         item = store.get_item(conn, tenant, ns, key, ts)
         if item is not None and item.ttl_s is not None and _refreshing(rt, refresh):
@@ -234,7 +234,7 @@ def search(
     ns = _namespace(rt, prefix, prefix=True)
     _checked(lambda: pure.check_filter(flt))
     limit, offset = max(1, min(limit, MAX_LIMIT)), max(0, offset)
-    ts = repo.now()
+    ts = run_store.now()
     with rt.engine.connect() as conn:
         found = store.scan(conn, tenant, ns, ts, MAX_SCAN, MAX_SCAN_BYTES)
     kept = [i for i in found if pure.matches_filter(i.value, flt)]
@@ -286,7 +286,7 @@ def list_namespaces(
     to ``max_depth`` labels (then distinct), sorted."""
     ns = _namespace(rt, prefix, prefix=True)
     with rt.engine.connect() as conn:
-        found = store.list_namespaces(conn, tenant, ns, repo.now(), MAX_SCAN)
+        found = store.list_namespaces(conn, tenant, ns, run_store.now(), MAX_SCAN)
     tail = tuple(suffix)
     kept = [n for n in found if not tail or n[-len(tail) :] == tail]
     cut = sorted({n[:max_depth] if max_depth else n for n in kept})
@@ -295,7 +295,7 @@ def list_namespaces(
 
 def purge(rt: Runtime, *, now: float | None = None, batches: int = 20) -> int:
     """Delete expired items' rows (the reaper's retention pass); returns how many went."""
-    ts = repo.now() if now is None else now
+    ts = run_store.now() if now is None else now
     gone = 0
     for _ in range(batches):
         with rt.engine.begin() as conn:
@@ -337,7 +337,7 @@ class RunMemory:
     def _scope(self) -> tuple[tuple[str, ...], MemorySpec]:
         with self._rt.engine.connect() as conn:
             spec = cache.spec_of(conn, self._run.id)
-            meta = repo.run_meta(conn, self._run.id)
+            meta = run_store.run_meta(conn, self._run.id)
         try:
             ns = run_namespace(spec, meta, self._rt.settings.memory_max_namespace_depth)
         except SpecError as exc:
@@ -379,7 +379,7 @@ class RunMemory:
 def _on_run(tx: Tx, run_id: str, type_: EventType, data: dict[str, Any]) -> None:
     """The event on the run, through the transition path (no change of state); ToolError
     once the run has ended (a late write of a cancelled run is not made)."""
-    run = repo.load_run(tx.conn, run_id)
+    run = run_store.load_run(tx.conn, run_id)
     if run is None or run.final:
         raise ToolError("the run has ended")
     change = Change(run, bump=False)

@@ -29,7 +29,8 @@ from shared.engine.runtime import Dispatch, Runtime
 from shared.engine.transition import transaction
 from shared.names import ROUND_TASK, TASK_QUEUES, TOOL_TASK
 from shared.store import admission as admission_store
-from shared.store import outbox, redrive, repo
+from shared.store import outbox, redrive
+from shared.store import runs as run_store
 from shared.store import spend as spend_store
 from shared.store import threads as thread_store
 from shared.store import workers as worker_store
@@ -205,4 +206,4 @@ def _forget_workers(rt: Runtime) -> None:
 
 
 def _now() -> float:
-    return repo.now()
+    return run_store.now()

@@ -20,8 +20,8 @@ from sqlalchemy.engine import Connection
 from shared.engine import memory
 from shared.engine.runtime import Runtime
 from shared.errors import Conflict, NotFound
-from shared.store import repo
 from shared.store import retention as store
+from shared.store import runs as run_store
 from shared.store import threads as thread_store
 
 __all__ = [
@@ -45,7 +45,7 @@ _last_pass = [0.0]
 
 def reap_pass(rt: Runtime) -> PurgeReport | None:
     """The reaper's call: ``purge`` at most once per ``EVERY_S`` in this process."""
-    ts = repo.now()
+    ts = run_store.now()
     if ts - _last_pass[0] < EVERY_S:
         return None
     _last_pass[0] = ts
@@ -57,7 +57,7 @@ def delete_run(rt: Runtime, tenant: str, run_id: str) -> int:
     deleted. NotFound (another tenant's run too); Conflict: not ended, a sub-agent run (it
     goes with its parent), or another run's history."""
     with rt.engine.begin() as conn:
-        run = repo.lock_run(conn, run_id)
+        run = run_store.lock_run(conn, run_id)
         if run is None or run.tenant != tenant:
             raise NotFound(f"run {run_id} not found")
         if not run.final:
@@ -70,7 +70,7 @@ def delete_run(rt: Runtime, tenant: str, run_id: str) -> int:
 def delete_thread(rt: Runtime, tenant: str, thread_id: str) -> int:
     """Delete a thread and all its runs (every one ended: else Conflict)."""
     with rt.engine.begin() as conn:
-        if thread_store.lock_thread(conn, thread_id, repo.now(), tenant) is None:
+        if thread_store.lock_thread(conn, thread_id, run_store.now(), tenant) is None:
             raise NotFound(f"thread {thread_id} not found")
         n = _delete(conn, store.thread_run_ids(conn, thread_id), f"thread {thread_id}")
         store.delete_thread(conn, thread_id)
@@ -112,7 +112,7 @@ def purge(
     """Delete ended runs past retention (``older_than_s``, default the setting) or their own
     ``ttl_s``, ``BATCH`` runs per transaction, and expired memory items. ``dry_run``: count
     the runs it would delete now (a run kept as another's history is not counted)."""
-    ts = repo.now() if now is None else now
+    ts = run_store.now() if now is None else now
     days = rt.settings.retention_days
     age = older_than_s if older_than_s is not None else (days * DAY if days > 0 else None)
     cutoff = ts - age if age is not None else None

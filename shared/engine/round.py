@@ -56,9 +56,12 @@ from shared.llm.backoff import backoff_delay
 from shared.llm.base import Delta, ModelRequest, ToolDef
 from shared.llm.profiles import make_model
 from shared.llm.ratelimit import Limits, Permit, limit_key, limits_of
-from shared.store import repo
+from shared.store import calls as call_store
+from shared.store import records
+from shared.store import runs as run_store
 from shared.store.rows import Call, CallStatus, Run
 from shared.store.spend import Envelope
+from shared.store.write import ROUND_STARTED, Inc, round_started
 from shared.tools import ToolResult
 
 __all__ = ["RoundResult", "rounds_in_place", "run_round"]
@@ -257,7 +260,7 @@ def _claim(rt: Runtime, run_id: str, version: int) -> _Claim | _Unreadable | Non
     owner = rt.heartbeat.owner()
 
     def op(tx: Tx) -> _Claim | _Unreadable | None:
-        claimed = repo.claim_round(
+        claimed = rt.store.claim_round(
             tx.conn,
             run_id,
             version,
@@ -268,10 +271,15 @@ def _claim(rt: Runtime, run_id: str, version: int) -> _Claim | _Unreadable | Non
         )
         if claimed is None:
             return None
-        run, abandoned, due_since, prefetched = claimed
+        run, abandoned, due_since, prefetched = (
+            claimed.run,
+            claimed.abandoned,
+            claimed.due_since,
+            claimed.prefetched,
+        )
         if abandoned:
             metrics.TAKEOVERS.labels(what="round").inc()
-        tx.recorded(run, repo.ROUND_STARTED, repo.round_started(run))  # the claim wrote it
+        tx.recorded(run, ROUND_STARTED, round_started(run))  # the claim wrote it
         try:
             if prefetched is not None:
                 cache.prime(run, prefetched)
@@ -337,10 +345,10 @@ def _crashed(rt: Runtime, claim: _Claim, exc: Exception) -> RoundResult:
     change = Change(run, owner=claim.owner, bump=False, usage=list(claim.billed))
     change.values.update(
         lease_owner=None,
-        wake_at=repo.now() + delay,
-        dispatched_at=repo.now(),
-        last_error=failure.describe(exc, run.attempts, repo.now()),
-        cost=repo.Inc(_billed_cost(claim.billed)),
+        wake_at=run_store.now() + delay,
+        dispatched_at=run_store.now(),
+        last_error=failure.describe(exc, run.attempts, run_store.now()),
+        cost=Inc(_billed_cost(claim.billed)),
     )
 
     def op(tx: Tx) -> None:
@@ -374,14 +382,14 @@ def _bill_lost(rt: Runtime, claim: _Claim) -> None:
         return
 
     def op(tx: Tx) -> None:
-        run = repo.load_run(tx.conn, claim.run.id)
+        run = run_store.load_run(tx.conn, claim.run.id)
         if run is None:
             return
         cost = _billed_cost(claim.billed)
         children.charge_ancestors(tx, run, cost)  # a child's parent pays too
-        run = repo.load_run(tx.conn, run.id) or run
+        run = run_store.load_run(tx.conn, run.id) or run
         change = Change(run, bump=False, usage=list(claim.billed))
-        change.values["cost"] = repo.Inc(cost)
+        change.values["cost"] = Inc(cost)
         tx.apply(change)
 
     attempt(rt, op)
@@ -398,7 +406,7 @@ def _release(rt: Runtime, claim: _Claim) -> None:
     heartbeat's sweep of leases nobody works on frees it (``shared.engine.leases``)."""
     try:
         with transaction(rt) as tx:
-            repo.release_round(
+            run_store.release_round(
                 tx.conn, claim.run.id, claim.run.version, claim.owner, None, counted=False
             )
     except Exception as exc:
@@ -415,15 +423,15 @@ def _bill_abandoned(tx: Tx, run: Run, profile: ModelProfile, state: LoopState) -
         "committed": False,
         "input_tokens": run.view_tokens,
     }
-    repo.insert_usage(tx.conn, run.id, [usage], tx.ts)
+    records.insert_usage(tx.conn, run.id, [usage], tx.ts)
 
 
 def _give_back(rt: Runtime, claim: _Claim, r: _Retry, attempt_no: int) -> None:
     """A transient failure: the round is due again in ``delay`` s (a provider does not bill a
     429 or a 5xx); the same worker or another takes it then."""
-    wake = repo.now() + r.delay
+    wake = run_store.now() + r.delay
     with transaction(rt) as tx:
-        if repo.release_round(
+        if run_store.release_round(
             tx.conn, claim.run.id, claim.run.version, claim.owner, wake, counted=False, sent=tx.ts
         ):
             nxt = attempt_no + 1 if r.counts else attempt_no
@@ -444,7 +452,7 @@ def _give_back(rt: Runtime, claim: _Claim, r: _Retry, attempt_no: int) -> None:
 
 def _drive(rt: Runtime, claim: _Claim, attempt_no: int) -> RoundResult:
     run, spec = claim.run, claim.spec
-    verdict = check_budgets(spec, claim.state, repo.now(), run.deadline_at)
+    verdict = check_budgets(spec, claim.state, run_store.now(), run.deadline_at)
     state = claim.state
     if verdict.stop_reason and not verdict.final_call:
         return _end(rt, claim, Finish(stop_reason=verdict.stop_reason, text=state.last_text))
@@ -508,7 +516,7 @@ class _IdTaken(Exception):  # noqa: N818 - control flow
 
 def _taken(rt: Runtime, run_id: str, ids: list[str]) -> set[str]:
     with rt.engine.connect() as conn:
-        return repo.call_ids_among(conn, run_id, ids)
+        return call_store.call_ids_among(conn, run_id, ids)
 
 
 @dataclass(frozen=True)
@@ -608,7 +616,7 @@ def _call_model(
         permit = _acquire(rt, key, limits, tokens, claim.profile.timeout_total)
         if not permit.granted:  # fleet capacity: give the thread back, come back later
             raise _Retry(permit.wait, "capacity", counts=False)
-        started = repo.now()
+        started = run_store.now()
         abort = Abort(run.deadline_at)  # the stream is closed at the deadline, or on a cancel
         stopper.listen(rt.live)
         try:
@@ -634,8 +642,8 @@ def _call_model(
         finally:
             with _limiter_quietly("release"):
                 rt.limiter.release(permit)
-    _count_model(claim.profile, reply, repo.now() - started)
-    latency = int((repo.now() - started) * 1000)
+    _count_model(claim.profile, reply, run_store.now() - started)
+    latency = int((run_store.now() - started) * 1000)
     claim.billed.append(  # the provider bills it whatever becomes of this attempt (L-12)
         {
             "round": round_no,
@@ -702,7 +710,7 @@ def _partial(
         "estimated": True,
         "committed": True,
         "cost": price_call(claim.profile.pricing, usage, claim.profile.own_key),
-        "latency_ms": int((repo.now() - started) * 1000),
+        "latency_ms": int((run_store.now() - started) * 1000),
     }
 
 
@@ -726,11 +734,11 @@ def _stopped(rt: Runtime, claim: _Claim, s: _Stopped) -> RoundResult:
         return _end(rt, claim, finish, usage=s.usage)
 
     def bill(tx: Tx) -> None:
-        run = repo.load_run(tx.conn, claim.run.id)
+        run = run_store.load_run(tx.conn, claim.run.id)
         if run is None:
             return
         children.charge_ancestors(tx, run, s.usage["cost"])  # a child's parent pays too
-        run = repo.load_run(tx.conn, run.id) or run
+        run = run_store.load_run(tx.conn, run.id) or run
         change = Change(run, bump=False, usage=[s.usage])
         change.values.update(
             cost=run.cost + s.usage["cost"],
@@ -767,7 +775,7 @@ def _retry_or_fatal(
     delay = backoff_delay(attempt_no, retry_after=exc.retry_after)
     deadline = claim.run.deadline_at
     message = f"model call failed after {attempt_no + 1} attempts: {exc}"
-    if deadline is not None and repo.now() + delay >= deadline:
+    if deadline is not None and run_store.now() + delay >= deadline:
         return _Fatal(message)
     if attempt_no >= limit:
         return _Outage(message, attempt_no)
@@ -838,7 +846,7 @@ def _commit(
     )
     if checkpoint is not None:  # the model view starts at the checkpoint
         change.values["view_start"] = run.msg_seq + 1
-        change.values["view_tokens"] = sum(repo.message_tokens(change.messages))
+        change.values["view_tokens"] = sum(records.message_tokens(change.messages))
     change.usage.append(
         {
             "round": round_,
@@ -861,7 +869,7 @@ def _commit(
         if results is not None and change.queue_tools:  # a result the join must read
             ran = _ran(change, results)
     elif isinstance(decision, Finish | Fail | Continue):  # Continue: an output repair round
-        settle(change, decision, ts=repo.now())
+        settle(change, decision, ts=run_store.now())
     return _apply(rt, claim, change, type(decision).__name__, ran)
 
 
@@ -997,7 +1005,7 @@ def _fan_out(
 ) -> None:
     """The reply's calls become rows; the first window of external calls is dispatched, or
     everything settles at once when there is nothing to run."""
-    ts = repo.now()
+    ts = run_store.now()
     budget = tool_result_budget(claim.profile.context_window, claim.spec.tool_result_max_tokens)
     rows = [_call_row(claim.run.id, c, round_, budget, ts) for c in decision.calls]
     pending = [r for r in rows if r["status"] == CallStatus.PENDING.value]
@@ -1062,7 +1070,7 @@ def _end(
             input_tokens=claim.run.input_tokens + usage["input_tokens"],
             output_tokens=claim.run.output_tokens + usage["output_tokens"],
         )
-    settle(change, finish, ts=repo.now())
+    settle(change, finish, ts=run_store.now())
     new = attempt(rt, lambda tx: tx.apply(change))
     return RoundResult("committed" if new is not None else "lost", "Finish", claim.spec.kind)
 
@@ -1080,6 +1088,6 @@ def _fail(
     change = Change.by_holder(run, owner, failing=True)
     if billed:
         change.usage += billed
-        change.values["cost"] = repo.Inc(_billed_cost(billed))
-    settle(change, Fail(reason=message, code=code), ts=repo.now())
+        change.values["cost"] = Inc(_billed_cost(billed))
+    settle(change, Fail(reason=message, code=code), ts=run_store.now())
     attempt(rt, lambda tx: tx.apply(change))

@@ -17,6 +17,8 @@ from shared.engine.envelopes import Envelopes
 from shared.engine.gate import Gate
 from shared.engine.leases import Heartbeat, heartbeat_for
 from shared.llm.ratelimit import LocalLimiter, RateLimiter
+from shared.store import store_for
+from shared.store.write import Store
 
 __all__ = ["WAKE", "Dispatch", "InProcessBus", "LiveBus", "Publisher", "Runtime"]
 
@@ -118,6 +120,11 @@ class Runtime:
     def __post_init__(self) -> None:
         if self._gate is None:
             self._gate = Gate(self.settings.worker_engine_slots)
+
+    @property
+    def store(self) -> Store:
+        """The store's face for this engine's dialect (``shared.store.write``)."""
+        return store_for(self.engine)
 
     @property
     def gate(self) -> Gate:

@@ -30,7 +30,7 @@ from shared.engine.runtime import Runtime
 from shared.engine.transition import attempt, retrying
 from shared.engine.tx import Tx
 from shared.llm.base import ModelRequest
-from shared.store import repo
+from shared.store import runs as run_store
 from shared.store import spend as store
 from shared.store.rows import Run, Status
 from shared.vocab import EventType
@@ -136,7 +136,7 @@ def reserve(
         if not store.reserve_run(conn, run.id, amount, cap):
             raise OverBudget(f"the run's max_cost {cap} is reserved by its calls in flight")
         if keys:
-            store.roll(conn, run.tenant, repo.now(), rt.settings.timezone)
+            store.roll(conn, run.tenant, run_store.now(), rt.settings.timezone)
             refused = store.reserve(conn, run.tenant, keys, amount)
             if refused is not None:
                 raise EnvelopeFull(refused, amount)  # the others' reservations roll back
@@ -170,7 +170,7 @@ def _settle(
 ) -> None:
     store.release_run(conn, run_id, amount)
     if keys:
-        store.settle(conn, tenant, keys, amount, cost, repo.now())
+        store.settle(conn, tenant, keys, amount, cost, run_store.now())
 
 
 @dataclass
@@ -212,7 +212,7 @@ def wait_for(rt: Runtime, run: Run, owner: str, envelope: store.Envelope) -> Non
         "spent": envelope.spent,
         "reserved": envelope.reserved,
         "period_ends_at": envelope.period_end,
-        "since_at": repo.now(),
+        "since_at": run_store.now(),
     }
     change = Change.by_holder(run, owner)
     change.values.update(
@@ -227,7 +227,7 @@ def wake(rt: Runtime, run_id: str) -> bool:
     its round is queued; if the envelope is still full the round puts it back to waiting."""
 
     def op(tx: Tx) -> bool:
-        run = repo.load_run(tx.conn, run_id)
+        run = run_store.load_run(tx.conn, run_id)
         if run is None or run.status != Status.WAITING:
             return False
         if (run.pending or {}).get("kind") != BUDGET:

@@ -15,7 +15,7 @@ from shared.agent.spec import AgentSpec, ModelProfile
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.llm.fake_server import FakeLLMServer
-from shared.store import repo
+from shared.store import runs as run_store
 from shared.store.tables import events, usage
 from tests.engine.helpers import run, submit
 from tests.support import RoundsModel
@@ -108,8 +108,8 @@ def test_after_the_cool_down_the_primary_serves_again(stub: StubBroker, sqlite_r
             stub.deliver(rt, d)
         assert {p for p, c in _served(rt, run_id) if c} == {"backup"}
         primary.responder.down = False  # the primary is back; its cool-down passes
-        later = repo.now() + 61
-        with mock.patch.object(repo, "now", lambda: later):
+        later = run_store.now() + 61
+        with mock.patch.object(run_store, "now", lambda: later):
             stub.drain(rt)
         done = run(rt, run_id)
     assert done["status"] == "completed", done["error"]

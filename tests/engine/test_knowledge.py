@@ -15,7 +15,7 @@ from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.errors import NotFound, SpecError
 from shared.llm.fake_server import FakeLLMServer
-from shared.store import repo
+from shared.store import calls as call_store
 from tests.embeddings_server import Embeddings
 from tests.engine.helpers import agent, call, run, submit
 from tests.files_support import tiny_pdf
@@ -108,7 +108,7 @@ def test_empty_documents_are_refused(sqlite_rt: Runtime) -> None:
 
 def _tool_result(rt: Runtime, run_id: str) -> Any:
     with rt.engine.connect() as conn:
-        (c,) = repo.list_tool_calls(conn, run_id)
+        (c,) = call_store.list_tool_calls(conn, run_id)
     return c
 
 

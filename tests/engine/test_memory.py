@@ -15,7 +15,7 @@ from shared.engine import commands, memory, retention, threads
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.errors import QuotaExceeded, SpecError, TooLarge
-from shared.store import repo
+from shared.store import runs as run_store
 from shared.store.tables import events, memory_items, tool_calls
 from tests.embeddings_server import Embeddings
 from tests.engine.helpers import call
@@ -29,11 +29,11 @@ def _rows(rt: Runtime) -> int:
 
 
 class Clock:
-    """``repo.now`` moved by hand: TTLs pass without sleeping."""
+    """``run_store.now`` moved by hand: TTLs pass without sleeping."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.t = repo.now()
-        monkeypatch.setattr(repo, "now", lambda: self.t)
+        self.t = run_store.now()
+        monkeypatch.setattr(run_store, "now", lambda: self.t)
 
     def advance(self, seconds: float) -> None:
         self.t += seconds
@@ -188,7 +188,7 @@ def _on_thread(rt: Runtime, stub: StubBroker, spec: AgentSpec, user: str) -> str
     )
     stub.drain(rt)
     with rt.engine.connect() as conn:
-        assert repo.get_run(conn, row["id"])["status"] == "completed"
+        assert run_store.get_run(conn, row["id"])["status"] == "completed"
     return str(row["id"])
 
 

@@ -19,7 +19,7 @@ from shared.config import Settings
 from shared.engine.reaper import reap
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
-from shared.store import repo
+from shared.store import runs as run_store
 from shared.store import spend as store
 from shared.store.tables import metadata, usage
 from tests.engine.helpers import agent, call, run, submit
@@ -135,7 +135,7 @@ def test_a_run_never_ends_above_its_max_cost(
 def store_children(conn: sa.Connection, run_id: str) -> list[Any]:
     from shared.store import ancestry
 
-    return [repo.load_run(conn, i) for i in ancestry.descendant_ids(conn, run_id)]  # type: ignore[misc]
+    return [run_store.load_run(conn, i) for i in ancestry.descendant_ids(conn, run_id)]  # type: ignore[misc]
 
 
 def _envelope(rt: Runtime, cap: float, *, scope: str = "tenant", key: str = "", **kw: Any) -> None:
@@ -149,7 +149,7 @@ def _envelope(rt: Runtime, cap: float, *, scope: str = "tenant", key: str = "", 
             cap=cap,
             on_exceed=kw.get("on_exceed", "wait"),
             timezone="UTC",
-            ts=repo.now(),
+            ts=run_store.now(),
         )
     rt.envelopes.changed()
 
@@ -178,7 +178,7 @@ def test_a_full_envelope_makes_runs_wait_and_raising_it_lets_them_go_on(
     assert envelope.spent == pytest.approx(sum(r["cost"] for r in states))
     _envelope(sqlite_rt, 100.0)
     with sqlite_rt.engine.begin() as conn:
-        store.wake_waiting(conn, "default", repo.now())
+        store.wake_waiting(conn, "default", run_store.now())
     reap(sqlite_rt)
     stub.drain(sqlite_rt)
     assert all(run(sqlite_rt, i)["status"] == "completed" for i in ids)
@@ -206,8 +206,8 @@ def test_a_monthly_cron_envelope_stops_at_its_cap_and_starts_again_next_month(
     envelope = _envelope_row(sqlite_rt, "cron", "cron_1")
     assert 0 < envelope.spent <= 0.1 + 1e-9
     rounds_before = run(sqlite_rt, first["id"])["round"]
-    next_month = period_window(repo.now(), "month", "UTC").end + 60
-    with mock.patch.object(repo, "now", lambda: next_month):
+    next_month = period_window(run_store.now(), "month", "UTC").end + 60
+    with mock.patch.object(run_store, "now", lambda: next_month):
         reap(sqlite_rt)  # its wake_at (the period's end) has passed: the round is queued
         stub.drain(sqlite_rt)
         again = run(sqlite_rt, first["id"])

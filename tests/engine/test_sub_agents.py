@@ -14,7 +14,8 @@ from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.errors import Conflict
 from shared.llm.fake_server import FakeLLMServer, ReplySpec
-from shared.store import repo
+from shared.store import calls as call_store
+from shared.store import records
 from shared.store.tables import runs, usage
 from tests.engine.helpers import agent, call, due_work, run, submit, transcript
 
@@ -97,7 +98,7 @@ def test_two_sub_agents_run_as_children_and_join_in_call_order(
     assert transcript(sqlite_rt, kids[0]["id"])[0][:2] == ("user", "look A")
     # the cost rolls up: the parent's own model calls plus each child's whole cost
     with sqlite_rt.engine.connect() as conn:
-        calls = repo.list_tool_calls(conn, run_id)
+        calls = call_store.list_tool_calls(conn, run_id)
     assert [c["cost"] for c in calls] == [k["cost"] for k in kids]
     own = parent["cost"] - sum(k["cost"] for k in kids)
     assert all(k["cost"] > 0 for k in kids) and own > 0
@@ -115,7 +116,7 @@ def test_the_parent_holds_no_message_while_its_children_work(
     parent = run(sqlite_rt, run_id)
     assert (parent["status"], parent["open_calls"]) == ("running", 2)
     with sqlite_rt.engine.connect() as conn:
-        assert [c["status"] for c in repo.list_tool_calls(conn, run_id)] == ["child", "child"]
+        assert [c["status"] for c in call_store.list_tool_calls(conn, run_id)] == ["child", "child"]
     assert due_work(sqlite_rt, run_id) == 0  # only the children have work queued
     assert due_work(sqlite_rt, *[k["id"] for k in _children_of(sqlite_rt, run_id)]) == 2
 
@@ -206,7 +207,7 @@ def test_a_child_question_is_the_parents_pending_ask(sqlite_rt: Runtime, stub: S
     assert _tool_texts(sqlite_rt, run_id) == ["Booked Paris."]
     assert _tool_texts(sqlite_rt, kid["id"]) == ["## Which city?\nAnswer: Paris"]
     with sqlite_rt.engine.connect() as conn:
-        types = [e["type"] for e in repo.list_events(conn, run_id)]
+        types = [e["type"] for e in records.list_events(conn, run_id)]
     assert types.count("run.waiting") == 1 and "run.resumed" in types
 
 
@@ -550,7 +551,7 @@ def test_children_ending_together_on_postgresql(
         kids = _children_of(pg_rt, run_id)
         assert all(k["status"] in ("completed", "cancelled") for k in kids)
         with pg_rt.engine.connect() as conn:
-            statuses = [c["status"] for c in repo.list_tool_calls(conn, run_id)]
+            statuses = [c["status"] for c in call_store.list_tool_calls(conn, run_id)]
         assert statuses == ["done"] * 4
         if parent["status"] == "completed":
             assert _tool_texts(pg_rt, run_id) == ["kid done"] * 4

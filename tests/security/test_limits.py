@@ -14,7 +14,7 @@ from scheduler.app import create_app
 from shared.agent.spec import ModelProfile
 from shared.config import Settings
 from shared.engine.runtime import Runtime
-from shared.store import repo
+from shared.store import runs as run_store
 from tests.security.conftest import MakeKey, bearer, row_counts, with_settings
 
 CHAT = {"kind": "chat", "model": "demo"}
@@ -266,7 +266,7 @@ def test_timeouts_retries_and_budgets_are_bounded(secure_rt: Runtime, make_key: 
         got = client.post("/v1/runs", json={"agent": ok, "input": "x"}, headers=bearer(key))
         assert got.status_code == 201, got.text
     with rt.engine.connect() as conn:
-        stored = repo.get_run(conn, got.json()["id"], "acme")
+        stored = run_store.get_run(conn, got.json()["id"], "acme")
     assert stored is not None
     model = stored["agent"]["model"]  # defaults over a maximum are lowered to it
     assert (model["timeout_read"], model["timeout_total"], model["timeout_connect"]) == (30, 30, 10)
