@@ -33,7 +33,7 @@ services:  ## PostgreSQL and Redis reachable (started when installed and down); 
 
 # tests that use no shared service state and no real worker run on 2 processes (xdist); the
 # ones with real workers, SIGKILLs, restarts or timing figures run one at a time after them
-PARALLEL_TESTS := tests/unit tests/llm tests/tools tests/engine tests/api tests/interop \
+PARALLEL_TESTS := tests/unit tests/llm tests/tools tests/store tests/engine tests/api tests/interop \
                   tests/security/test_fuzz.py
 TEST_PROCS ?= 2
 

@@ -16,6 +16,8 @@ from shared.store import lineage
 from shared.store.tables import events, messages, usage
 
 __all__ = [
+    "USAGE_DEFAULTS",
+    "usage_rows",
     "insert_events",
     "insert_messages",
     "insert_usage",
@@ -143,8 +145,29 @@ def list_events_of(conn: Connection, run_id: str, types: Sequence[str]) -> list[
     return list(conn.execute(q).mappings())
 
 
+USAGE_DEFAULTS: dict[str, Any] = {
+    "purpose": "round",
+    "profile": None,
+    "model": None,
+    "input_tokens": 0,
+    "output_tokens": 0,
+    "cached_input_tokens": 0,
+    "reasoning_tokens": 0,
+    "cost": 0.0,
+    "estimated": False,
+    "committed": True,
+    "latency_ms": None,
+}
+"""Every column of a usage row, so rows of one insert all have the same keys."""
+
+
+def usage_rows(run_id: str, ts: float, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The ``usage`` rows of these calls, each with every column."""
+    return [{**USAGE_DEFAULTS, **u, "run_id": run_id, "created_at": ts} for u in rows]
+
+
 def insert_usage(
     conn: Connection, run_id: str, rows: Sequence[Mapping[str, Any]], ts: float
 ) -> None:
     if rows:
-        conn.execute(_INSERT_USAGE, [{"run_id": run_id, "created_at": ts, **u} for u in rows])
+        conn.execute(_INSERT_USAGE, usage_rows(run_id, ts, rows))

@@ -33,7 +33,7 @@ from sqlalchemy.engine import Connection
 from shared.agent.messages import Message
 from shared.agent.tokens import estimate_message_tokens
 from shared.store import calls, runs
-from shared.store.records import insert_events, insert_messages, message_rows
+from shared.store.records import insert_events, insert_messages, message_rows, usage_rows
 from shared.store.rows import RUNNABLE, Call, Run, RunRecord, Status
 from shared.store.tables import events, messages, run_specs, tool_calls, usage
 from shared.store.tables import runs as runs_table
@@ -131,7 +131,7 @@ def rows_beside(
             [{"run_id": run_id, "type": t, "data": d, "created_at": ts} for t, d in events],
             "event_seq",
         ),
-        Beside(_USAGE, [{"run_id": run_id, "created_at": ts, **u} for u in usage]),
+        Beside(_USAGE, usage_rows(run_id, ts, usage)),
         Beside(tool_calls, [dict(c) for c in calls]),
     ]
 

@@ -1,12 +1,11 @@
-"""The hot statements built once (``shared.store.write``): the guarded UPDATE by shape, the round
-claim that writes its own ``round.started``, on SQLite and PostgreSQL. The shape cache must not
-change what a value means: ``None`` is SQL NULL (not JSON ``null``), ``Inc`` adds, a guard
-still guards."""
+"""The store's write face (``shared.store.write.Store``), its statements built once: the
+guarded UPDATE by shape and the round claim that writes its own ``round.started``, on SQLite
+and PostgreSQL. The shape cache must not change what a value means: ``None`` is SQL NULL (not
+JSON ``null``), ``Inc`` adds, a guard still guards."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,16 +18,6 @@ from shared.store import runs as run_store
 from shared.store.tables import events, runs
 from shared.store.write import ROUND_STARTED, Inc, round_started, rows_beside, update_statement
 from tests.engine.helpers import agent, submit
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def rt(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Runtime]:
-    runtime: Runtime = request.getfixturevalue("sqlite_rt")
-    if request.param == "postgresql":
-        from dataclasses import replace
-
-        runtime = replace(runtime, engine=request.getfixturevalue("pg_engine"))
-    yield runtime
 
 
 def _update(rt: Runtime, run_id: str, version: int, values: dict[str, Any], **kw: Any) -> Any:
