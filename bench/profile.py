@@ -60,7 +60,7 @@ def _drive(rt: Any, queue: deque[Any], base_url: str, runs: int, rounds: int) ->
 
 
 def main() -> None:
-    from shared.engine.runtime import InProcessBus
+    from shared.engine.livebus import InProcessBus
 
     port = free_port()
     server = subprocess.Popen(

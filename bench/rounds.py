@@ -211,8 +211,8 @@ def anatomy(
     snapshotting the WAL position, the statements and the rows at each round boundary."""
     import json5
 
+    from shared.engine.livebus import InProcessBus
     from shared.engine.round import run_round
-    from shared.engine.runtime import InProcessBus
     from shared.engine.toolrun import run_tool
 
     rt = treadle_runtime(url, prefix)
@@ -424,7 +424,7 @@ def cpu_growth(url: str, prefix: str, base_url: str, pairs: int = GROWTH_PAIRS) 
     broker list, first in first out), so the long run's rounds LONG±5 and the new run's
     rounds 10±5 share the same minutes of the machine. Engine CPU = this thread's CPU in
     the round and tool dispatches of that round, minus the model client's ``complete()``."""
-    from shared.engine.runtime import InProcessBus
+    from shared.engine.livebus import InProcessBus
 
     queue: deque[Any] = deque()
     rt = replace(treadle_runtime(url, prefix), publish=queue.extend, live=InProcessBus())

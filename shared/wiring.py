@@ -21,8 +21,9 @@ from sqlalchemy.engine import Engine
 
 from shared import tracing
 from shared.config import get_settings
-from shared.engine.depth import broker_depth
-from shared.engine.runtime import Dispatch, InProcessBus, LiveBus, Runtime
+from shared.engine.depth import BrokerDepth
+from shared.engine.livebus import InProcessBus, LiveBus
+from shared.engine.runtime import Dispatch, Runtime
 from shared.llm.profiles import load_profiles
 from shared.llm.ratelimit import LocalLimiter, RateLimiter, RedisLimiter
 from shared.names import DISPATCH_TASKS, PRIORITY_HEADER, SENT_HEADER
@@ -153,7 +154,7 @@ def get_runtime() -> Runtime:
                 live=_make_bus(),
                 profiles=profiles,
                 limiter=_make_limiter(),
-                queue_depth=lambda: broker_depth(settings),
+                queue_depth=BrokerDepth(settings),
             )
         return _runtime
 

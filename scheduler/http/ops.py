@@ -11,7 +11,7 @@ from sqlalchemy.engine import Connection
 
 from scheduler.http.auth import metrics_access
 from shared.engine import metrics
-from shared.engine.depth import broker_depth
+from shared.engine.depth import BrokerDepth
 from shared.engine.runtime import Runtime
 from shared.store import stats
 
@@ -57,7 +57,8 @@ def _counts(rt: Runtime, query: Callable[[Connection], T]) -> Callable[[], T]:
 
 def _queue_depth(rt: Runtime) -> dict[str, int]:
     """Messages waiting per queue (Redis or RabbitMQ; other brokers: none)."""
-    return broker_depth(rt.settings) or {}
+    depth = rt.queue_depth or BrokerDepth(rt.settings)
+    return depth() or {}
 
 
 def _check_db(rt: Runtime) -> str:

@@ -29,7 +29,8 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from shared.engine.runtime import WAKE, Runtime
+from shared.engine.livebus import WAKE
+from shared.engine.runtime import Runtime
 from shared.store import records
 from shared.store.segments import END_TYPES
 

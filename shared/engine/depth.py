@@ -21,39 +21,42 @@ from shared.config import Settings
 from shared.names import ALL_QUEUES
 from shared.priorities import queue_keys
 
-__all__ = ["broker_depth"]
+__all__ = ["BrokerDepth"]
 
 log = logging.getLogger("treadle.reaper")
-_clients: dict[str, Any] = {}
-_lock = threading.Lock()
 
 
-def broker_depth(settings: Settings) -> dict[str, int] | None:
-    """Messages waiting per queue; None when the broker cannot say (or is unreachable)."""
-    url = settings.broker_url
-    try:
-        if url.startswith(("redis://", "rediss://")):
-            return _redis_depth(url, settings.broker_prefix)
-        if url.startswith(("amqp://", "amqps://", "pyamqp://")):
-            return _amqp_depth(url)
-    except Exception as exc:
-        log.warning("queue depth unknown (%s: %s)", type(exc).__name__, exc)
-    return None
+class BrokerDepth:
+    """Messages waiting per queue (called: a dict by queue name); None when the broker
+    cannot say or is unreachable. Holds its Redis client (the runtime's ``queue_depth``)."""
 
+    def __init__(self, settings: Settings) -> None:
+        self.url, self.prefix = settings.broker_url, settings.broker_prefix
+        self._client: Any = None
+        self._lock = threading.Lock()
 
-def _redis_depth(url: str, prefix: str) -> dict[str, int]:
-    with _lock:
-        client = _clients.get(url)
-        if client is None:
-            client = _clients[url] = redis.Redis.from_url(
-                url, socket_timeout=2, socket_connect_timeout=2
-            )
-    pipe = client.pipeline(transaction=False)
-    for q in ALL_QUEUES:
-        for key in queue_keys(q):  # one list per message priority
-            pipe.llen(f"{prefix}{key}")
-    counts = iter(pipe.execute())
-    return {q: sum(int(next(counts)) for _ in queue_keys(q)) for q in ALL_QUEUES}
+    def __call__(self) -> dict[str, int] | None:
+        try:
+            if self.url.startswith(("redis://", "rediss://")):
+                return self._redis_depth()
+            if self.url.startswith(("amqp://", "amqps://", "pyamqp://")):
+                return _amqp_depth(self.url)
+        except Exception as exc:
+            log.warning("queue depth unknown (%s: %s)", type(exc).__name__, exc)
+        return None
+
+    def _redis_depth(self) -> dict[str, int]:
+        with self._lock:
+            if self._client is None:
+                self._client = redis.Redis.from_url(
+                    self.url, socket_timeout=2, socket_connect_timeout=2
+                )
+        pipe = self._client.pipeline(transaction=False)
+        for q in ALL_QUEUES:
+            for key in queue_keys(q):  # one list per message priority
+                pipe.llen(f"{self.prefix}{key}")
+        counts = iter(pipe.execute())
+        return {q: sum(int(next(counts)) for _ in queue_keys(q)) for q in ALL_QUEUES}
 
 
 def _amqp_depth(url: str) -> dict[str, int]:

@@ -11,14 +11,57 @@ import logging
 import threading
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 
-__all__ = ["RedisBus"]
+__all__ = ["WAKE", "InProcessBus", "LiveBus", "RedisBus"]
 
 log = logging.getLogger("treadle.live")
 Callback = Callable[[dict[str, Any]], None]
+WAKE = "wake"  # a live message: durable events up to ``seq`` were committed (SSE tails fetch)
+
+
+class LiveBus(Protocol):
+    """Live, unstored events (model deltas) and wake-ups for SSE tails."""
+
+    def publish(self, run_id: str, event: dict[str, Any]) -> None: ...
+
+    def subscribe(
+        self, run_id: str, callback: Callable[[dict[str, Any]], None]
+    ) -> Callable[[], None]: ...
+
+
+class InProcessBus:
+    """Embedded mode: callbacks in this process."""
+
+    def __init__(self) -> None:
+        self._subs: dict[str, list[Callable[[dict[str, Any]], None]]] = defaultdict(list)
+        self._lock = threading.Lock()
+
+    def publish(self, run_id: str, event: dict[str, Any]) -> None:
+        with self._lock:
+            subs = list(self._subs.get(run_id, ()))
+        for cb in subs:
+            try:
+                cb(event)
+            except Exception:  # a broken subscriber never breaks the publisher (a round)
+                log.warning("live subscriber failed for %s", run_id, exc_info=True)
+
+    def subscribe(
+        self, run_id: str, callback: Callable[[dict[str, Any]], None]
+    ) -> Callable[[], None]:
+        with self._lock:
+            self._subs[run_id].append(callback)
+
+        def cancel() -> None:
+            with self._lock:
+                if callback in self._subs.get(run_id, []):
+                    self._subs[run_id].remove(callback)
+                    if not self._subs[run_id]:
+                        del self._subs[run_id]
+
+        return cancel
 
 
 class RedisBus:

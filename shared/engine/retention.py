@@ -40,15 +40,13 @@ BATCH = 50
 MAX_BATCHES = 20
 DAY = 86_400.0
 EVERY_S = 60.0  # the reaper purges at most this often (its pass runs every few seconds)
-_last_pass = [0.0]
 
 
 def reap_pass(rt: Runtime) -> PurgeReport | None:
     """The reaper's call: ``purge`` at most once per ``EVERY_S`` in this process."""
     ts = run_store.now()
-    if ts - _last_pass[0] < EVERY_S:
+    if not rt.pacer.due("retention", EVERY_S, ts):
         return None
-    _last_pass[0] = ts
     return purge(rt, now=ts)
 
 

@@ -37,7 +37,7 @@ from shared.agent.sanitize import sanitize_reply
 from shared.agent.spec import AgentSpec, ModelProfile
 from shared.agent.state import LoopState
 from shared.agent.step import StepResult, step
-from shared.engine import cache, children, failover, failure, metrics, outage, spend, stopper
+from shared.engine import cache, children, failover, failure, metrics, outage, spend
 from shared.engine.attachments import request_inputs
 from shared.engine.busy import when_free
 from shared.engine.catalog import Catalog
@@ -618,11 +618,10 @@ def _call_model(
             raise _Retry(permit.wait, "capacity", counts=False)
         started = run_store.now()
         abort = Abort(run.deadline_at)  # the stream is closed at the deadline, or on a cancel
-        stopper.listen(rt.live)
         try:
             with _held(rt, claim, _to_model_request(req)) as held:
                 try:
-                    with stopper.holding(run.id, abort):
+                    with rt.stopper.holding(run.id, abort, rt.live):
                         reply = model.complete(held.request, on_delta, abort=abort)
                 except Aborted as exc:
                     partial = _partial(claim, run.view_tokens, offsets, started)

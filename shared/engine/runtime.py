@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import logging
-import threading
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from sqlalchemy.engine import Engine
 
@@ -16,14 +14,16 @@ from shared.config import Settings
 from shared.engine.envelopes import Envelopes
 from shared.engine.gate import Gate
 from shared.engine.leases import Heartbeat, heartbeat_for
+from shared.engine.livebus import WAKE, InProcessBus, LiveBus
+from shared.engine.pacer import Pacer
+from shared.engine.stopper import Stopper
 from shared.llm.ratelimit import LocalLimiter, RateLimiter
 from shared.store import store_for
 from shared.store.write import Store
 
-__all__ = ["WAKE", "Dispatch", "InProcessBus", "LiveBus", "Publisher", "Runtime"]
+__all__ = ["Dispatch", "Publisher", "Runtime"]
 
 log = logging.getLogger("treadle.live")
-WAKE = "wake"  # a live message: durable events up to ``seq`` were committed (SSE tails fetch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,48 +63,6 @@ class Publisher(Protocol):
     def __call__(self, items: list[Dispatch]) -> None: ...
 
 
-class LiveBus(Protocol):
-    """Live, unstored events (model deltas) and wake-ups for SSE tails."""
-
-    def publish(self, run_id: str, event: dict[str, Any]) -> None: ...
-
-    def subscribe(
-        self, run_id: str, callback: Callable[[dict[str, Any]], None]
-    ) -> Callable[[], None]: ...
-
-
-class InProcessBus:
-    """Embedded mode: callbacks in this process."""
-
-    def __init__(self) -> None:
-        self._subs: dict[str, list[Callable[[dict[str, Any]], None]]] = defaultdict(list)
-        self._lock = threading.Lock()
-
-    def publish(self, run_id: str, event: dict[str, Any]) -> None:
-        with self._lock:
-            subs = list(self._subs.get(run_id, ()))
-        for cb in subs:
-            try:
-                cb(event)
-            except Exception:  # a broken subscriber never breaks the publisher (a round)
-                log.warning("live subscriber failed for %s", run_id, exc_info=True)
-
-    def subscribe(
-        self, run_id: str, callback: Callable[[dict[str, Any]], None]
-    ) -> Callable[[], None]:
-        with self._lock:
-            self._subs[run_id].append(callback)
-
-        def cancel() -> None:
-            with self._lock:
-                if callback in self._subs.get(run_id, []):
-                    self._subs[run_id].remove(callback)
-                    if not self._subs[run_id]:
-                        del self._subs[run_id]
-
-        return cancel
-
-
 @dataclass
 class Runtime:
     engine: Engine
@@ -115,6 +73,8 @@ class Runtime:
     limiter: RateLimiter = field(default_factory=LocalLimiter)
     queue_depth: Callable[[], dict[str, int] | None] | None = None  # broker messages waiting
     envelopes: Envelopes = field(default_factory=Envelopes)  # tenants with spend envelopes
+    stopper: Stopper = field(default_factory=Stopper)  # this process's work in flight, by run
+    pacer: Pacer = field(default_factory=Pacer)  # what this process does at most every so often
     _gate: Gate | None = field(default=None, repr=False)  # shared by copies (``replace``)
 
     def __post_init__(self) -> None:

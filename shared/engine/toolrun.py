@@ -22,7 +22,7 @@ from shared.agent.arguments import ArgumentsError, parse_arguments
 from shared.agent.attachments import attachment_refs
 from shared.agent.compression import reduce_tool_result
 from shared.agent.spec import AgentSpec
-from shared.engine import cache, children, metrics, stopper, subagent
+from shared.engine import cache, children, metrics, subagent
 from shared.engine.attachments import run_files
 from shared.engine.busy import when_free
 from shared.engine.change import Finished, LostRace
@@ -189,8 +189,7 @@ def execute_tool(
     with tool_span(call.name, call.call_id):
         if quick(tool):
             return _run(lambda: tool.execute(args, ctx))
-        stopper.listen(rt.live)
-        with rt.gate.outside(Stage.TOOL), stopper.holding(run.id, abort):
+        with rt.gate.outside(Stage.TOOL), rt.stopper.holding(run.id, abort, rt.live):
             return _with_timeout(lambda: tool.execute(args, ctx), rt.settings.tool_timeout, abort)
 
 

@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from scheduler.http import sse
-from shared.engine.runtime import InProcessBus, Runtime
+from shared.engine.livebus import InProcessBus
+from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.isotime import epoch
 from shared.llm.fake_server import FakeLLMServer, ReplySpec

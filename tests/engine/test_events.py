@@ -7,7 +7,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from shared.engine.runtime import WAKE, Runtime
+from shared.engine.livebus import WAKE
+from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.store import records
 from shared.store import runs as run_store

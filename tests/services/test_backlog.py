@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 
 from scheduler.app import create_app
 from scheduler.embedded import ReaperLoop
-from shared.engine.depth import broker_depth
+from shared.engine.depth import BrokerDepth
 from shared.engine.runtime import Runtime
 from shared.store.tables import runs, usage
 from tests.support import ROUND_DONE, WorkerProcs, knob, wait_for
@@ -55,7 +55,7 @@ def _agent(i: int) -> dict[str, object]:
 
 
 def test_a_backlog_is_not_amplified(prod_rt: Runtime, workers: WorkerProcs) -> None:
-    rt = dataclasses.replace(prod_rt, queue_depth=lambda: broker_depth(prod_rt.settings))
+    rt = dataclasses.replace(prod_rt, queue_depth=BrokerDepth(prod_rt.settings))
     assert rt.queue_depth is not None and rt.queue_depth() is not None
     name = workers.start("solo", concurrency=THREADS)
     reaper = ReaperLoop(rt, 0.5).start()

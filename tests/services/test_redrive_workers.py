@@ -28,7 +28,7 @@ from fastapi.testclient import TestClient
 from scheduler.app import create_app
 from scheduler.embedded import ReaperLoop
 from shared.config import Settings
-from shared.engine.depth import broker_depth
+from shared.engine.depth import BrokerDepth
 from shared.engine.runtime import Runtime
 from shared.names import ROUNDS_QUEUE, TOOLS_QUEUE
 from shared.priorities import queue_keys
@@ -51,7 +51,7 @@ def fast_recovery() -> dict[str, str]:
 @pytest.fixture
 def reaper(prod_rt: Runtime) -> Iterator[Runtime]:
     """The reaper as beat runs it: the default interval, reading the queues' depth."""
-    rt = dataclasses.replace(prod_rt, queue_depth=lambda: broker_depth(prod_rt.settings))
+    rt = dataclasses.replace(prod_rt, queue_depth=BrokerDepth(prod_rt.settings))
     loop = ReaperLoop(rt, Settings().reaper_interval).start()
     yield rt
     loop.stop()
