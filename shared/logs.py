@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextvars
 import json
 import logging
 import time
@@ -10,27 +9,25 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["JsonFormatter", "configure_logging", "log_context"]
+from shared.ambient import LOG_FIELDS
 
-_context: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
-    "treadle_log", default=None
-)
+__all__ = ["JsonFormatter", "configure_logging", "log_context"]
 
 
 @contextmanager
 def log_context(**fields: Any) -> Iterator[None]:
     """Attach fields (run_id, round, call_id) to every log record in this block."""
-    current = _context.get() or {}
-    token = _context.set({**current, **{k: v for k, v in fields.items() if v is not None}})
+    current = LOG_FIELDS.get() or {}
+    token = LOG_FIELDS.set({**current, **{k: v for k, v in fields.items() if v is not None}})
     try:
         yield
     finally:
-        _context.reset(token)
+        LOG_FIELDS.reset(token)
 
 
 class _ContextFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        for key, value in (_context.get() or {}).items():
+        for key, value in (LOG_FIELDS.get() or {}).items():
             setattr(record, key, value)
         return True
 

@@ -34,12 +34,12 @@ from collections.abc import Callable, Iterable, Iterator
 import httpcore
 import httpx
 
+from shared.ambient import WORKING_FOR
 from shared.errors import Aborted, CallCancelled, DeadlineExceeded
 
 __all__ = ["WATCH_INTERVAL_S", "Abort", "WatchedBackend", "abortable_transport", "current"]
 
 WATCH_INTERVAL_S = 0.1
-_local = threading.local()
 
 
 class Abort:
@@ -125,14 +125,14 @@ class Abort:
 
     @contextlib.contextmanager
     def bound(self) -> Iterator[None]:
-        """The current thread works for this handle (see the module doc)."""
-        before = getattr(_local, "abort", None)
-        _local.abort = self
+        """The block works for this handle (see the module doc; threads it starts with a
+        copy of its context too)."""
+        token = WORKING_FOR.set(self)
         try:
             with _WATCHDOG.watching(self):
                 yield
         finally:
-            _local.abort = before
+            WORKING_FOR.reset(token)
 
     @contextlib.contextmanager
     def _io(self, sock: socket.socket | None) -> Iterator[None]:
@@ -147,8 +147,8 @@ class Abort:
 
 
 def current() -> Abort | None:
-    """The handle the current thread works for (``Abort.bound``), if any."""
-    return typing.cast("Abort | None", getattr(_local, "abort", None))
+    """The handle the current block works for (``Abort.bound``), if any."""
+    return typing.cast("Abort | None", WORKING_FOR.get())
 
 
 def _shutdown(sock: socket.socket) -> None:
