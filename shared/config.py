@@ -142,6 +142,40 @@ class Settings(BaseSettings):
     mcp_max_bytes: int = Field(
         default=1_000_000, ge=1024, description="Largest MCP response (one HTTP body or SSE event)"
     )
+    mcp_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="Wall limit of one MCP exchange (a listing, a call), whatever a spec's "
+        "timeout_s says; the run's deadline shortens it",
+    )
+    mcp_list_wait_s: float = Field(
+        default=10.0,
+        ge=0,
+        le=3600,
+        description="The longest a round waits for an MCP server's tool list; past it the "
+        "round goes on without those tools (the model is told, a tool.unavailable event), the "
+        "listing ends in the background",
+    )
+    mcp_list_max_bytes: int = Field(
+        default=256_000,
+        ge=1024,
+        description="Names, descriptions and schemas kept of one MCP server's tool list (the "
+        "rest is left out, with a warning); its tools count against TREADLE_MAX_TOOLS too",
+    )
+    mcp_cache_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=0,
+        description="Per process: MCP tool lists cached, across all servers, at most (an "
+        "estimate; the least recently used go first)",
+    )
+    mcp_tenant_waiters: int = Field(
+        default=2,
+        ge=0,
+        le=1024,
+        description="Per process: threads of one tenant that wait for MCP listings at once "
+        "(more go on without the tools at once): a slow server holds few of a worker's threads",
+    )
     log_level: str = Field(default="INFO", description="Logging level")
     log_format: str = Field(default="text", description="text, or json (one object a line)")
     task_events: bool = Field(

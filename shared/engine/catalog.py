@@ -19,9 +19,11 @@ from shared.tools.files import READ_FILES, describe_files
 from shared.tools.knowledge import KnowledgeTool
 
 if TYPE_CHECKING:
+    from shared.agent.request import RequestPlan
+    from shared.tools.mcp_lists import ToolLists
     from shared.tools.mcp_tools import McpAccess
 
-__all__ = ["Catalog", "build_catalog"]
+__all__ = ["Catalog", "build_catalog", "with_unavailable_note"]
 
 _STOP = CatalogEntry(
     name="stop",
@@ -54,6 +56,36 @@ class Catalog:
     def partial(self) -> bool:
         """Some MCP server could not be listed (build again later rather than keep this)."""
         return bool(self.unreachable)
+
+    def unavailable_event(self) -> dict[str, Any] | None:
+        """The data of the round's ``tool.unavailable`` warning (None: nothing is missing)."""
+        if not self.unreachable:
+            return None
+        servers = [{"server": name, "reason": why[:500]} for name, why in self.unreachable.items()]
+        return {"level": "warning", "servers": servers}
+
+
+def with_unavailable_note(req: RequestPlan, catalog: Catalog) -> RequestPlan:
+    """``req`` with a line in its system text that tells the model which MCP servers' tools
+    are missing this round (their servers could not be listed): it should not expect them,
+    nor make them up."""
+    if not catalog.unreachable:
+        return req
+    from dataclasses import replace as copy
+
+    from shared.agent.messages import Message
+
+    names = ", ".join(sorted(catalog.unreachable))
+    note = (
+        f"Note: the tools of the MCP server(s) {names} are unavailable right now (the server "
+        "could not be reached or did not list its tools in time); do not call them."
+    )
+    msgs = list(req.messages)
+    if msgs and msgs[0].role == "system" and isinstance(msgs[0].content, str):
+        msgs[0] = msgs[0].with_content(f"{msgs[0].content}\n\n{note}".lstrip())
+    else:
+        msgs.insert(0, Message(role="system", content=note))
+    return copy(req, messages=tuple(msgs))
 
 
 @dataclass(frozen=True)
@@ -105,6 +137,7 @@ def build_catalog(
     *,
     attachments: Sequence[Mapping[str, Any]] = (),
     mcp: McpAccess | None = None,
+    mcp_lists: ToolLists | None = None,
 ) -> Catalog:
     """SPEC P-5: a business tool named like an internal one is dropped, with a warning.
     Inline tools with ``agent:`` become ``AgentTool``s (a chat or helper agent: one call;
@@ -113,7 +146,8 @@ def build_catalog(
     A tool that cannot run here (``unavailable``: run_python without bubblewrap) is left
     out, with a warning. A run with documents among its ``attachments`` gets ``read_files``
     (SPEC M-11). The tools of the spec's MCP servers are listed only given ``mcp`` (how to
-    reach them: the engine's rounds and tool calls, never a submission)."""
+    reach them: the engine's rounds and tool calls, never a submission; ``mcp_lists``: the
+    process's cached lists), as many as the tool limit leaves room for."""
     if spec.kind != "agent":
         return Catalog(entries={}, tools={})
     entries: dict[str, CatalogEntry] = {}
@@ -135,7 +169,8 @@ def build_catalog(
         from shared.tools.mcp_tools import list_mcp_tools  # the mcp SDK loads only when used
 
         taken = [*entries, *internal, *_RESERVED]
-        listing = list_mcp_tools(spec.mcp, mcp, taken=taken)
+        room = mcp.max_tools - len(entries)
+        listing = list_mcp_tools(spec.mcp, mcp, mcp_lists, taken=taken, room=room)
         for remote in listing.tools:
             entries[remote.name] = _entry(remote)
             tools[remote.name] = remote

@@ -61,7 +61,8 @@ def _run_tool(rt: Runtime, run_id: str, call_id: str, version: int) -> str:
     if run.version != version or call.status not in (CallStatus.QUEUED, CallStatus.RUNNING):
         return "stale"
     spec = given.spec
-    catalog = cache.catalog(rt, run_id, spec, attachment_refs(given.inputs))
+    refs = attachment_refs(given.inputs)
+    catalog = cache.catalog(rt, run_id, spec, refs, tenant=run.tenant, deadline=run.deadline_at)
     tool = catalog.tool(call.name)
     sub = children.sub_agent_of(spec, call.name)
     if sub is None and call.status == CallStatus.QUEUED and quick(tool):

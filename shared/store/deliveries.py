@@ -27,6 +27,7 @@ from sqlalchemy.engine import Connection, RowMapping
 
 from shared.isotime import epoch, iso, iso_times
 from shared.store.tables import outbox, resume_tokens, webhook_attempts, webhook_deliveries
+from shared.vocab import EventType
 
 __all__ = [
     "DEFAULT_EVENTS",
@@ -64,6 +65,7 @@ DURABLE_EVENTS = frozenset(
         "run.failed",
         "run.cancelled",
         "run.released",
+        EventType.TOOL_UNAVAILABLE.value,
     }
 )
 DEFAULT_EVENTS = frozenset({"run.waiting", "run.completed", "run.failed", "run.cancelled"})

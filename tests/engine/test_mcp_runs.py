@@ -12,17 +12,14 @@ from fastapi.testclient import TestClient
 from scheduler.app import create_app
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
-from shared.tools.mcp_tools import clear_tool_lists
 from tests.engine.helpers import agent, call, run, submit, transcript
 from tests.mcp_server import McpTestServer
 
 
 @pytest.fixture
 def mcp() -> Iterator[McpTestServer]:
-    clear_tool_lists()
     with McpTestServer() as server:
         yield server
-    clear_tool_lists()
 
 
 @pytest.fixture

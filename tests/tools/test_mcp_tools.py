@@ -14,15 +14,8 @@ import pytest
 from shared.agent.spec import McpServerSpec
 from shared.errors import ToolError
 from shared.tools import ToolContext
-from shared.tools.mcp_tools import McpAccess, McpServer, clear_tool_lists, list_mcp_tools
+from shared.tools.mcp_tools import McpAccess, McpServer, ToolLists, list_mcp_tools
 from tests.mcp_server import McpTestServer
-
-
-@pytest.fixture(autouse=True)
-def _fresh_lists() -> Iterator[None]:
-    clear_tool_lists()
-    yield
-    clear_tool_lists()
 
 
 @pytest.fixture(scope="module")
@@ -127,11 +120,13 @@ def test_response_size_is_bounded(mcp: McpTestServer) -> None:
 
 
 def test_tool_list_cached_and_stale_list_serves(mcp: McpTestServer) -> None:
+    lists = ToolLists()
     with McpTestServer() as server:
         spec = _spec(server.url)
-        first = list_mcp_tools([spec], McpAccess(allow_hosts=(server.host,), ttl=0.01))
-    second = list_mcp_tools([spec], McpAccess(allow_hosts=(server.host,), ttl=0.01))
+        first = list_mcp_tools([spec], McpAccess(allow_hosts=(server.host,), ttl=0.01), lists)
+    second = list_mcp_tools([spec], McpAccess(allow_hosts=(server.host,), ttl=0.01), lists)
     assert [t.name for t in second.tools] == [t.name for t in first.tools]  # stale, down
+    assert not second.unreachable
 
 
 def test_sse_transport() -> None:
