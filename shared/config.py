@@ -212,6 +212,40 @@ class Settings(BaseSettings):
     sandbox_python: str = Field(
         default="", description="run_python: interpreter in the sandbox (default: found in /usr)"
     )
+    sandbox_cgroups: Literal["required", "off"] = Field(
+        default="required",
+        description="run_python: each sandbox in its own cgroup under the worker's group "
+        "(required: without cgroups run_python is unavailable, never limited per process "
+        "only); off: per-process limits alone (a single-tenant machine)",
+    )
+    sandbox_cgroup: str = Field(
+        default="treadle",
+        pattern=r"^[A-Za-z0-9_.-]{1,64}(/[A-Za-z0-9_.-]{1,64}){0,7}$",
+        description="The cgroup (under each hierarchy's root) where workers make theirs, "
+        "worker-<pid>, one child group per sandbox or PDF reader in it",
+    )
+    sandbox_group_memory_mb: int = Field(
+        default=2048,
+        ge=64,
+        description="Per worker process: memory of all its sandboxes and PDF readers together "
+        "(its cgroup's limit; past it the kernel kills one of them)",
+    )
+    sandbox_max_processes: int = Field(
+        default=32,
+        ge=4,
+        le=4096,
+        description="run_python: processes of one sandbox, its own four included (pids.max)",
+    )
+    sandbox_cpus: float = Field(
+        default=1.0, ge=0, le=256, description="run_python: CPUs of one sandbox (0 = no quota)"
+    )
+    sandbox_slots: int = Field(
+        default=4,
+        ge=0,
+        le=1024,
+        description="Per worker process: sandboxes and PDF readers running at once; more wait "
+        "in line, served tenant by tenant in turn (0 = no limit)",
+    )
     extract_cpu_seconds: float = Field(
         default=5.0, gt=0, description="CPU seconds of parsing one document (PDF, a child process)"
     )

@@ -16,6 +16,7 @@ from shared.config import Settings
 from shared.engine.gate import Gate
 from shared.engine.leases import Heartbeat, heartbeat_for
 from shared.llm.ratelimit import LocalLimiter, RateLimiter
+from shared.tools.confinement import Confinement
 from shared.tools.mcp_lists import ToolLists
 
 __all__ = ["WAKE", "Dispatch", "InProcessBus", "LiveBus", "Publisher", "Runtime"]
@@ -114,8 +115,10 @@ class Runtime:
     queue_depth: Callable[[], dict[str, int] | None] | None = None  # broker messages waiting
     gate: Gate = field(init=False)  # engine work admission of a worker process
     mcp_lists: ToolLists = field(init=False)  # MCP servers' tool lists, bounded in bytes
+    confinement: Confinement = field(init=False)  # sandboxes and PDF readers, as a whole
 
     def __post_init__(self) -> None:
+        self.confinement = Confinement.from_settings(self.settings)
         self.gate = Gate(self.settings.worker_engine_slots)
         self.mcp_lists = ToolLists(
             self.settings.mcp_cache_bytes, tenant_waiters=self.settings.mcp_tenant_waiters

@@ -160,6 +160,7 @@ def execute_tool(
         attachments=refs,
         files=run_files(rt, run.tenant, inputs) if refs else None,
         knowledge=Knowledge(rt, run.tenant),
+        confinement=rt.confinement,
     )
     try:  # strict JSON first: json5 is pure Python (~100 ms for 500 characters)
         args = parse_arguments(call.arguments or "{}")
