@@ -279,7 +279,29 @@ class Settings(BaseSettings):
         "(0 = no limit). Keeps one tenant's backlog from delaying another's runs",
     )
     submits_per_minute: int = Field(
-        default=6000, description="Run submissions per API key per minute (0 = no limit)"
+        default=6000,
+        description="Run submissions per API key per minute (0 = no limit); a cron's fires "
+        "count against its tenant's",
+    )
+    # quotas on what a tenant stores and schedules (403 quota_exceeded past them; 0 = none)
+    max_crons: int = Field(default=100, ge=0, description="Per tenant: crons, at most")
+    cron_min_interval_s: float = Field(
+        default=60.0,
+        ge=60,
+        le=31 * 86_400,
+        description="The shortest time between two slots of a cron (422 for a schedule "
+        "that fires more often)",
+    )
+    max_agents: int = Field(default=1000, ge=0, description="Per tenant: stored agents, at most")
+    max_agent_versions: int = Field(
+        default=100, ge=0, description="Per stored agent: versions, at most"
+    )
+    cron_fires_per_pass: int = Field(
+        default=200,
+        ge=1,
+        le=100_000,
+        description="Cron slots a reaper pass fires at most, taken tenant by tenant in turn "
+        "(the rest fire on the next pass)",
     )
     spec_env_allow: str = Field(
         default="",

@@ -7,6 +7,7 @@
     ├── Conflict               a state that forbids the operation (409)
     ├── Unauthorized           missing or invalid credentials (401)
     ├── Forbidden              the caller may not do or reach this (403)
+    │   └── QuotaExceeded         a tenant's stored things at their operator limit
     ├── ModelError             a model call failed
     │   ├── TransientModelError   429, 5xx, timeouts, broken streams: retry with backoff
     │   └── FatalModelError       other 4xx, bad responses: fail the run
@@ -31,6 +32,7 @@ __all__ = [
     "Forbidden",
     "ModelError",
     "NotFound",
+    "QuotaExceeded",
     "SpecError",
     "ToolError",
     "ToolsRejected",
@@ -77,6 +79,13 @@ class Forbidden(TreadleError):
     """Allowed to others, not to this caller: e.g. a tenant's spec naming a secret."""
 
     code = "forbidden"
+
+
+class QuotaExceeded(Forbidden):
+    """A tenant already has as many of something stored as the operator allows (crons,
+    agents, an agent's versions): 403 ``quota_exceeded``, naming the setting."""
+
+    code = "quota_exceeded"
 
 
 class ModelError(TreadleError):

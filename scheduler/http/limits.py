@@ -10,7 +10,6 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import sqlalchemy as sa
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -26,9 +25,8 @@ from scheduler.http.spec_policy import (
 )
 from shared.agent.spec import AgentSpec, WebhookSpec
 from shared.config import Settings
+from shared.engine import quotas
 from shared.engine.runtime import Runtime
-from shared.llm.ratelimit import Limits
-from shared.store.tables import runs
 
 __all__ = [
     "BODY_LIMIT",
@@ -42,8 +40,6 @@ __all__ = [
 
 log = logging.getLogger("treadle.api")
 BODY_LIMIT = 2_000_000
-IN_FLIGHT = ("scheduled", "queued", "running", "waiting")
-IN_FLIGHT_RETRY_S = 5
 
 
 def too_large(message: str) -> ApiError:
@@ -109,55 +105,25 @@ def check_size(settings: Settings, spec: AgentSpec, value: str | list[dict[str, 
         )
 
 
+def _raise(refused: quotas.Refusal | None) -> None:
+    if refused is None:
+        return
+    if refused.status == 503:
+        raise unavailable(refused.message, max(1, math.ceil(refused.retry_after)))
+    raise too_many(refused.code, refused.message, refused.retry_after)
+
+
 def check_in_flight(rt: Runtime, tenant: str) -> None:
     """429 when the tenant already has its limit of scheduled, queued, running and waiting runs
-    (runs held behind a busy thread's active run are not counted)."""
-    limit = rt.settings.max_runs_in_flight
-    if limit <= 0:
-        return
-    query = (
-        sa.select(sa.func.count())
-        .select_from(runs)
-        .where(
-            runs.c.tenant == tenant,
-            runs.c.status.in_(IN_FLIGHT),
-            # a held run waiting for its thread is not counted; one waiting for admission is
-            sa.or_(runs.c.held.is_(False), runs.c.thread_id.is_(None)),
-        )
-    )
-    with rt.engine.connect() as conn:
-        n = int(conn.execute(query).scalar_one())
-    if n >= limit:
-        raise too_many(
-            "too_many_runs",
-            f"{n} runs in flight for this tenant (scheduled, queued, running or "
-            f"waiting); the limit is {limit}",
-            IN_FLIGHT_RETRY_S,
-        )
+    (runs held behind a busy thread's active run are not counted; ``shared.engine.quotas``)."""
+    _raise(quotas.in_flight(rt, tenant))
 
 
 def check_rate(rt: Runtime, key: str) -> None:
-    """429 after ``TREADLE_SUBMITS_PER_MINUTE`` submissions by one key within a minute (Redis
-    when the runtime's limiter is shared, else in this process). The limiter unreachable:
-    admitted unlimited (a warning logged), or 503 when ``TREADLE_LIMITER_ON_FAILURE=closed``."""
-    per_minute = rt.settings.submits_per_minute
-    if per_minute <= 0:
-        return
-    try:
-        permit = rt.limiter.acquire(
-            f"api:submit:{key}", Limits(requests_per_minute=per_minute), 1, 60.0
-        )
-    except Exception as exc:  # Redis unreachable: TREADLE_LIMITER_ON_FAILURE decides
-        if rt.settings.limiter_on_failure == "closed":
-            raise unavailable("the submission limiter is unavailable; try again shortly") from exc
-        log.warning("submit limiter unavailable (%s); admitting without it", exc)
-        return
-    if not permit.granted:
-        raise too_many(
-            "rate_limited",
-            f"over {per_minute} run submissions a minute for this API key",
-            permit.wait,
-        )
+    """429 after ``TREADLE_SUBMITS_PER_MINUTE`` submissions by one key within a minute; the
+    limiter unreachable: admitted, or 503 when ``TREADLE_LIMITER_ON_FAILURE=closed``
+    (``shared.engine.quotas``)."""
+    _raise(quotas.rate(rt, key))
 
 
 def police_spec(

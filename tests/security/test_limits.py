@@ -428,3 +428,51 @@ def test_a_tenants_burst_waits_behind_itself_not_in_front_of_others() -> None:
     for t in [first, *waiters]:
         t.join(10)
     assert order == ["globex", "globex", "acme", "globex", "globex"]
+
+
+# --- quotas on what a tenant stores and schedules (issue #35) -----------------------------------
+
+
+def test_the_n_plus_first_cron_agent_and_version_are_refused(
+    secure_rt: Runtime, make_key: MakeKey
+) -> None:
+    rt = with_settings(
+        secure_rt, max_crons=2, max_agents=2, max_agent_versions=2, cron_min_interval_s=300
+    )
+    acme, globex = make_key("acme"), make_key("globex")
+    cron = {"agent": CHAT, "input": "tick", "schedule": "*/5 * * * *"}
+    with TestClient(create_app(lambda: rt)) as client:
+        for _ in range(2):
+            assert client.post("/v1/crons", json=cron, headers=bearer(acme)).status_code == 201
+        before = row_counts(rt)
+        third = client.post("/v1/crons", json=cron, headers=bearer(acme))
+        lg = client.post(
+            "/langgraph/runs/crons",
+            json={
+                "assistant_id": "demo-chat",
+                "schedule": "*/5 * * * *",
+                "input": {"messages": [{"role": "user", "content": "tick"}]},
+            },
+            headers=bearer(acme),
+        )
+        often = client.post(
+            "/v1/crons", json={**cron, "schedule": "* * * * *"}, headers=bearer(globex)
+        )
+        assert row_counts(rt) == before
+        assert client.post("/v1/crons", json=cron, headers=bearer(globex)).status_code == 201
+        agents = [
+            client.post(
+                "/v1/agents", json={"name": f"a{i}", "spec": CHAT}, headers=bearer(acme)
+            ).status_code
+            for i in range(3)
+        ]
+        versions = [
+            client.put("/v1/agents/a0", json={"spec": CHAT}, headers=bearer(acme)).status_code
+            for _ in range(2)
+        ]
+    assert third.status_code == 403 and third.json()["error"]["code"] == "quota_exceeded"
+    assert "TREADLE_MAX_CRONS" in third.json()["error"]["message"]
+    assert lg.status_code == 403, lg.text
+    assert often.status_code == 422 and "TREADLE_CRON_MIN_INTERVAL_S" in often.text
+    assert agents == [201, 201, 403]
+    assert versions == [200, 403]  # version 2 is the most an agent may have
