@@ -293,6 +293,7 @@ class Attempt:
     status_code: int | None = None
     error: str | None = None
     response: str | None = None
+    final: bool = False  # a failure that would recur: not retried (a refused redirect)
 
     @property
     def ok(self) -> bool:
