@@ -259,3 +259,38 @@ def test_limits_count_sub_agents_and_system_prompts(
         )
         assert got.status_code == 413 and words in got.text, got.text
     assert _snapshot(secure_rt) == before
+
+
+# --- the LangGraph facade's parameters (issue #35) ----------------------------------------------
+
+LONG_ID = "a" * 65
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("post", "/langgraph/assistants/search", {"limit": "abc"}),
+        ("post", "/langgraph/assistants/search", {"offset": "x"}),
+        ("post", "/langgraph/assistants/search", {"limit": 1.5}),
+        ("post", "/langgraph/assistants/search", {"limit": True}),
+        ("post", "/langgraph/assistants/search", {"offset": -1}),
+        ("post", "/langgraph/assistants/demo/versions", {"limit": "abc"}),
+        ("post", "/langgraph/assistants/demo/versions", {"offset": [1]}),
+        ("post", "/langgraph/assistants", {"assistant_id": LONG_ID, "graph_id": "demo"}),
+        ("post", "/langgraph/assistants", {"assistant_id": "bad name", "graph_id": "demo"}),
+        ("get", f"/langgraph/assistants/{LONG_ID}", None),
+        ("get", f"/langgraph/assistants/{LONG_ID}@1", None),
+        ("post", f"/langgraph/assistants/{LONG_ID}/versions", {}),
+        ("patch", f"/langgraph/assistants/{LONG_ID}", {"graph_id": "demo"}),
+        ("get", "/langgraph/assistants/demo@99999999999", None),
+    ],
+)
+def test_langgraph_assistant_parameters_are_checked(
+    api: TestClient, key: str, secure_rt: Runtime, method: str, path: str, body: Any
+) -> None:
+    before = _snapshot(secure_rt)
+    kwargs = {"json": body} if body is not None else {}
+    got = getattr(api, method)(path, headers=bearer(key), **kwargs)
+    assert got.status_code in (404, 422), (got.status_code, got.text[:300])
+    assert set(got.json()) == {"error"}
+    assert _snapshot(secure_rt) == before
