@@ -120,7 +120,7 @@ def test_api_refuses_stdio_servers(sqlite_rt: Runtime) -> None:
 def test_an_unreachable_server_is_a_warning_event_a_log_line_a_metric_and_a_note(
     sqlite_rt: Runtime, stub: StubBroker, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Issue #39: the tools of a server that cannot be listed do not vanish silently: the
+    """The tools of a server that cannot be listed do not vanish silently: the
     round records ``tool.unavailable`` (a warning), logs it, counts it, and the model's
     system text says which server's tools are missing."""
     from shared.engine import metrics

@@ -119,7 +119,7 @@ def test_a_slot_whose_run_is_refused_is_skipped(sqlite_rt: Runtime, stub: StubBr
     assert _fired(sqlite_rt, cron_id) == 0 and stub.sent == []
 
 
-# --- quotas and fairness (issue #35) ------------------------------------------------------------
+# --- quotas and fairness ------------------------------------------------------------
 
 
 def _tenant_crons(rt: Runtime, tenant: str, n: int, first: float) -> list[str]:

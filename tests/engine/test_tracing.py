@@ -132,7 +132,7 @@ def test_a_dispatch_without_headers_joins_the_stored_context(
 def test_a_clients_trace_context_is_joined_only_with_the_trace_scope(
     sqlite_rt: Runtime, spans: InMemorySpanExporter
 ) -> None:
-    """Issue #35: a tenant's ``traceparent`` is not adopted (nor stored with its run): the
+    """A tenant's ``traceparent`` is not adopted (nor stored with its run): the
     request starts a trace of its own and keeps the client's header as an attribute. A key
     with the ``trace`` scope (the operator's own systems) joins the client's trace."""
     from shared.store import keys

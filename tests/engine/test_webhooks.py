@@ -27,7 +27,7 @@ from shared.store.deliveries import Attempt
 from shared.store.tables import events, outbox
 from tests.engine.helpers import agent, call
 from tests.receiver import Receiver, closed_port_url
-from tests.tools.conftest import LocalServer, other_server, server  # noqa: F401  (fixtures)
+from tests.tools import conftest as local_servers
 
 SECRET = "whsec_" + base64.b64encode(b"treadle-test-webhook-secret-0123").decode()
 SECRET_ENV = "TREADLE_TEST_WEBHOOK_SECRET"
@@ -266,10 +266,12 @@ def test_a_down_receiver_does_not_slow_the_run(rt: Runtime, stub: StubBroker, mo
     ["http://localhost:{other}/secret", "http://169.254.169.254/latest/meta-data/"],
 )
 def test_a_redirect_to_a_refused_address_is_not_followed_nor_retried(
-    rt: Runtime, stub: StubBroker, server: LocalServer, other_server: LocalServer, target: str
+    rt: Runtime, stub: StubBroker, target: str
 ) -> None:
-    """Issue #35: the webhook's own host is allowed, its redirect's is not: the hop is never
+    """The webhook's own host is allowed, its redirect's is not: the hop is never
     sent, and the delivery fails at its first try (a refusal would recur: 1 try, not 7)."""
+    server = next(servers := local_servers._serve())
+    other_server = next(others := local_servers._serve())
     allowed = rt.settings.model_copy(update={"allow_hosts": server.host_port})
     rt = Runtime(engine=rt.engine, settings=allowed, publish=stub)
     to = target.format(other=other_server.port)
@@ -281,3 +283,5 @@ def test_a_redirect_to_a_refused_address_is_not_followed_nor_retried(
     assert [r.path for r in server.requests] == ["/redirect"]
     assert other_server.requests == []
     assert reap(rt).webhooks == 0 and _outbox_kinds(rt) == []
+    servers.close()
+    others.close()

@@ -316,7 +316,7 @@ def test_a_blocked_webhook_url_is_refused_at_submit(secure_rt: Runtime, make_key
         assert row_counts(secure_rt) == before
 
 
-# --- sandboxes bounded as a group (issue #35) -------------------------------------------------
+# --- sandboxes bounded as a group -------------------------------------------------
 
 
 @pytest.fixture
@@ -430,7 +430,7 @@ def test_a_tenants_burst_waits_behind_itself_not_in_front_of_others() -> None:
     assert order == ["globex", "globex", "acme", "globex", "globex"]
 
 
-# --- quotas on what a tenant stores and schedules (issue #35) -----------------------------------
+# --- quotas on what a tenant stores and schedules -----------------------------------
 
 
 def test_the_n_plus_first_cron_agent_and_version_are_refused(

@@ -335,7 +335,7 @@ def test_only_the_hash_is_stored(secure_rt: Runtime, make_key: MakeKey) -> None:
     assert secret not in stored and keys.hash_key(secret) in stored
 
 
-# --- facade webhooks are signed like native ones (issue #35) ------------------------------------
+# --- facade webhooks are signed like native ones ------------------------------------
 
 
 def test_a_tenants_langgraph_webhook_is_never_sent_unsigned(

@@ -177,7 +177,7 @@ def test_transport_by_url() -> None:
     assert forced.kind == "streamable_http"
 
 
-# --- a hostile server: bounded lists, results, waits and memory (issue #35) -------------------
+# --- a hostile server: bounded lists, results, waits and memory -------------------
 
 
 def _hostile(server: HostileMcp, lists: ToolLists | None = None, **kw: Any) -> McpListing:
