@@ -15,18 +15,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from scheduler.http.auth import Caller
 from scheduler.http.errors import ApiError, error_response, unavailable
-from scheduler.http.spec_policy import (
-    check_profile_names,
-    check_spec_maxima,
-    check_submitted_spec,
-    check_test_models,
-    nested_specs,
-    refuse_local_processes,
-)
 from shared.agent.spec import AgentSpec, WebhookSpec
 from shared.config import Settings
 from shared.engine import quotas
 from shared.engine.runtime import Runtime
+from shared.engine.spec_policy import nested_specs, police
 
 __all__ = [
     "BODY_LIMIT",
@@ -129,15 +122,11 @@ def check_rate(rt: Runtime, key: str) -> None:
 def police_spec(
     rt: Runtime, caller: Caller, submitted: AgentSpec | str, webhook: WebhookSpec | None = None
 ) -> None:
-    """What a tenant's spec may ask for (``scheduler.http.spec_policy``): test models, the
+    """What a tenant's spec may ask for (``shared.engine.spec_policy``): test models, the
     operator's maxima, operator profile names (422), local processes, env names, private hosts
     and webhook URLs (403). For a run, a saved agent and a resumed run's new spec alike."""
-    check_test_models(rt.settings, submitted)
-    check_spec_maxima(rt.settings, submitted)
-    check_profile_names(rt.profiles, submitted)
-    refuse_local_processes(submitted)
-    if caller.key_id is not None:  # a tenant's key (auth required), not the keyless owner
-        check_submitted_spec(rt.settings, submitted, webhook)
+    # keyed: a tenant's key (auth required), not the keyless owner
+    police(rt.settings, rt.profiles, submitted, webhook, keyed=caller.key_id is not None)
 
 
 def admit(
@@ -149,7 +138,7 @@ def admit(
     webhook: WebhookSpec | None = None,
 ) -> None:
     """Every check on a new run, before anything is written: sizes (413), what a tenant's
-    spec may reach (422, ``scheduler.http.spec_policy``), submissions per minute and runs in
+    spec may reach (422, ``shared.engine.spec_policy``), submissions per minute and runs in
     flight (429).
     ``submitted``: the agent as sent (a registered name is not policed), ``spec`` resolved.
     Any route that creates runs for a caller calls this first."""

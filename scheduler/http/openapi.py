@@ -15,8 +15,8 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from scheduler.http.schemas import ERROR_RESPONSES, ErrorBody
-from scheduler.http.spec_policy import SCHEMA_MAXIMA
 from shared.config import Settings, get_settings
+from shared.engine.spec_policy import SCHEMA_MAXIMA
 from shared.tools.registry import REGISTRY
 
 __all__ = ["REF_TEMPLATE", "component", "install_openapi"]

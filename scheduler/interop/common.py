@@ -9,10 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from scheduler.http import limits
 from scheduler.http.auth import Caller
-from scheduler.http.spec_policy import check_webhook_url
 from shared.agent.spec import AgentSpec, WebhookSpec
 from shared.config import DEFAULT_TENANT, Settings
 from shared.engine.runtime import Runtime
+from shared.engine.spec_policy import check_webhook_url
 from shared.engine.webhooks import TENANT_SECRET
 from shared.errors import Forbidden
 

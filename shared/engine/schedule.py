@@ -16,8 +16,10 @@ A pass fires at most ``TREADLE_CRON_FIRES_PER_PASS`` slots, taken tenant by tena
 one fires in this one. A fire is a new run like any other: it passes the tenant's limit on runs
 in flight and the submissions per minute of the key that made the cron
 (``shared.engine.quotas``); refused, the slot does not fire (a warning is logged) and the cron
-goes on at its next one. A tenant has at most ``TREADLE_MAX_CRONS`` crons, none firing more
-often than every ``TREADLE_CRON_MIN_INTERVAL_S``.
+goes on at its next one. Its spec meets the tenant's spec policy again at each fire (the
+policy in force then, ``shared.engine.spec_policy``): a spec the policy now refuses pauses
+the cron. A tenant has at most ``TREADLE_MAX_CRONS`` crons, none firing more often than every
+``TREADLE_CRON_MIN_INTERVAL_S``.
 """
 
 from __future__ import annotations
@@ -32,10 +34,10 @@ from cronsim import CronSim, CronSimError
 from pydantic import ValidationError
 
 from shared.agent.spec import AgentSpec
-from shared.engine import admission, commands, quotas
+from shared.engine import admission, commands, quotas, spec_policy
 from shared.engine.runtime import Runtime
 from shared.engine.transition import Change, Tx, attempt
-from shared.errors import NotFound, QuotaExceeded, SpecError, TreadleError
+from shared.errors import Forbidden, NotFound, QuotaExceeded, SpecError, TreadleError
 from shared.store import repo
 from shared.store import schedules as store
 from shared.store import threads as thread_store
@@ -201,6 +203,10 @@ def _fire(rt: Runtime, cron: store.Cron, ts: float) -> bool:
     if cron.last_slot is not None and slot <= cron.last_slot:
         _advance(rt, cron.id, following, ts)  # this slot already fired
         return False
+    if (why := _policy_refusal(rt, cron)) is not None:
+        log.warning("cron %s: paused: the spec policy refuses its spec now: %s", cron.id, why)
+        _advance(rt, cron.id, None, ts)
+        return False
     if (refused := _refused(rt, cron)) is not None:
         log.warning("cron %s: slot %s not fired: %s", cron.id, _iso(slot), refused.message)
         _advance(rt, cron.id, following, ts)
@@ -216,6 +222,21 @@ def _fire(rt: Runtime, cron: store.Cron, ts: float) -> bool:
     with rt.engine.begin() as conn:
         store.set_next(conn, cron.id, following, ts, slot=slot, run_id=record.run.id)
     return True
+
+
+def _policy_refusal(rt: Runtime, cron: store.Cron) -> str | None:
+    """Why the spec policy refuses the cron's spec now (its tenant's parts, stored when it was
+    made; None: allowed, or an operator's agent)."""
+    policed = cron.agent.get("policed")
+    if not isinstance(policed, dict):
+        return None
+    keyed = bool((cron.options or {}).get("keyed", True))
+    try:
+        spec = AgentSpec.model_validate(policed)
+        spec_policy.police(rt.settings, rt.profiles, spec, keyed=keyed)
+    except (SpecError, Forbidden, ValidationError) as exc:
+        return str(exc)
+    return None
 
 
 def _claim(cron: store.Cron, slot: float) -> Callable[[Tx, str], None]:
