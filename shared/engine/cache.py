@@ -183,7 +183,8 @@ def catalog(
         tokens = _schema_tokens(built)
         found = (spec, built, tokens)
         if built.partial:
-            _unavailable(run_id, built)
+            if not built.deferred:  # a deferred round comes back: counted when it gives up
+                _unavailable(run_id, built)
         else:  # its tools' schemas, as Python objects: about 4 bytes a character, 4 a token
             _catalogs.put(run_id, found, CATALOG_ENTRY_BYTES + 16 * tokens)
     return found[1]

@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     from shared.tools.mcp_lists import ToolLists
     from shared.tools.mcp_tools import McpAccess
 
-__all__ = ["Catalog", "build_catalog", "with_unavailable_note"]
+__all__ = ["DEFER_S", "Catalog", "build_catalog", "with_unavailable_note"]
+
+DEFER_S = 1.0
 
 _STOP = CatalogEntry(
     name="stop",
@@ -43,6 +45,9 @@ class Catalog:
     tools: dict[str, Tool]  # executables for external entries
     warnings: tuple[str, ...] = ()
     unreachable: dict[str, str] = field(default_factory=dict)  # MCP servers not listed: why
+    # an MCP server is still listing and this build did not wait (its tenant's threads
+    # already wait): a round gives itself back and comes again in ``DEFER_S``
+    deferred: bool = False
 
     def tool(self, name: str) -> Tool | None:
         """The executable for ``name``; while an MCP server could not be listed, a tool this
@@ -165,6 +170,7 @@ def build_catalog(
             entries[tool.name] = _entry(tool)
             tools[tool.name] = tool
     unreachable: dict[str, str] = {}
+    deferred = False
     if spec.mcp and mcp is not None:
         from shared.tools.mcp_tools import list_mcp_tools  # the mcp SDK loads only when used
 
@@ -175,13 +181,13 @@ def build_catalog(
             entries[remote.name] = _entry(remote)
             tools[remote.name] = remote
         warnings += listing.warnings
-        unreachable = listing.unreachable
+        unreachable, deferred = listing.unreachable, listing.deferred
     entries.update(internal)
     docs = [a for a in attachments if not is_image(a)]  # images go to the model directly
     if docs:
         entries[READ_FILES.name] = _read_files_entry(docs)
         tools[READ_FILES.name] = READ_FILES
-    return Catalog(entries, tools, tuple(warnings), unreachable)
+    return Catalog(entries, tools, tuple(warnings), unreachable, deferred)
 
 
 def _entry(tool: Tool) -> CatalogEntry:

@@ -40,7 +40,7 @@ from shared.agent.step import StepResult, step
 from shared.engine import cache, children, metrics, outage, stopper
 from shared.engine.attachments import request_inputs
 from shared.engine.busy import when_free
-from shared.engine.catalog import Catalog, with_unavailable_note
+from shared.engine.catalog import DEFER_S, Catalog, with_unavailable_note
 from shared.engine.gate import Stage
 from shared.engine.handlers import run_handler
 from shared.engine.knowledge import with_dataset_quotes
@@ -307,6 +307,8 @@ def _drive(rt: Runtime, claim: _Claim, attempt_no: int) -> RoundResult:
             return routed
     refs = attachment_refs(claim.inputs)
     catalog = cache.catalog(rt, run.id, spec, refs, tenant=run.tenant, deadline=run.deadline_at)
+    if catalog.deferred:  # an MCP listing in flight: come back for it, holding no thread
+        raise _Retry(DEFER_S, "mcp listing", counts=False)
     checkpoint = _maybe_checkpoint(rt, claim, catalog, attempt_no)
     history = claim.history + ([checkpoint.message] if checkpoint else [])
     req_spec, inputs = with_dataset_quotes(

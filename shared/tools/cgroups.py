@@ -43,7 +43,12 @@ log = logging.getLogger("treadle.sandbox")
 CONTROLLERS = ("memory", "pids", "cpu")
 MB = 1024 * 1024
 _CPU_PERIOD_US = 100_000
-_JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+# the shell's own variables (PWD) are not passed on: the command gets the environment it was
+# started with, and nothing else
+_JOIN = (
+    'unset PWD OLDPWD; while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; '
+    'shift; exec "$@"'
+)
 _counter = itertools.count(1)
 
 

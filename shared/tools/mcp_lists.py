@@ -12,9 +12,11 @@ A cold listing runs on the process's event loop (``shared.tools.aioloop``), not 
 thread; the caller waits for it at most ``wait`` seconds (the run's deadline and the operator's
 ``TREADLE_MCP_LIST_WAIT_S``) and goes on without the server's tools when it is not there yet:
 the listing ends in the background under its own wall limit and the next round finds it. At
-most ``tenant_waiters`` threads of one tenant wait at once in a process (more go on at once,
-without the tools), and at most ``max_pending`` listings are in flight: a slow or hostile
-server costs its own runs' rounds, not the threads other tenants' runs need.
+most ``tenant_waiters`` threads of one tenant wait at once in a process: a lookup past that
+does not wait, its listing is ``deferred`` (the engine gives the round back and tries again a
+moment later, holding no thread meanwhile); and at most ``max_pending`` listings are in
+flight. A slow or hostile server costs its own runs' rounds, not the threads other tenants'
+runs need.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 __all__ = ["Fetched", "Job", "Listing", "RemoteTool", "ToolLists"]
@@ -67,6 +69,7 @@ class Listing:
     error: str = ""
     stale: bool = False  # the last list, served while a refresh fails
     note: str = ""  # what the listing left out
+    deferred: bool = False  # still listing, and this lookup did not wait: ask again shortly
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,9 +136,9 @@ class ToolLists:
                 else:
                     found[i] = _stale_or(known, "too many MCP listings in flight; try later")
         if waits:
-            self._wait([p.future for p in waits.values()], tenant, wait)
+            waited = self._wait([p.future for p in waits.values()], tenant, wait)
             for i, pending in waits.items():
-                found[i] = self._outcome(jobs[i].key, pending, wait)
+                found[i] = self._outcome(jobs[i].key, pending, wait, waited)
         return [found[i] for i in range(len(jobs))]
 
     def clear(self) -> None:
@@ -164,11 +167,13 @@ class ToolLists:
 
     def _wait(
         self, futures: list[concurrent.futures.Future[Fetched]], tenant: str, wait: float
-    ) -> None:
-        """Wait for ``futures`` unless this tenant already has its waiters."""
+    ) -> bool:
+        """Wait for ``futures`` unless this tenant already has its waiters (then False)."""
         with self._lock:
-            if self._waiting.get(tenant, 0) >= self.tenant_waiters or wait <= 0:
-                return
+            if wait <= 0:
+                return True
+            if self._waiting.get(tenant, 0) >= self.tenant_waiters:
+                return False
             self._waiting[tenant] = self._waiting.get(tenant, 0) + 1
         try:
             concurrent.futures.wait(futures, timeout=wait)
@@ -179,9 +184,13 @@ class ToolLists:
                     self._waiting[tenant] = left
                 else:
                     del self._waiting[tenant]
+        return True
 
-    def _outcome(self, key: Hashable, pending: _Pending, wait: float) -> Listing:
+    def _outcome(self, key: Hashable, pending: _Pending, wait: float, waited: bool) -> Listing:
         if not pending.future.done():
+            if not waited:
+                found = _stale_or(pending.known, "still listing its tools (not waited for)")
+                return found if found.tools is not None else replace(found, deferred=True)
             why = f"did not list its tools within {max(wait, 0):.3g}s (still trying)"
             return _stale_or(pending.known, why)
         self._settle(key, pending)

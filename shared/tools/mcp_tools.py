@@ -97,8 +97,9 @@ class McpAccess:
         return min(spec.timeout_s, self.timeout_s)
 
     def wait(self) -> float:
-        """How long a round may wait for listings now (0 past the deadline)."""
-        left = self.wait_s if self.deadline is None else self.deadline - time.time()
+        """How long a round may wait for listings now: ``wait_s``, and half the time left
+        before the deadline at most (the other half is the model's), 0 past it."""
+        left = self.wait_s if self.deadline is None else (self.deadline - time.time()) / 2
         return max(0.0, min(self.wait_s, left))
 
 
@@ -457,6 +458,7 @@ class McpListing:
     tools: list[McpTool] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     unreachable: dict[str, str] = field(default_factory=dict)
+    deferred: bool = False  # a server is still listing, not waited for: ask again shortly
 
 
 def list_mcp_tools(
@@ -498,6 +500,7 @@ def _usable(server: McpServer, listing: Listing, out: McpListing) -> list[Remote
     """The tools of one server's listing that may go into the catalog; what is missing goes
     into ``out`` (its warnings, the unreachable servers)."""
     name = server.name
+    out.deferred = out.deferred or listing.deferred
     if listing.tools is None:
         out.unreachable[name] = listing.error
         out.warnings.append(f"MCP server {name!r} could not be listed: {listing.error}")

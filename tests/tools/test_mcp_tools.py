@@ -262,6 +262,7 @@ def test_a_tenant_has_a_bounded_number_of_waiting_threads() -> None:
         access = McpAccess(allow_hosts=(server.host,), wait_s=3, tenant="default")
         busy = list_mcp_tools([_spec(server.url)], access, lists)
         assert busy.unreachable and time.monotonic() - started < 1  # no second waiter
+        assert busy.deferred  # the round comes back for it, holding no thread meanwhile
         other = McpAccess(allow_hosts=(server.host,), wait_s=0.5, tenant="acme")
         started = time.monotonic()
         list_mcp_tools([_spec(server.url)], other, lists)
