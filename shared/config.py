@@ -13,6 +13,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from shared.agent.spec import MAX_ATTEMPTS_CAP
+
 __all__ = ["DEFAULT_TENANT", "Settings", "get_settings", "reset_settings"]
 
 # The tenant of every request when auth is off: the operator's own, keyless use (embedded
@@ -49,8 +51,9 @@ class Settings(BaseSettings):
     redrive_seconds: float = Field(
         default=10.0,
         gt=0,
-        description="A dispatch nobody took is re-sent after this, doubled per re-send; never "
-        "while its queue still holds messages (a backlog is not a loss)",
+        description="A dispatch nobody took is re-sent this long after it went out, once it "
+        "is known lost (its queue is empty, or a dispatch sent after it was taken); one still "
+        "waiting in its queue is never re-sent (a backlog is not a loss)",
     )
     reaper_interval: float = Field(
         default=2.0,
@@ -121,6 +124,13 @@ class Settings(BaseSettings):
     )
     tool_timeout: float = Field(default=120.0, description="Default wall limit of one tool call")
     model_max_retries: int = Field(default=4, description="Transient model errors retried")
+    max_attempts: int = Field(
+        default=5,
+        ge=1,
+        le=MAX_ATTEMPTS_CAP,
+        description="Attempts of one round or tool call (a crash, an error) before the run "
+        "fails with the cause (L-12); an agent's max_attempts overrides it",
+    )
     provider_wait_max_s: float = Field(
         default=86400.0,
         ge=0,

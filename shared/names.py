@@ -11,6 +11,8 @@ from typing import Final
 
 __all__ = [
     "ALL_QUEUES",
+    "PRIORITY_HEADER",
+    "SENT_HEADER",
     "DISPATCH_TASKS",
     "REAPER_QUEUE",
     "REAP_TASK",
@@ -41,3 +43,9 @@ TASK_QUEUES: Final = {
     WEBHOOK_TASK: WEBHOOKS_QUEUE,
 }
 DISPATCH_TASKS: Final = {"round": ROUND_TASK, "tool": TOOL_TASK, "webhook": WEBHOOK_TASK}
+
+# message headers of a dispatch: when it was published (epoch seconds, the publisher's clock)
+# and its run's priority; a worker notes the newest it took per queue and priority, and the
+# reaper knows from that which unclaimed dispatch its queue no longer holds (shared.engine.reaper)
+SENT_HEADER: Final = "treadle_sent"
+PRIORITY_HEADER: Final = "treadle_priority"

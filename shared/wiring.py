@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +25,7 @@ from shared.engine.depth import broker_depth
 from shared.engine.runtime import Dispatch, InProcessBus, LiveBus, Runtime
 from shared.llm.profiles import load_profiles
 from shared.llm.ratelimit import LocalLimiter, RateLimiter, RedisLimiter
-from shared.names import DISPATCH_TASKS
+from shared.names import DISPATCH_TASKS, PRIORITY_HEADER, SENT_HEADER
 from shared.priorities import DEFAULT_PRIORITY, broker_priority
 from shared.store import repo
 from shared.store.db import get_engine
@@ -69,16 +70,14 @@ class CeleryPublisher:
 
     def __call__(self, items: list[Dispatch]) -> None:
         for d in items:
+            priority = DEFAULT_PRIORITY if d.priority is None else d.priority
             try:
                 self.app.send_task(
                     DISPATCH_TASKS[d.kind],
                     args=task_args(d),
                     countdown=d.countdown,
-                    priority=broker_priority(
-                        str(self.app.conf.broker_url or ""),
-                        DEFAULT_PRIORITY if d.priority is None else d.priority,
-                    ),
-                    headers=tracing.dispatch_headers(d.kind, d.run_id),  # None: off
+                    priority=broker_priority(str(self.app.conf.broker_url or ""), priority),
+                    headers=_headers(d, priority),
                 )
             except Exception:
                 log.warning(
@@ -87,6 +86,15 @@ class CeleryPublisher:
                     d.run_id,
                     exc_info=True,
                 )
+
+
+def _headers(d: Dispatch, priority: int) -> dict[str, Any]:
+    """The dispatch's trace context (when tracing is on), and when it went out at which
+    priority (``shared.names.SENT_HEADER``: the reaper's proof that a queue lost it)."""
+    headers: dict[str, Any] = dict(tracing.dispatch_headers(d.kind, d.run_id) or {})
+    headers[SENT_HEADER] = time.time()
+    headers[PRIORITY_HEADER] = priority
+    return headers
 
 
 publish = CeleryPublisher()

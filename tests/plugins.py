@@ -7,6 +7,7 @@ import time
 
 from pydantic import BaseModel, Field
 
+from shared.engine.handlers import handler
 from shared.errors import ToolError
 from shared.tools import ToolContext, ToolResult, tool
 
@@ -106,3 +107,22 @@ def _fake_dns() -> None:
 
 
 _fake_dns()
+
+
+# --- failures injected for the attempt bound (L-12) ------------------------------------------
+
+
+class WorkerLost(BaseException):
+    """In-process tests: the worker died here (nothing below catches a BaseException)."""
+
+
+@tool(read_only=False)
+def lost(args: Nothing, ctx: ToolContext) -> ToolResult:
+    """Its worker dies while it runs (in-process tests only)."""
+    raise WorkerLost(f"worker lost during {ctx.call_id}")
+
+
+@handler("poisoned")
+def _poisoned(text: str) -> str:
+    """A router handler that fails the same way every time (a deterministic bug)."""
+    raise RuntimeError(f"poisoned handler for {text[:40]!r}")

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from celery.signals import worker_init, worker_shutdown
+from celery.signals import task_received, worker_init, worker_shutdown
 
 from shared.celery_app import app
 from shared.config import get_settings
+from shared.names import PRIORITY_HEADER, SENT_HEADER, TASK_QUEUES
+from shared.priorities import DEFAULT_PRIORITY
 
 __all__ = ["app"]
 
@@ -39,3 +41,17 @@ def _on_worker_shutdown(**_: Any) -> None:
     from shared import tracing
 
     tracing.shutdown()
+
+
+@task_received.connect
+def _on_task_received(request: Any = None, **_: Any) -> None:
+    """Note what this process took from its queues: the newest dispatch per queue and
+    priority, written with its heartbeat (``shared.engine.leases.Heartbeat.received``)."""
+    from shared.wiring import get_runtime
+
+    headers = getattr(request, "request_dict", None) or {}
+    sent, queue = headers.get(SENT_HEADER), TASK_QUEUES.get(getattr(request, "name", ""))
+    if sent is None or queue is None:
+        return
+    priority = int(headers.get(PRIORITY_HEADER, DEFAULT_PRIORITY))
+    get_runtime().heartbeat.received(queue, priority, float(sent))

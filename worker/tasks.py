@@ -40,24 +40,20 @@ def _more(rt: Runtime) -> Callable[[int], bool]:
     return more
 
 
-def _driver(rt: Runtime) -> Callable[[Dispatch], None]:
+def _drive(rt: Runtime, d: Dispatch) -> None:
     """How a task drives a round in place: the round's own span in the run's trace (a child
     of the run's context, as a round task's would be) and a log line in place of Celery's."""
-
-    def drive(d: Dispatch) -> None:
-        started = time.monotonic()
-        with task_span("treadle.round", None, d.run_id, version=d.version, in_place=True) as span:
-            result = run_round(rt, d.run_id, d.version, d.attempt)
-            span.set_attribute("treadle.outcome", result.status)
-        log.info(
-            "round %s v%s driven in place in %.3fs: %s",
-            d.run_id,
-            d.version,
-            time.monotonic() - started,
-            result.status,
-        )
-
-    return drive
+    started = time.monotonic()
+    with task_span("treadle.round", None, d.run_id, version=d.version, in_place=True) as span:
+        result = run_round(rt, d.run_id, d.version, d.attempt)
+        span.set_attribute("treadle.outcome", result.status)
+    log.info(
+        "round %s v%s driven in place in %.3fs: %s",
+        d.run_id,
+        d.version,
+        time.monotonic() - started,
+        result.status,
+    )
 
 
 @app.task(name=ROUND_TASK, base=DatabaseRetry, bind=True)
@@ -67,8 +63,8 @@ def round_task(self: DatabaseRetry[...], run_id: str, version: int, attempt: int
         task_span("treadle.round", self.request, run_id, version=version) as span,
     ):
         rt = get_runtime()
-        with rt.gate.inside(Stage.CLAIM), rounds_in_place(rt, run_id, _more(rt), _driver(rt)):
-            result = run_round(rt, run_id, int(version), int(attempt))
+        with rt.gate.inside(Stage.CLAIM), rounds_in_place(rt, run_id, _more(rt), _drive) as here:
+            result = run_round(here, run_id, int(version), int(attempt))
         span.set_attribute("treadle.outcome", result.status)
 
 
@@ -79,8 +75,8 @@ def tool_task(self: DatabaseRetry[...], run_id: str, call_id: str, version: int)
         task_span("treadle.tool", self.request, run_id, call_id=call_id) as span,
     ):
         rt = get_runtime()
-        with rt.gate.inside(Stage.TOOL), rounds_in_place(rt, run_id, _more(rt), _driver(rt)):
-            outcome = run_tool(rt, run_id, call_id, int(version))
+        with rt.gate.inside(Stage.TOOL), rounds_in_place(rt, run_id, _more(rt), _drive) as here:
+            outcome = run_tool(here, run_id, call_id, int(version))
         span.set_attribute("treadle.outcome", outcome)
 
 

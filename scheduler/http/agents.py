@@ -20,11 +20,11 @@ from typing import Any
 import yaml
 
 from shared.agent.spec import AgentSpec, InlineTool
-from shared.engine.children import MAX_DEPTH
 from shared.engine.runtime import Runtime
 from shared.errors import NotFound, SpecError
 from shared.store import agents as agent_store
 from shared.store.agents import AgentVersion
+from shared.store.ancestry import MAX_DEPTH
 
 __all__ = [
     "AGENT_NAME",

@@ -274,6 +274,11 @@ class RunView(BaseModel):
     usage: UsageView
     result: dict[str, Any] | None
     error: dict[str, Any] | None
+    attempts: int = Field(default=0, description="Tries of the current round so far (L-12)")
+    last_error: dict[str, Any] | None = Field(
+        default=None,
+        description="Why the current round's last try failed: {type, message, attempt, failed_at}",
+    )
     agent: dict[str, Any]
     agent_ref: str | None = Field(
         default=None, description='The named agent it runs: "name", or "name@3" (the version)'
@@ -335,6 +340,8 @@ def run_view(row: Mapping[Any, Any]) -> RunView:
         ),
         result=row["result"],
         error=row["error"],
+        attempts=row.get("attempts", 0),
+        last_error=iso_times(row.get("last_error")),
         agent=row["agent"],
         agent_ref=row.get("agent_ref"),
         thread_id=row["thread_id"],

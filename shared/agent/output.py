@@ -18,6 +18,9 @@ from typing import Any
 
 import jsonschema
 from jsonschema.exceptions import SchemaError
+from referencing import Registry
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012
 
 from shared.agent.arguments import loads_tolerant
 from shared.agent.messages import Message
@@ -86,6 +89,22 @@ def check_output_schema(schema: Mapping[str, Any]) -> None:
         jsonschema.Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
         raise ValueError(f"output_schema is not a valid JSON Schema: {exc.message}") from None
+    _resolve_refs(schema)
+
+
+_ROOT = "urn:treadle:output-schema"
+
+
+def _resolve_refs(schema: Mapping[str, Any]) -> None:
+    """ValueError for a local ``$ref`` that points at nothing (``#/$defs/missing``): caught
+    at submit, not at the first answer."""
+    registry = Registry().with_resource(_ROOT, DRAFT202012.create_resource(dict(schema)))
+    resolver = registry.resolver(base_uri=_ROOT)
+    for ref in sorted(set(_refs(schema))):
+        try:
+            resolver.lookup(ref)
+        except Unresolvable:
+            raise ValueError(f"output_schema: $ref {ref!r} points at nothing in it") from None
 
 
 def response_format(schema: Mapping[str, Any]) -> dict[str, Any]:

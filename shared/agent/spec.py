@@ -368,6 +368,10 @@ def _needs_items(kind: str, field: str) -> dict[str, Any]:
     }
 
 
+MAX_ATTEMPTS_CAP = 20
+"""The most attempts a spec may allow one round or tool call (each may bill a model call)."""
+
+
 class AgentSpec(_Strict):
     model_config = ConfigDict(
         json_schema_extra={  # ``_kind_needs``, as a schema
@@ -403,6 +407,9 @@ class AgentSpec(_Strict):
     router: list[RouterRule] = Field(default_factory=list)
     parallel_tools: Annotated[int, Field(ge=1, le=64), _WHOLE] | None = None
     max_rounds: Annotated[int, Field(ge=1, le=10_000), _WHOLE] | None = None
+    # L-12: attempts of one round (or one tool call) before the run fails with the cause;
+    # None: the operator's TREADLE_MAX_ATTEMPTS (5)
+    max_attempts: Annotated[int, Field(ge=1, le=MAX_ATTEMPTS_CAP), _WHOLE] | None = None
     force_answer_after: Int = Field(default=5, ge=1, le=10_000)
     final_answer_on_limit: bool = False
     budget: Budget = Field(default_factory=Budget)

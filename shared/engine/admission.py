@@ -16,12 +16,14 @@ two transactions admitting at once may each admit one.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
-from shared.engine.runtime import Runtime
-from shared.engine.transition import Change, Tx, transaction
+from shared.engine.change import Change, frees_slot
+from shared.engine.tx import Applied, Tx
 from shared.store import admission as store
+from shared.vocab import EventType
 
-__all__ = ["gate", "release", "release_all"]
+__all__ = ["follow_up", "gate", "release"]
 
 log = logging.getLogger("treadle.admission")
 
@@ -35,31 +37,25 @@ def gate(tx: Tx, tenant: str) -> bool:
     return store.in_flight(tx.conn, tenant) >= cap or store.has_gated(tx.conn, tenant)
 
 
-def release(tx: Tx, tenant: str) -> int:
-    """Admit the tenant's waiting runs while it is under its limit; returns how many."""
+def follow_up(tx: Tx, applied: Applied) -> Sequence[Change]:
+    """A top-level run in flight ended or paused: its tenant's next waiting runs start."""
+    if not frees_slot(applied.before, applied.change.status):
+        return ()
+    return release(tx, applied.before.tenant)
+
+
+def release(tx: Tx, tenant: str) -> list[Change]:
+    """The changes that admit the tenant's waiting runs while it is under its limit."""
     cap = tx.rt.settings.tenant_active_runs
     if cap <= 0 or not store.has_gated(tx.conn, tenant):
-        return 0
+        return []
     free = cap - store.in_flight(tx.conn, tenant)
     if free <= 0:
-        return 0
-    admitted = store.lock_gated(tx.conn, tenant, free)
-    for run in admitted:
+        return []
+    changes = []
+    for run in store.lock_gated(tx.conn, tenant, free):
         change = Change(run, queue_round=True, guard={"held": True})
         change.values["held"] = False
-        change.event("run.released", admitted=True)
-        tx.apply(change)
-    return len(admitted)
-
-
-def release_all(rt: Runtime) -> int:
-    """The reaper's pass: every tenant with waiting runs, in turn."""
-    if rt.settings.tenant_active_runs <= 0:
-        return 0
-    with rt.engine.connect() as conn:
-        tenants = store.gated_tenants(conn)
-    released = 0
-    for tenant in tenants:
-        with transaction(rt) as tx:
-            released += release(tx, tenant)
-    return released
+        change.event(EventType.RUN_RELEASED, admitted=True)
+        changes.append(change)
+    return changes

@@ -18,22 +18,24 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy.engine import Connection
 
+from shared.agent.compression import tool_result_budget
 from shared.agent.messages import Message
 from shared.agent.spec import AgentSpec
 from shared.agent.tokens import estimate_tokens
 from shared.config import DEFAULT_TENANT
+from shared.engine import metrics
+from shared.engine.catalog import Catalog, build_catalog
 from shared.engine.gate import Stage
+from shared.engine.runtime import Runtime
+from shared.errors import ConfigError
+from shared.llm.profiles import resolve_profile
 from shared.store import repo
 from shared.store.rows import Run
-
-if TYPE_CHECKING:
-    from shared.engine.catalog import Catalog
-    from shared.engine.runtime import Runtime
-    from shared.tools.mcp_tools import McpAccess
+from shared.tools.mcp_tools import McpAccess
 
 __all__ = [
     "ByteLRU",
@@ -173,8 +175,6 @@ def catalog(
     listing waits at most until the run's ``deadline``, and counts against ``tenant``)."""
     found = _catalogs.get(run_id)
     if found is None or found[0] is not spec:
-        from shared.engine.catalog import build_catalog
-
         mcp = replace(mcp_access(rt), tenant=tenant, deadline=deadline) if spec.mcp else None
         with rt.gate.outside(Stage.CLAIM) if mcp else nullcontext():  # MCP listing: I/O
             built = build_catalog(
@@ -193,8 +193,6 @@ def catalog(
 def _unavailable(run_id: str, built: Catalog) -> None:
     """A log line and the metric for each MCP server a catalog lacks (the round that uses
     the catalog records a ``tool.unavailable`` event and tells the model)."""
-    from shared.engine import metrics
-
     for server, why in built.unreachable.items():
         metrics.MCP_UNAVAILABLE.inc()
         log.warning("run %s: the tools of MCP server %r are unavailable: %s", run_id, server, why)
@@ -202,8 +200,6 @@ def _unavailable(run_id: str, built: Catalog) -> None:
 
 def mcp_access(rt: Runtime) -> McpAccess:
     """How this process reaches MCP servers (its settings)."""
-    from shared.tools.mcp_tools import McpAccess  # the mcp SDK loads only when used
-
     s = rt.settings
     hosts = tuple(h.strip() for h in s.allow_hosts.split(",") if h.strip())
     return McpAccess(
@@ -224,10 +220,6 @@ def result_budget(rt: Runtime, run_id: str, spec: AgentSpec) -> int:
     """The run's tool-result budget in tokens (L-7: from its profile's window)."""
     found = _budgets.get(run_id)
     if found is None or found[0] is not spec:
-        from shared.agent.compression import tool_result_budget
-        from shared.errors import ConfigError
-        from shared.llm.profiles import resolve_profile
-
         try:
             window = resolve_profile(spec.model, rt.profiles).context_window
         except ConfigError:

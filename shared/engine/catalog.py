@@ -3,25 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from shared.agent import ask as ask_mod
 from shared.agent import plan as plan_mod
 from shared.agent.attachments import is_image
+from shared.agent.messages import Message
+from shared.agent.request import RequestPlan
 from shared.agent.spec import AgentSpec, InlineTool, ModelProfile
 from shared.agent.state import CatalogEntry
 from shared.agent.step import INTERNAL_TOOLS
+from shared.engine.handlers import check_router
 from shared.errors import ToolError
 from shared.tools import Tool, ToolContext, ToolResult, resolve
 from shared.tools.agent_tool import AgentTool, SubAgentTool
 from shared.tools.files import READ_FILES, describe_files
 from shared.tools.knowledge import KnowledgeTool
-
-if TYPE_CHECKING:
-    from shared.agent.request import RequestPlan
-    from shared.tools.mcp_lists import ToolLists
-    from shared.tools.mcp_tools import McpAccess
+from shared.tools.mcp_lists import ToolLists
+from shared.tools.mcp_tools import McpAccess, list_mcp_tools
 
 __all__ = ["DEFER_S", "Catalog", "build_catalog", "with_unavailable_note"]
 
@@ -76,10 +76,6 @@ def with_unavailable_note(req: RequestPlan, catalog: Catalog) -> RequestPlan:
     nor make them up."""
     if not catalog.unreachable:
         return req
-    from dataclasses import replace as copy
-
-    from shared.agent.messages import Message
-
     names = ", ".join(sorted(catalog.unreachable))
     note = (
         f"Note: the tools of the MCP server(s) {names} are unavailable right now (the server "
@@ -90,7 +86,7 @@ def with_unavailable_note(req: RequestPlan, catalog: Catalog) -> RequestPlan:
         msgs[0] = msgs[0].with_content(f"{msgs[0].content}\n\n{note}".lstrip())
     else:
         msgs.insert(0, Message(role="system", content=note))
-    return copy(req, messages=tuple(msgs))
+    return replace(req, messages=tuple(msgs))
 
 
 @dataclass(frozen=True)
@@ -155,6 +151,7 @@ def build_catalog(
     process's cached lists), as many as the tool limit leaves room for."""
     if spec.kind != "agent":
         return Catalog(entries={}, tools={})
+    check_router(spec)  # a rule naming an unknown handler: an error now, not each round
     entries: dict[str, CatalogEntry] = {}
     tools: dict[str, Tool] = {}
     warnings: list[str] = []
@@ -172,8 +169,6 @@ def build_catalog(
     unreachable: dict[str, str] = {}
     deferred = False
     if spec.mcp and mcp is not None:
-        from shared.tools.mcp_tools import list_mcp_tools  # the mcp SDK loads only when used
-
         taken = [*entries, *internal, *_RESERVED]
         room = mcp.max_tools - len(entries)
         listing = list_mcp_tools(spec.mcp, mcp, mcp_lists, taken=taken, room=room)

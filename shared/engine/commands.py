@@ -25,15 +25,17 @@ from shared.agent.attachments import attachment_refs
 from shared.agent.decisions import Continue, Fail
 from shared.agent.messages import Message
 from shared.agent.spec import AgentSpec, WebhookSpec
-from shared.engine import admission, cache, children, threads
+from shared.engine import admission, cache, threads
 from shared.engine.attachments import resolve_attachments
 from shared.engine.catalog import build_catalog
+from shared.engine.change import Change, LostRace, flush, settle
 from shared.engine.knowledge import check_sources
 from shared.engine.resume import pause_is_current, spend_resume_token
 from shared.engine.runtime import Runtime
-from shared.engine.transition import Change, LostRace, Tx, flush, retrying, settle
+from shared.engine.transition import retrying
+from shared.engine.tx import Tx
 from shared.errors import Conflict, NotFound, SpecError
-from shared.store import repo
+from shared.store import ancestry, repo
 from shared.store import threads as thread_store
 from shared.store.deliveries import DURABLE_EVENTS
 from shared.store.rows import FINAL, Call, CallStatus, Run, RunRecord, Status
@@ -281,7 +283,7 @@ def _cancel(tx: Tx, run: Run, *, release: bool = True, **event: Any) -> Run:
     change.event("run.cancelled", **event)
     change.release_thread = release  # an interrupting submit starts the thread's next run
     new = tx.apply(change)
-    kids = children.active_children(tx.conn, run.id)
+    kids = ancestry.active_children(tx.conn, run.id)
     for child in kids:
         _cancel(tx, child, cascaded_from=run.id)
     # the children's spending so far joins the parent's totals (no join will bring it now)
@@ -423,7 +425,7 @@ def _already_answered(tx: Tx, run: Run, ask_id: str, answers: list[str]) -> None
 
 def _descendant_call(tx: Tx, run_id: str, call_id: str) -> Call | None:
     """A call of a run below ``run_id`` (a pause answered through an ancestor)."""
-    for rid in children.descendant_ids(tx.conn, run_id):
+    for rid in ancestry.descendant_ids(tx.conn, run_id):
         call = repo.get_call(tx.conn, rid, call_id)
         if call is not None:
             return call
@@ -556,7 +558,7 @@ def _resolve(
 def _already_approved(tx: Tx, run: Run, approval_id: str) -> None:
     """The same approval again is idempotent: some call of the run (or, for an approval
     answered through it, of a descendant) carries its id."""
-    for rid in [run.id, *children.descendant_ids(tx.conn, run.id)]:
+    for rid in [run.id, *ancestry.descendant_ids(tx.conn, run.id)]:
         if any(
             (c.data or {}).get("approval_id") == approval_id
             for c in repo.list_tool_calls(tx.conn, rid)

@@ -14,6 +14,9 @@ import logging
 import threading
 from typing import Any
 
+import redis
+from kombu import Connection
+
 from shared.config import Settings
 from shared.names import ALL_QUEUES
 from shared.priorities import queue_keys
@@ -39,8 +42,6 @@ def broker_depth(settings: Settings) -> dict[str, int] | None:
 
 
 def _redis_depth(url: str, prefix: str) -> dict[str, int]:
-    import redis
-
     with _lock:
         client = _clients.get(url)
         if client is None:
@@ -56,8 +57,6 @@ def _redis_depth(url: str, prefix: str) -> dict[str, int]:
 
 
 def _amqp_depth(url: str) -> dict[str, int]:
-    from kombu import Connection
-
     out: dict[str, int] = {}
     with Connection(url, connect_timeout=2) as conn:
         for q in ALL_QUEUES:

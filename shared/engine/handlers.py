@@ -6,9 +6,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from shared.agent.spec import AgentSpec
 from shared.errors import SpecError
 
-__all__ = ["handler", "handler_names", "run_handler"]
+__all__ = ["check_router", "handler", "handler_names", "run_handler"]
 
 Handler = Callable[[str], str]
 _handlers: dict[str, Handler] = {}
@@ -29,6 +30,18 @@ def handler(name: str) -> Callable[[Handler], Handler]:
 def handler_names() -> list[str]:
     with _lock:
         return sorted(_handlers)
+
+
+def check_router(spec: AgentSpec) -> None:
+    """SpecError for a router rule naming a handler this process has not registered (N-1):
+    a spec that would fail its first round is refused when it is submitted."""
+    known = set(handler_names())
+    for i, rule in enumerate(spec.router):
+        if rule.handler and not rule.pass_to_model and rule.handler not in known:
+            raise SpecError(
+                f"router[{i}].handler: unknown handler {rule.handler!r}; "
+                f"known: {', '.join(sorted(known)) or 'none'}"
+            )
 
 
 def run_handler(name: str, text: str) -> str:

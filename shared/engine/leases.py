@@ -58,6 +58,8 @@ class Heartbeat:
         self._stop = threading.Event()
         self._beaten = time.monotonic()  # the last successful beat (registering counts)
         self._work: Counter[str] = Counter()  # what this process's threads work on
+        # per "queue/priority": the send time of the newest dispatch this process took
+        self._received: dict[str, float] = {}
 
     def owner(self) -> str:
         """The lease owner id to claim with; registers and starts beating on first use."""
@@ -80,6 +82,15 @@ class Heartbeat:
                 self._work[key] -= 1
                 if self._work[key] <= 0:
                     del self._work[key]
+
+    def received(self, queue: str, priority: int, sent: float) -> None:
+        """This process took a dispatch sent at ``sent`` from ``queue`` at ``priority``: an
+        older one of that queue and priority not claimed by now was lost (queues are FIFO
+        per priority); written with the next beat, read by the reaper."""
+        key = f"{queue}/{priority}"
+        with self._lock:
+            if sent > self._received.get(key, 0.0):
+                self._received[key] = sent
 
     def fresh(self) -> bool:
         """This process beat within the last two thirds of a lease (its leases hold)."""
@@ -120,8 +131,10 @@ class Heartbeat:
     def beat(self, engine: Engine) -> bool:
         """Refresh this process's ``seen_at``; False when the database could not be reached."""
         try:
+            with self._lock:
+                received = dict(self._received) or None
             with engine.begin() as conn:
-                if not store.beat(conn, self.id, repo.now()):
+                if not store.beat(conn, self.id, repo.now(), received):
                     host = socket.gethostname()[:255]
                     store.register(conn, self.id, host, os.getpid(), repo.now())
         except Exception as exc:  # retried at the next tick; the lease is three ticks long

@@ -32,9 +32,11 @@ from shared.agent.plan import Plan, update_plan
 from shared.agent.spec import AgentSpec
 from shared.agent.state import LoopState
 from shared.engine.catalog import build_catalog
+from shared.engine.change import Change, flush
 from shared.engine.knowledge import check_sources
 from shared.engine.runtime import Runtime
-from shared.engine.transition import Change, Tx, flush, retrying
+from shared.engine.transition import retrying
+from shared.engine.tx import Tx
 from shared.errors import Conflict, NotFound, SpecError
 from shared.llm.profiles import resolve_profile
 from shared.store import lineage, repo
@@ -158,6 +160,8 @@ def resume_run(rt: Runtime, actor: Actor, run_id: str, new: NewSpec | None = Non
             lease_owner=None,
             wake_at=None,
             redrives=0,
+            attempts=0,  # L-12: a resumed round has its attempts again
+            last_error=None,
             deadline_at=tx.ts + spec_deadline if spec_deadline else None,
         )
         change.queue_round = True

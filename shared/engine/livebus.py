@@ -62,7 +62,7 @@ class RedisBus:
     def _ensure_listener(self) -> None:
         if self._thread is not None:
             return
-        self._pubsub = self._sub_client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        self._pubsub = self._sub_client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call,unused-ignore]
         self._pubsub.subscribe("treadle:live:_")  # a pubsub needs one channel before listen()
         self._thread = threading.Thread(target=self._listen, daemon=True, name="treadle-live")
         self._thread.start()

@@ -10,10 +10,12 @@ from typing import Any, TypeVar
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
+    REGISTRY,
     CollectorRegistry,
     Counter,
     Histogram,
     generate_latest,
+    multiprocess,
 )
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -123,12 +125,8 @@ def render(extra: Collector | None = None) -> bytes:
     """The exposition text: this process (or every process, in multiprocess mode) + extra."""
     registry = CollectorRegistry()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        from prometheus_client import multiprocess
-
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     else:
-        from prometheus_client import REGISTRY
-
         for collector in list(REGISTRY._collector_to_names):
             registry.register(collector)
     if extra is not None:

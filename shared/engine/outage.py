@@ -22,8 +22,10 @@ from typing import Any
 from shared.agent.decisions import Fail
 from shared.agent.spec import AgentSpec, ModelProfile
 from shared.config import Settings
+from shared.engine.change import Change, settle
 from shared.engine.runtime import Runtime
-from shared.engine.transition import Change, Tx, attempt, retrying, settle
+from shared.engine.transition import attempt, retrying
+from shared.engine.tx import Tx
 from shared.store import repo
 from shared.store.rows import Run, Status
 
@@ -90,7 +92,7 @@ def wait_out(rt: Runtime, run: Run, owner: str, down: ProviderDown) -> None:
     tries = int(before["tries"]) + 1 if before else 1
     retry_at = max(ts + retry_delay(rt.settings, tries), ts + rt.limiter.paused(down.key))
     retry_at = min(retry_at, since + wait_s)
-    change = Change(run, owner=owner)
+    change = Change.by_holder(run, owner)
     late = run.deadline_at is not None and retry_at >= run.deadline_at
     if ts - since >= wait_s or late:
         reason = f"the model provider did not answer for {ts - since:.0f} s: {down.error}"

@@ -1,11 +1,13 @@
 """The reaper re-drives from the database; it never executes work itself.
 
 Each pass: (1) re-sends the dispatches nobody took, found from the state (a runnable run that
-nobody holds, a queued tool call, work whose worker's heartbeat stopped — at once), backing off
-per dispatch, and not at all while the dispatch's queue still holds messages (it is plausibly
-waiting there: a backlog, not a loss; ``shared.engine.depth``), so a backlog is not amplified;
-work whose worker died is always re-sent (its message went with the worker); the reaper's
-own task has its own queue (``treadle.reaper``), so it never waits behind a backlog; (2)
+nobody holds, a queued tool call — each with when its dispatch went out —, work whose
+worker's heartbeat stopped — at once): a dispatch unclaimed for the re-drive interval is lost
+when its queue holds nothing, or when a worker already took one sent after it from the same
+queue and priority (``_lost``: the workers' heartbeats say what they took); one still waiting
+in its queue is not re-sent, so a backlog is not amplified, and a lost one is re-sent within
+the re-drive interval and a pass whatever the queue holds behind it; the reaper's own task
+has its own queue (``treadle.reaper``), so it never waits behind a backlog; (2)
 re-sends webhook deliveries due; (3) expires asks, and tries runs waiting out a provider
 outage again (``shared.engine.outage``); (4) releases held runs of threads left without an
 active run (belt and braces: the transaction that ends a run releases its thread's next
@@ -24,8 +26,11 @@ from typing import TypeVar
 from shared.engine import admission, metrics, outage, retention, schedule, threads
 from shared.engine.commands import expire_ask
 from shared.engine.runtime import Dispatch, Runtime
+from shared.engine.transition import transaction
 from shared.names import ROUND_TASK, TASK_QUEUES, TOOL_TASK
-from shared.store import outbox, redrive
+from shared.store import admission as admission_store
+from shared.store import outbox, redrive, repo
+from shared.store import threads as thread_store
 from shared.store import workers as worker_store
 
 __all__ = ["ReapReport", "reap"]
@@ -48,8 +53,8 @@ def reap(rt: Runtime) -> ReapReport:
     resent = _redrive(rt)
     webhooks = _webhooks(rt)
     expired = _expire(rt)
-    released = threads.release_stalled(rt)
-    released += admission.release_all(rt)  # runs waiting for their tenant's admission
+    released = _release_stalled(rt)
+    released += _admit_waiting(rt)  # runs waiting for their tenant's admission
     _forget_workers(rt)
     retention.reap_pass(rt)  # ended runs past retention or ttl_s (shared.engine.retention)
     if resent or expired or webhooks or released:
@@ -72,8 +77,9 @@ def _redrive(rt: Runtime) -> int:
         wait = rt.settings.redrive_seconds
         due_rounds = redrive.due_rounds(conn, ts, wait, live_after)
         due_calls = redrive.due_calls(conn, ts, wait, live_after)
-        rounds = redrive.mark_rounds(conn, _lost(due_rounds, depth, ROUND_TASK), ts)
-        calls = redrive.mark_calls(conn, _lost(due_calls, depth, TOOL_TASK), ts)
+        taken = worker_store.received_marks(conn) if due_rounds or due_calls else {}
+        rounds = redrive.mark_rounds(conn, _lost(due_rounds, depth, taken, ROUND_TASK), ts)
+        calls = redrive.mark_calls(conn, _lost(due_calls, depth, taken, TOOL_TASK), ts)
     out = [Dispatch.round(d.run_id, d.version) for d in rounds]
     out += [Dispatch.tool(d.run_id, d.call_id, d.version) for d in calls]
     if out:
@@ -92,16 +98,55 @@ def _redrive(rt: Runtime) -> int:
 D = TypeVar("D", redrive.DueRound, redrive.DueCall)
 
 
-def _lost(due: list[D], depth: dict[str, int] | None, task: str) -> list[D]:
-    """The dispatches plausibly lost: all of a dead worker's; the others only when their
-    queue is empty (else they may be waiting in it)."""
-    waiting = (depth or {}).get(TASK_QUEUES[task], 0)
-    if not waiting:
+def _lost(
+    due: list[D], depth: dict[str, int] | None, taken: dict[str, float], task: str
+) -> list[D]:
+    """The dispatches lost for sure: all of a dead worker's; the others when their queue
+    holds nothing, or when a worker already took a dispatch sent after them from the same
+    queue at the same priority (a queue is FIFO per priority: what it took later, it would
+    have given first). One still waiting in its queue is never re-sent (a backlog is not
+    amplified), and one that is lost is re-sent on time however deep its queue is."""
+    queue = TASK_QUEUES[task]
+    if not (depth or {}).get(queue, 0):
         return due
-    kept = [d for d in due if d.dead]
+    kept = [d for d in due if d.dead or d.sent < taken.get(f"{queue}/{d.priority}", 0.0)]
     if len(kept) < len(due):
-        log.debug("reaper: %d %s dispatches may be queued", len(due) - len(kept), task)
+        log.debug("reaper: %d %s dispatches still queued", len(due) - len(kept), task)
     return kept
+
+
+def _release_stalled(rt: Runtime, limit: int = 200) -> int:
+    """Safety net: release held runs whose thread has no active run (every path that ends a
+    run should already have done it, in the same transaction)."""
+    with rt.engine.connect() as conn:
+        stalled = thread_store.stalled_threads(conn, limit)
+    released = 0
+    for thread_id in stalled:
+        with transaction(rt) as tx:
+            tx.lock_thread(thread_id)
+            nxt = threads.release_next(tx, thread_id)
+            if nxt is not None:
+                tx.apply(nxt)
+                released += 1
+    if released:
+        log.warning("released %d held runs the ending transaction missed", released)
+    return released
+
+
+def _admit_waiting(rt: Runtime) -> int:
+    """Every tenant with runs waiting for admission, in turn (after a limit was raised, or
+    as a safety net)."""
+    if rt.settings.tenant_active_runs <= 0:
+        return 0
+    with rt.engine.connect() as conn:
+        tenants = admission_store.gated_tenants(conn)
+    released = 0
+    for tenant in tenants:
+        with transaction(rt) as tx:
+            for change in admission.release(tx, tenant):
+                tx.apply(change)
+                released += 1
+    return released
 
 
 def _webhooks(rt: Runtime) -> int:
@@ -145,6 +190,4 @@ def _forget_workers(rt: Runtime) -> None:
 
 
 def _now() -> float:
-    from shared.store.repo import now
-
-    return now()
+    return repo.now()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy.exc import DataError, IntegrityError
@@ -37,29 +37,22 @@ from shared.agent.sanitize import sanitize_reply
 from shared.agent.spec import AgentSpec, ModelProfile
 from shared.agent.state import LoopState
 from shared.agent.step import StepResult, step
-from shared.engine import cache, children, metrics, outage, stopper
+from shared.engine import cache, children, failure, metrics, outage, stopper
 from shared.engine.attachments import request_inputs
 from shared.engine.busy import when_free
 from shared.engine.catalog import DEFER_S, Catalog, with_unavailable_note
+from shared.engine.change import Change, encode_after, finish_events, flush, settle
 from shared.engine.gate import Stage
 from shared.engine.handlers import run_handler
+from shared.engine.join import finish_call
 from shared.engine.knowledge import with_dataset_quotes
-from shared.engine.runtime import Dispatch, Runtime
+from shared.engine.runtime import Dispatch, Publisher, Runtime
 from shared.engine.toolrun import execute_tool, finished, quick
-from shared.engine.transition import (
-    Change,
-    Tx,
-    attempt,
-    encode_after,
-    finish_call,
-    finish_events,
-    flush,
-    in_place,
-    settle,
-    transaction,
-)
+from shared.engine.transition import attempt, transaction
+from shared.engine.tx import Tx
 from shared.errors import Aborted, DeadlineExceeded, FatalModelError, TransientModelError
 from shared.llm.abort import Abort
+from shared.llm.backoff import backoff_delay
 from shared.llm.base import Delta, ModelRequest, ToolDef
 from shared.llm.profiles import make_model, resolve_profile
 from shared.llm.ratelimit import Limits, Permit, limit_key, limits_of
@@ -90,6 +83,9 @@ class _Claim:
     history: list[Message]
     owner: str
     due_since: float = 0.0  # when the round became due (its queue wait starts there)
+    max_attempts: int = 1  # the round fails the run at its next claim past this (L-12)
+    # this attempt's model calls not committed yet: billed if the attempt fails (L-12)
+    billed: list[dict[str, Any]] = field(default_factory=list)
 
 
 class _Retry(Exception):  # noqa: N818 - control flow
@@ -133,33 +129,64 @@ def run_round(rt: Runtime, run_id: str, version: int, attempt_no: int = 0) -> Ro
     return result
 
 
+class _Holding:
+    """A publisher that keeps back the first round of ``run_id`` a commit makes due at once
+    (no countdown), for the task to drive here; it passes everything else on."""
+
+    def __init__(self, inner: Publisher, run_id: str) -> None:
+        self.inner, self.run_id = inner, run_id
+        self.held: Dispatch | None = None
+
+    def __call__(self, items: list[Dispatch]) -> None:
+        out = []
+        for d in items:
+            mine = d.kind == "round" and d.run_id == self.run_id and not d.countdown
+            if mine and self.held is None:
+                self.held = d
+            else:
+                out.append(d)
+        if out:
+            self.inner(out)
+
+    def take(self) -> Dispatch | None:
+        held, self.held = self.held, None
+        return held
+
+
 @contextmanager
 def rounds_in_place(
     rt: Runtime,
     run_id: str,
     more: Callable[[int], bool],
-    drive: Callable[[Dispatch], object] | None = None,
-) -> Iterator[None]:
-    """Around a round or tool task: while a commit of the block, then of each round driven
-    here, makes the run's next round due at once (a round of quick tools, a tool batch's
-    join), that round is claimed and driven in this thread instead of through the broker,
-    as long as ``more(rounds driven here so far)``; ``drive`` drives one (``run_round`` by
-    default; the worker's wraps it in the round's span and log line). A crash in between
-    loses nothing: the run's state says its round is due, and the reaper re-sends it; a
-    round driven here that fails goes to the broker as if it had never been held."""
-    with in_place(rt, run_id) as take:
-        yield
+    drive: Callable[[Runtime, Dispatch], object] | None = None,
+) -> Iterator[Runtime]:
+    """Opt-in (``TREADLE_WORKER_IN_PLACE_S``), around a round or tool task: yields the
+    runtime the task works with, whose publisher keeps back the run's next round when a
+    commit makes it due at once (a round of quick tools, a tool batch's join); the task then
+    claims and drives that round in this thread instead of through the broker, as long as
+    ``more(rounds driven here so far)``; ``drive`` drives one (``run_round`` by default; the
+    worker's wraps it in the round's span and log line). A crash in between loses nothing:
+    the run's state says its round is due, and the reaper re-sends it; a round driven here
+    that fails, or one held when the block ends, goes to the broker."""
+    holding = _Holding(rt.publish, run_id)
+    here = replace(rt, publish=holding)
+    try:
+        yield here
         n = 0
-        while more(n) and (nxt := take()) is not None:
+        while more(n) and (nxt := holding.take()) is not None:
             try:
                 if drive is not None:
-                    drive(nxt)
+                    drive(here, nxt)
                 else:
-                    run_round(rt, nxt.run_id, nxt.version, nxt.attempt)
+                    run_round(here, nxt.run_id, nxt.version, nxt.attempt)
             except Exception:
                 rt.publish([nxt])
                 raise
             n += 1
+    finally:
+        left = holding.take()
+        if left is not None:
+            rt.publish([left])
 
 
 def _run_round(rt: Runtime, run_id: str, version: int, attempt_no: int) -> RoundResult:
@@ -168,18 +195,24 @@ def _run_round(rt: Runtime, run_id: str, version: int, attempt_no: int) -> Round
         if claim is None:
             metrics.STALE.labels(reason="round").inc()
             return RoundResult("stale")
+        if isinstance(claim, _Unreadable):
+            reason = f"the run's stored spec or state cannot be used: {_cause(claim.cause)}"
+            _fail(rt, claim.run, claim.owner, reason, failure.ROUND_ERROR)
+            return RoundResult("committed", "Fail")
         metrics.ROUND_SECONDS.labels(phase="queue_wait").observe(
             max(0.0, claim.run.updated_at - claim.due_since)
         )
         try:
             return _settle_round(rt, claim, attempt_no)
-        except Exception:
-            _release(rt, claim)
-            raise
+        except Exception as exc:
+            return _crashed(rt, claim, exc)
 
 
 def _settle_round(rt: Runtime, claim: _Claim, attempt_no: int) -> RoundResult:
     kind = claim.spec.kind
+    if claim.run.attempts > claim.max_attempts:  # the round kept failing: no more tries
+        _fail(rt, claim.run, claim.owner, _exhausted(claim), failure.ATTEMPTS_EXHAUSTED)
+        return RoundResult("committed", "Fail", kind)
     try:
         return replace(_drive(rt, claim, attempt_no), kind=kind)
     except _Retry as r:
@@ -206,10 +239,10 @@ def _settle_round(rt: Runtime, claim: _Claim, attempt_no: int) -> RoundResult:
 # --- claim -------------------------------------------------------------------------------------
 
 
-def _claim(rt: Runtime, run_id: str, version: int) -> _Claim | None:
+def _claim(rt: Runtime, run_id: str, version: int) -> _Claim | _Unreadable | None:
     owner = rt.heartbeat.owner()
 
-    def op(tx: Tx) -> _Claim | None:
+    def op(tx: Tx) -> _Claim | _Unreadable | None:
         claimed = repo.claim_round(
             tx.conn,
             run_id,
@@ -222,38 +255,115 @@ def _claim(rt: Runtime, run_id: str, version: int) -> _Claim | None:
         if claimed is None:
             return None
         run, abandoned, due_since, prefetched = claimed
-        if prefetched is not None:
-            cache.prime(run, prefetched)
         if abandoned:
             metrics.TAKEOVERS.labels(what="round").inc()
-        given = cache.given(tx.conn, run_id, run.spec_rev)  # the row just read has it
-        profile = resolve_profile(given.spec.model, rt.profiles)
-        state = replace(
-            LoopState.from_dict(run.loop),
-            cost=run.cost,
-            input_tokens=run.input_tokens,
-            output_tokens=run.output_tokens,
-        )
-        based = run.base_run_id is not None
-        history = cache.history(tx.conn, run_id, run.view_start, run.msg_seq, based=based)
-        if abandoned:  # a worker died during this round's model call: the provider billed it
-            _bill_abandoned(tx, run, profile, state)
         tx.recorded(run, repo.ROUND_STARTED, repo.round_started(run))  # the claim wrote it
-        return _Claim(
-            run, given.spec, given.inputs or {}, profile, state, history, owner, due_since
-        )
+        try:
+            if prefetched is not None:
+                cache.prime(run, prefetched)
+            return _read(rt, tx, run, owner, due_since, abandoned=abandoned)
+        except Exception as exc:  # the claim stands (its attempt counted): the run fails
+            if failure.infrastructure(exc):
+                raise
+            return _Unreadable(run, owner, exc)
 
     with transaction(rt) as tx:
         return op(tx)
 
 
+@dataclass(frozen=True)
+class _Unreadable:
+    """A claimed round whose stored spec or state this code cannot read (a release that no
+    longer accepts it, say): retrying cannot help, the run fails with the cause (L-12)."""
+
+    run: Run
+    owner: str
+    cause: Exception
+
+
+def _read(
+    rt: Runtime, tx: Tx, run: Run, owner: str, due_since: float, *, abandoned: bool
+) -> _Claim:
+    """What the claimed round works from: its spec, profile, loop state and model view."""
+    given = cache.given(tx.conn, run.id, run.spec_rev)  # the row just read has it
+    profile = resolve_profile(given.spec.model, rt.profiles)
+    state = replace(
+        LoopState.from_dict(run.loop),
+        cost=run.cost,
+        input_tokens=run.input_tokens,
+        output_tokens=run.output_tokens,
+    )
+    based = run.base_run_id is not None
+    history = cache.history(tx.conn, run.id, run.view_start, run.msg_seq, based=based)
+    if abandoned:  # a worker died during this round's model call: the provider billed it
+        _bill_abandoned(tx, run, profile, state)
+    limit = given.spec.max_attempts or rt.settings.max_attempts
+    spec, inputs = given.spec, given.inputs or {}
+    return _Claim(run, spec, inputs, profile, state, history, owner, due_since, limit)
+
+
+def _crashed(rt: Runtime, claim: _Claim, exc: Exception) -> RoundResult:
+    """The round raised (L-12, ``shared.engine.failure``): the database or the broker out of
+    reach → the attempt is given back and the task's retry takes it up; a fatal error → the
+    run fails at once; anything else → the round is tried again after a backoff, until its
+    attempts run out. The model calls this attempt made are billed either way."""
+    kind = claim.spec.kind
+    if failure.infrastructure(exc):
+        _release(rt, claim)
+        raise exc
+    run = claim.run
+    log.warning("round %s v%s attempt %d failed", run.id, run.version, run.attempts, exc_info=exc)
+    if failure.fatal(exc) or run.attempts >= claim.max_attempts:
+        code = failure.ROUND_ERROR if failure.fatal(exc) else failure.ATTEMPTS_EXHAUSTED
+        reason = _cause(exc) if failure.fatal(exc) else _exhausted(claim, exc)
+        _fail(rt, run, claim.owner, reason, code, billed=claim.billed)
+        return RoundResult("committed", "Fail", kind)
+    delay = failure.backoff(run.attempts)
+    change = Change(run, owner=claim.owner, bump=False, usage=list(claim.billed))
+    change.values.update(
+        lease_owner=None,
+        wake_at=repo.now() + delay,
+        dispatched_at=repo.now(),
+        last_error=failure.describe(exc, run.attempts, repo.now()),
+        cost=repo.Inc(_billed_cost(claim.billed)),
+    )
+
+    def op(tx: Tx) -> None:
+        tx.apply(change)
+        tx.out.append(Dispatch.round(run.id, run.version, countdown=delay, priority=run.priority))
+
+    attempt(rt, op)  # lost: the run moved on meanwhile (a cancel): nothing to retry
+    return RoundResult("retry", _cause(exc), kind)
+
+
+def _cause(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _exhausted(claim: _Claim, exc: BaseException | None = None) -> str:
+    """Why the run ends at its attempt bound: the last cause known."""
+    n = claim.run.attempts
+    if exc is not None:
+        return f"the round failed {n} times; the last time: {_cause(exc)}"
+    last = claim.run.last_error
+    if last:
+        return f"the round failed {n - 1} times; the last time: {last['type']}: {last['message']}"
+    return f"the round was attempted {n - 1} times and never finished (its worker was lost)"
+
+
+def _billed_cost(billed: list[dict[str, Any]]) -> float:
+    return float(sum(u.get("cost") or 0.0 for u in billed))
+
+
 def _release(rt: Runtime, claim: _Claim) -> None:
-    """The round broke (the database refused its commit, say, or a row stayed locked): give
-    it back so the reaper re-drives it. Best effort: if this fails too, the heartbeat's
-    sweep of leases nobody works on frees it (``shared.engine.leases``)."""
+    """The database or the broker failed the round: give it back, its attempt uncounted, so
+    the task's retry or the reaper takes it up. Best effort: if this fails too, the
+    heartbeat's sweep of leases nobody works on frees it (``shared.engine.leases``)."""
     try:
         with transaction(rt) as tx:
-            repo.release_round(tx.conn, claim.run.id, claim.run.version, claim.owner, None)
+            repo.release_round(
+                tx.conn, claim.run.id, claim.run.version, claim.owner, None, counted=False
+            )
     except Exception as exc:
         log.warning("round %s not given back (%s); the lease sweep will", claim.run.id, exc)
 
@@ -276,7 +386,9 @@ def _give_back(rt: Runtime, claim: _Claim, r: _Retry, attempt_no: int) -> None:
     429 or a 5xx); the same worker or another takes it then."""
     wake = repo.now() + r.delay
     with transaction(rt) as tx:
-        if repo.release_round(tx.conn, claim.run.id, claim.run.version, claim.owner, wake):
+        if repo.release_round(
+            tx.conn, claim.run.id, claim.run.version, claim.owner, wake, counted=False, sent=tx.ts
+        ):
             nxt = attempt_no + 1 if r.counts else attempt_no
             tx.out.append(
                 Dispatch.round(
@@ -482,7 +594,17 @@ def _call_model(
             with _limiter_quietly("release"):
                 rt.limiter.release(permit)
     _count_model(claim.profile, reply, repo.now() - started)
-    return reply, int((repo.now() - started) * 1000)
+    latency = int((repo.now() - started) * 1000)
+    claim.billed.append(  # the provider bills it whatever becomes of this attempt (L-12)
+        {
+            "round": round_no,
+            "purpose": "round" if live else "compress",
+            "profile": claim.profile.name,
+            **_usage_values(claim, reply, _price(claim.profile, reply), latency),
+            "committed": False,
+        }
+    )
+    return reply, latency
 
 
 LIMITER_RETRY_S = 5.0  # the fleet limiter unreachable with TREADLE_LIMITER_ON_FAILURE=closed
@@ -573,8 +695,6 @@ def _metric_label(profile: ModelProfile) -> str:
 def _retry_or_fatal(
     rt: Runtime, claim: _Claim, exc: TransientModelError, attempt_no: int
 ) -> Exception:
-    from shared.llm.backoff import backoff_delay
-
     limit = claim.profile.max_retries
     if limit is None:
         limit = rt.settings.model_max_retries
@@ -633,7 +753,7 @@ def _commit(
 ) -> RoundResult:
     run = claim.run
     round_ = result.state.round
-    change = Change(run, owner=claim.owner)
+    change = Change.by_holder(run, claim.owner)
     if (missing := catalog.unavailable_event()) is not None:
         change.event(EventType.TOOL_UNAVAILABLE, round=round_, **missing)
     if checkpoint is not None:
@@ -802,6 +922,7 @@ def _apply(
         return RoundResult("committed", "Fail")
     if new is None:
         return RoundResult("lost")
+    claim.billed.clear()  # the commit wrote their usage rows
     return RoundResult("committed", detail)
 
 
@@ -865,7 +986,7 @@ def _end(
 ) -> RoundResult:
     """End the run without a (whole) model call: a budget exhausted, routed, a deadline that
     stopped the call (``usage``: that partial call)."""
-    change = Change(claim.run, owner=claim.owner)
+    change = Change.by_holder(claim.run, claim.owner)
     for m in extra or []:
         change.message(m, claim.state.round)
     if usage is not None:
@@ -880,8 +1001,19 @@ def _end(
     return RoundResult("committed" if new is not None else "lost", "Finish", claim.spec.kind)
 
 
-def _fail(rt: Runtime, run: Run, owner: str, message: str, code: str) -> None:
-    """The run fails with ``message``: a fatal model error, or a reply the database refused."""
-    change = Change(run, owner=owner)
+def _fail(
+    rt: Runtime,
+    run: Run,
+    owner: str,
+    message: str,
+    code: str,
+    billed: list[dict[str, Any]] | None = None,
+) -> None:
+    """The run fails with ``message``: a fatal model error, a reply the database refused, a
+    round that failed for good (``billed``: the model calls its attempt made)."""
+    change = Change.by_holder(run, owner, failing=True)
+    if billed:
+        change.usage += billed
+        change.values["cost"] = repo.Inc(_billed_cost(billed))
     settle(change, Fail(reason=message, code=code), ts=repo.now())
     attempt(rt, lambda tx: tx.apply(change))

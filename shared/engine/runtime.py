@@ -113,16 +113,38 @@ class Runtime:
     profiles: dict[str, ModelProfile] = field(default_factory=dict)
     limiter: RateLimiter = field(default_factory=LocalLimiter)
     queue_depth: Callable[[], dict[str, int] | None] | None = None  # broker messages waiting
-    gate: Gate = field(init=False)  # engine work admission of a worker process
-    mcp_lists: ToolLists = field(init=False)  # MCP servers' tool lists, bounded in bytes
-    confinement: Confinement = field(init=False)  # sandboxes and PDF readers, as a whole
+    # process state shared by copies (``replace``): engine admission, MCP tool lists (bounded
+    # in bytes), the slots and cgroups of tenants' child processes
+    _gate: Gate | None = field(default=None, repr=False)
+    _mcp_lists: ToolLists | None = field(default=None, repr=False)
+    _confinement: Confinement | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        self.confinement = Confinement.from_settings(self.settings)
-        self.gate = Gate(self.settings.worker_engine_slots)
-        self.mcp_lists = ToolLists(
-            self.settings.mcp_cache_bytes, tenant_waiters=self.settings.mcp_tenant_waiters
-        )
+        s = self.settings
+        if self._gate is None:
+            self._gate = Gate(s.worker_engine_slots)
+        if self._mcp_lists is None:
+            self._mcp_lists = ToolLists(s.mcp_cache_bytes, tenant_waiters=s.mcp_tenant_waiters)
+        if self._confinement is None:
+            self._confinement = Confinement.from_settings(s)
+
+    @property
+    def gate(self) -> Gate:
+        """Engine work admission of a worker process (``shared.engine.gate``)."""
+        assert self._gate is not None
+        return self._gate
+
+    @property
+    def mcp_lists(self) -> ToolLists:
+        """MCP servers' tool lists this process holds (``shared.tools.mcp_lists``)."""
+        assert self._mcp_lists is not None
+        return self._mcp_lists
+
+    @property
+    def confinement(self) -> Confinement:
+        """Sandboxes' and PDF readers' slots and cgroups (``shared.tools.confinement``)."""
+        assert self._confinement is not None
+        return self._confinement
 
     @property
     def heartbeat(self) -> Heartbeat:

@@ -35,8 +35,10 @@ from pydantic import ValidationError
 
 from shared.agent.spec import AgentSpec
 from shared.engine import admission, commands, quotas, spec_policy
+from shared.engine.change import Change
 from shared.engine.runtime import Runtime
-from shared.engine.transition import Change, Tx, attempt
+from shared.engine.transition import attempt
+from shared.engine.tx import Tx
 from shared.errors import Forbidden, NotFound, QuotaExceeded, SpecError, TreadleError
 from shared.store import repo
 from shared.store import schedules as store

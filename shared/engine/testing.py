@@ -12,6 +12,7 @@ from shared.engine.round import run_round
 from shared.engine.runtime import Dispatch, Runtime
 from shared.engine.toolrun import run_tool
 from shared.engine.webhooks import deliver
+from shared.store import repo
 
 __all__ = ["StubBroker"]
 
@@ -59,13 +60,5 @@ class StubBroker:
 def _wait_until_due(rt: Runtime, d: Dispatch) -> None:
     """A retried round is due at its ``wake_at``: the stub makes it due now instead of
     sleeping (tests check the delay in ``retries``)."""
-    import sqlalchemy as sa
-
-    from shared.store.tables import runs
-
     with rt.engine.begin() as conn:
-        conn.execute(
-            sa.update(runs)
-            .where(runs.c.id == d.run_id, runs.c.version == d.version)
-            .values(wake_at=None)
-        )
+        repo.make_due(conn, d.run_id, d.version)

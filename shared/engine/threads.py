@@ -13,25 +13,28 @@ then, so it sees the finished run's messages) — one transaction, no window.
 Lock order: any transaction that submits to a thread or ends a run on one locks the thread
 row first (``shared.store.threads.lock_thread``), then run and tool-call rows (ancestors'
 runs rows before a child's: ``shared.engine.children``); ``Tx.apply``
-(``shared.engine.transition``) does it for every change that ends a run, and releases the
-thread's next held run in the same transaction.
+(``shared.engine.tx``) does it for every change that ends a run, and its follow-up here
+(``follow_up``) releases the thread's next held run in the same transaction.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.engine import Connection
 
 from shared.agent.messages import Message
+from shared.engine.change import Change
 from shared.engine.runtime import Runtime
-from shared.engine.transition import Change, Tx, transaction
-from shared.errors import NotFound, SpecError
+from shared.engine.tx import Applied, Tx
+from shared.errors import SpecError
 from shared.store import lineage, repo
 from shared.store import threads as store
+from shared.store.rows import FINAL
+from shared.vocab import EventType
 
 __all__ = [
     "HELPER_KINDS",
@@ -40,9 +43,8 @@ __all__ = [
     "Admission",
     "base_of",
     "create_thread",
-    "lock",
+    "follow_up",
     "release_next",
-    "release_stalled",
     "start_inputs",
 ]
 
@@ -76,16 +78,6 @@ def create_thread(
         return store.insert_thread(conn, row, repo.now())
 
 
-def lock(
-    conn: Connection, thread_id: str, ts: float, tenant: str | None = None
-) -> Mapping[Any, Any]:
-    """Lock the thread row. NotFound for an unknown thread."""
-    thread = store.lock_thread(conn, thread_id, ts, tenant)
-    if thread is None:
-        raise NotFound(f"thread {thread_id} not found")
-    return thread
-
-
 def base_of(conn: Connection, thread_id: str, run_id: str) -> dict[str, Any]:
     """The base columns of a run starting on the thread: the thread's last started run, up to
     its last message, read as history; with the tokens that adds to the run's model view.
@@ -115,14 +107,24 @@ def start_inputs(
     return out
 
 
-def release_next(tx: Tx, thread_id: str, *, after: str | None = None) -> None:
-    """Start the thread's oldest held run if the thread has no active run (the thread is
-    locked). Its history is copied now, then its queued input; its round is dispatched."""
+def follow_up(tx: Tx, applied: Applied) -> Sequence[Change]:
+    """A run on a thread ended: the thread's next held run starts (the thread is locked)."""
+    change, before = applied.change, applied.before
+    if change.status not in FINAL or not change.release_thread or before.thread_id is None:
+        return ()
+    nxt = release_next(tx, before.thread_id, after=before.id)
+    return (nxt,) if nxt is not None else ()
+
+
+def release_next(tx: Tx, thread_id: str, *, after: str | None = None) -> Change | None:
+    """The change that starts the thread's oldest held run, if the thread has no active run
+    (the thread is locked): its history is set now, then its queued input; its round is
+    dispatched. None: nothing to start."""
     if store.active_run(tx.conn, thread_id) is not None:
-        return
+        return None
     nxt = store.next_held(tx.conn, thread_id)
     if nxt is None:
-        return
+        return None
     _agent, inputs = repo.run_spec(tx.conn, nxt.id)
     queued = [Message.from_dict(m) for m in (inputs or {}).get(QUEUED_INPUT) or ()]
     repo.set_inputs(tx.conn, nxt.id, start_inputs(tx.conn, thread_id, nxt.kind, inputs) or None)
@@ -131,21 +133,5 @@ def release_next(tx: Tx, thread_id: str, *, after: str | None = None) -> None:
     for m in queued:
         change.message(m, 0)
     change.values["held"] = False
-    change.event("run.released", after=after)
-    tx.apply(change)
-
-
-def release_stalled(rt: Runtime, limit: int = 200) -> int:
-    """Reaper safety net: release held runs whose thread has no active run (every path that
-    ends a run should already have done it, in the same transaction)."""
-    with rt.engine.connect() as conn:
-        stalled = store.stalled_threads(conn, limit)
-    released = 0
-    for thread_id in stalled:
-        with transaction(rt) as tx:
-            tx.lock_thread(thread_id)
-            release_next(tx, thread_id)
-            released += sum(1 for d in tx.out if d.kind == "round")
-    if released:
-        log.warning("released %d held runs the ending transaction missed", released)
-    return released
+    change.event(EventType.RUN_RELEASED, after=after)
+    return change

@@ -1,5 +1,5 @@
 """One external tool call: execute it and commit its result and the join in one transition
-(``shared.engine.transition.finish_call``).
+(``shared.engine.join.finish_call``).
 
 A tool that is read-only and quick (in-process, no I/O) runs without a claim: duplicates of
 its dispatch may run it twice, harmlessly, and only one commit wins (the call's status guards
@@ -22,16 +22,19 @@ from shared.agent.arguments import ArgumentsError, parse_arguments
 from shared.agent.attachments import attachment_refs
 from shared.agent.compression import reduce_tool_result
 from shared.agent.spec import AgentSpec
-from shared.engine import cache, children, metrics, stopper
+from shared.engine import cache, children, metrics, stopper, subagent
 from shared.engine.attachments import run_files
 from shared.engine.busy import when_free
+from shared.engine.change import Finished, LostRace
 from shared.engine.gate import Stage
+from shared.engine.join import finish_call
 from shared.engine.knowledge import Knowledge
 from shared.engine.runtime import Runtime
-from shared.engine.transition import Finished, LostRace, Tx, attempt, finish_call
+from shared.engine.transition import attempt
+from shared.engine.tx import Tx
 from shared.errors import Aborted, ToolError
 from shared.llm.abort import Abort
-from shared.store import repo
+from shared.store import ancestry, repo
 from shared.store.rows import Call, CallStatus, Run
 from shared.tools import InvalidToolArguments, Tool, ToolContext, ToolResult
 from shared.tracing import tool_span
@@ -72,16 +75,28 @@ def _run_tool(rt: Runtime, run_id: str, call_id: str, version: int) -> str:
     claimed = _claim(rt, run, call)
     if claimed is None:
         return "stale"
+    if claimed.attempts > (spec.max_attempts or rt.settings.max_attempts):  # L-12
+        return _commit(rt, spec, run, claimed, ToolResult(text=_never_finished(claimed)))
     if sub is not None:
         if _too_deep(rt, run):
-            text = f"Tool error: sub-agents nest at most {children.MAX_DEPTH} levels deep"
+            text = f"Tool error: sub-agents nest at most {ancestry.MAX_DEPTH} levels deep"
             return _commit(rt, spec, run, claimed, ToolResult(text=text))
-        return children.start(rt, spec, sub, run, claimed)
+        return subagent.start(rt, spec, sub, run, claimed)
     if not _still_held(rt, claimed, tool):
         return "stale"
     with metrics.TOOL_SECONDS.labels(tool=call.name).time():
         result = execute_tool(rt, run, given.inputs, tool, claimed)
     return _commit(rt, spec, run, claimed, result)
+
+
+def _never_finished(call: Call) -> str:
+    """A call whose attempts ran out (each one's worker crashed or was lost): the model is
+    told, as for any tool failure (L-5), instead of the call being tried forever (L-12)."""
+    tries = call.attempts - 1
+    return (
+        f"Tool error: {call.name} was attempted {tries} times and never finished "
+        "(its worker crashed or was lost each time); it was not run again"
+    )
 
 
 def _still_held(rt: Runtime, call: Call, tool: Tool | None) -> bool:
@@ -113,7 +128,7 @@ def _too_deep(rt: Runtime, run: Run) -> bool:
     if run.parent_run_id is None:
         return False
     with rt.engine.connect() as conn:
-        return children.too_deep(conn, run.id)
+        return subagent.too_deep(conn, run.id)
 
 
 def _claim(rt: Runtime, run: Run, call: Call) -> Call | None:
@@ -198,8 +213,10 @@ def _with_timeout(fn: Any, timeout: float, abort: Abort) -> ToolResult:
     if t.is_alive():
         abort.cancel(f"timed out after {timeout:g}s")
         t.join(STOP_GRACE_S)
-    if t.is_alive() or "result" not in box:
+    if t.is_alive():
         return ToolResult(text=f"Tool error: timed out after {timeout:g}s")
+    if "result" not in box:  # the thread died of something no tool should raise
+        return ToolResult(text="Tool error: the tool stopped without a result")
     return box["result"]
 
 

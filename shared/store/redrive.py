@@ -15,6 +15,7 @@ from shared.store.tables import runs, tool_calls, workers
 
 __all__ = [
     "BACKOFF_CAP",
+    "BACKOFF_FREE",
     "DueCall",
     "DueRound",
     "DueWait",
@@ -26,8 +27,10 @@ __all__ = [
     "mark_rounds",
 ]
 
+BACKOFF_FREE = 5
+"""Re-sends of one dispatch that may follow one another at the re-drive interval; past them
+(a dispatch that keeps going unclaimed, a bug, not a loss) they back off 2, 4 … 64 times it."""
 BACKOFF_CAP = 6
-"""Re-sends of one dispatch back off 1, 2, 4 … 64 times the re-drive interval."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +38,8 @@ class DueRound:
     run_id: str
     version: int
     dead: bool = False  # its worker died holding it (else: nobody took its dispatch)
+    priority: int = 5
+    sent: float = 0.0  # when its dispatch went out
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +48,8 @@ class DueCall:
     call_id: str
     version: int
     dead: bool = False
+    priority: int = 5
+    sent: float = 0.0
 
 
 def _dead(owner: sa.ColumnElement[str], live_after: float) -> sa.ColumnElement[bool]:
@@ -53,33 +60,46 @@ def _dead(owner: sa.ColumnElement[str], live_after: float) -> sa.ColumnElement[b
 def _waited(
     since: sa.ColumnElement[float], redrives: sa.ColumnElement[int], ts: float, redrive: float
 ) -> sa.ColumnElement[bool]:
-    """``since`` is older than the re-drive interval, doubled per re-send so far."""
-    factor = sa.case(*((redrives == n, 2**n) for n in range(BACKOFF_CAP)), else_=2**BACKOFF_CAP)
+    """``since`` is older than the re-drive interval (times 2, 4 … 64 once a dispatch was
+    re-sent ``BACKOFF_FREE`` times in a row without being claimed)."""
+    steps = range(BACKOFF_FREE, BACKOFF_FREE + BACKOFF_CAP)
+    factor = sa.case(
+        (redrives <= BACKOFF_FREE, 1),
+        *((redrives == n + 1, 2 ** (n + 1 - BACKOFF_FREE)) for n in steps),
+        else_=2**BACKOFF_CAP,
+    )
     return since < ts - redrive * factor
 
 
 def due_rounds(
     conn: Connection, ts: float, redrive: float, live_after: float, limit: int = 500
 ) -> list[DueRound]:
-    """Runs due for a round that nobody holds: idle past the (backed-off) re-drive interval,
-    or held by a worker that died (at once)."""
+    """Runs due for a round that nobody holds: its dispatch went out (and, a countdown, came
+    due) more than the re-drive interval ago, or a worker that died holds it (at once).
+    Whether the dispatch is still in its queue is the reaper's to judge (``sent``)."""
     r = runs.c
     dead = _dead(r.lease_owner, live_after)
+    since = sa.func.coalesce(r.dispatched_at, r.updated_at)
+    idle = sa.and_(
+        r.lease_owner.is_(None),
+        _waited(since, r.redrives, ts, redrive),
+        sa.or_(r.wake_at.is_(None), r.wake_at < ts - redrive),
+    )
     q = (
-        sa.select(r.id, r.version, dead)
+        sa.select(r.id, r.version, dead, r.priority, since)
         .where(
             r.status.in_([s.value for s in RUNNABLE]),
             r.open_calls == 0,
             r.held == sa.false(),
             sa.or_(r.wake_at.is_(None), r.wake_at <= ts),
-            sa.or_(
-                dead,
-                sa.and_(r.lease_owner.is_(None), _waited(r.updated_at, r.redrives, ts, redrive)),
-            ),
+            sa.or_(dead, idle),
         )
         .limit(limit)
     )
-    return [DueRound(str(i), int(v), bool(d)) for i, v, d in conn.execute(q)]
+    return [
+        DueRound(str(i), int(v), bool(d), int(p), float(t or 0.0))
+        for i, v, d, p, t in conn.execute(q)
+    ]
 
 
 def due_calls(
@@ -89,7 +109,7 @@ def due_calls(
     c = tool_calls.c
     dead = sa.and_(c.status == CallStatus.RUNNING.value, _dead(c.lease_owner, live_after))
     q = (
-        sa.select(c.run_id, c.call_id, runs.c.version, dead)
+        sa.select(c.run_id, c.call_id, runs.c.version, dead, runs.c.priority, c.queued_at)
         .join(runs, runs.c.id == c.run_id)
         .where(
             sa.or_(
@@ -103,14 +123,16 @@ def due_calls(
         )
         .limit(limit)
     )
-    return [DueCall(str(r), str(k), int(v), bool(d)) for r, k, v, d in conn.execute(q)]
+    return [
+        DueCall(str(r), str(k), int(v), bool(d), int(p), float(t or 0.0))
+        for r, k, v, d, p, t in conn.execute(q)
+    ]
 
 
 def mark_rounds(conn: Connection, due: list[DueRound], ts: float) -> list[DueRound]:
-    """Count a re-send (the next one waits twice as long, counted from the run's last
-    transition: ``updated_at`` stays the time its round became due, the start of its queue
-    wait); returns those marked (a run another transaction holds right now is skipped: that
-    one dispatches what comes next)."""
+    """Count a re-send and stamp when it goes out (``updated_at`` stays the time the round
+    became due, the start of its queue wait); returns those marked (a run another
+    transaction holds right now is skipped: that one dispatches what comes next)."""
     if not due:
         return []
     r = runs.c
@@ -123,7 +145,7 @@ def mark_rounds(conn: Connection, due: list[DueRound], ts: float) -> list[DueRou
     stmt = (
         sa.update(runs)
         .where(r.id.in_(locked))
-        .values(redrives=r.redrives + 1)
+        .values(redrives=r.redrives + 1, dispatched_at=ts)
         .returning(r.id, r.version)
     )
     marked = {(str(i), int(v)) for i, v in conn.execute(stmt)}

@@ -60,6 +60,7 @@ __all__ = [
     "own_messages",
     "now",
     "queue_calls",
+    "make_due",
     "release_round",
     "round_of_call",
     "round_started",
@@ -334,6 +335,7 @@ def _claim_values() -> dict[str, Any]:
         "lease_owner": sa.bindparam("b_owner"),
         "wake_at": None,
         "redrives": 0,
+        "attempts": r.attempts + 1,  # L-12: every claim counts; the round's commit resets
         "updated_at": sa.bindparam("b_ts"),
         "event_seq": r.event_seq + 1,
     }
@@ -473,15 +475,38 @@ def claim_round(
 
 
 def release_round(
-    conn: Connection, run_id: str, version: int, owner: str, wake_at: float | None
+    conn: Connection,
+    run_id: str,
+    version: int,
+    owner: str,
+    wake_at: float | None,
+    *,
+    counted: bool = True,
+    sent: float | None = None,
 ) -> bool:
-    """Give a claimed round back (a transient error): due again at ``wake_at``."""
+    """Give a claimed round back: due again at ``wake_at``. ``counted`` False: the attempt
+    its claim counted is given back too (a transient model error, the fleet's capacity, the
+    database or the broker out of reach: not the round's fault, and bounded elsewhere).
+    ``sent``: when its next dispatch goes out (a countdown: the reaper's clock for it)."""
+    values: dict[str, Any] = {"lease_owner": None, "wake_at": wake_at}
+    if sent is not None:
+        values["dispatched_at"] = sent
+    if not counted:
+        values["attempts"] = sa.case((runs.c.attempts > 0, runs.c.attempts - 1), else_=0)
     stmt = (
         sa.update(runs)
         .where(runs.c.id == run_id, runs.c.version == version, runs.c.lease_owner == owner)
-        .values(lease_owner=None, wake_at=wake_at)
+        .values(**values)
     )
     return conn.execute(stmt).rowcount == 1
+
+
+def make_due(conn: Connection, run_id: str, version: int) -> None:
+    """A round waiting for its ``wake_at`` is due now (the test broker skips the wait)."""
+    stmt = (
+        sa.update(runs).where(runs.c.id == run_id, runs.c.version == version).values(wake_at=None)
+    )
+    conn.execute(stmt)
 
 
 @dataclass(frozen=True, slots=True)

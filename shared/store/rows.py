@@ -79,6 +79,9 @@ class Run(_Readable):
     deadline_at: float | None = None
     wake_at: float | None = None
     redrives: int = 0
+    dispatched_at: float | None = None
+    attempts: int = 0
+    last_error: dict[str, Any] | None = None
     idempotency_key: str | None = None
     view_start: int = 0
     view_tokens: int = 0

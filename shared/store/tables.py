@@ -70,6 +70,12 @@ runs = sa.Table(
     # when the reaper looks at the run next: a waiting run's ask expiry, a round's retry time
     sa.Column("wake_at", sa.Float, nullable=True),
     sa.Column("redrives", sa.Integer, nullable=False, server_default="0"),
+    # when its round's dispatch was last sent (the reaper re-sends one its queue has lost)
+    sa.Column("dispatched_at", sa.Float, nullable=True),
+    # claims of its current round so far (the claim counts, the round's commit resets): a
+    # round that keeps failing ends the run at its agent's ``max_attempts``
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("last_error", sa.JSON, nullable=True),  # why the round's last attempt failed
     sa.Column("idempotency_key", sa.String(200), nullable=True),
     sa.Column("msg_seq", sa.Integer, nullable=False, server_default="0"),
     sa.Column("event_seq", sa.Integer, nullable=False, server_default="0"),
@@ -146,6 +152,9 @@ workers = sa.Table(
     sa.Column("pid", sa.Integer, nullable=False),
     sa.Column("started_at", sa.Float, nullable=False),
     sa.Column("seen_at", sa.Float, nullable=False),
+    # what it has taken from its queues: per "queue/priority", the send time of the newest
+    # dispatch it received (the reaper's proof that an older unclaimed one was lost)
+    sa.Column("received", sa.JSON, nullable=True),
 )
 
 messages = sa.Table(

@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection
 from shared.store.rows import CallStatus
 from shared.store.tables import runs, tool_calls, workers
 
-__all__ = ["beat", "give_back", "held", "prune", "register"]
+__all__ = ["beat", "give_back", "held", "prune", "received_marks", "register"]
 
 
 def register(conn: Connection, worker_id: str, host: str, pid: int, ts: float) -> None:
@@ -21,10 +21,27 @@ def register(conn: Connection, worker_id: str, host: str, pid: int, ts: float) -
     )
 
 
-def beat(conn: Connection, worker_id: str, ts: float) -> bool:
-    """Refresh the heartbeat; False = the row is gone (pruned as dead)."""
-    stmt = sa.update(workers).where(workers.c.id == worker_id).values(seen_at=ts)
+def beat(
+    conn: Connection, worker_id: str, ts: float, received: dict[str, float] | None = None
+) -> bool:
+    """Refresh the heartbeat (and what the worker took from its queues: per
+    "queue/priority", the send time of the newest dispatch); False = the row is gone
+    (pruned as dead)."""
+    values: dict[str, object] = {"seen_at": ts}
+    if received:
+        values["received"] = received
+    stmt = sa.update(workers).where(workers.c.id == worker_id).values(**values)
     return conn.execute(stmt).rowcount == 1
+
+
+def received_marks(conn: Connection) -> dict[str, float]:
+    """Per "queue/priority", the send time of the newest dispatch any worker took (a dead
+    worker's marks count too: what left a queue left it)."""
+    marks: dict[str, float] = {}
+    for (received,) in conn.execute(sa.select(workers.c.received)):
+        for key, sent in (received or {}).items():
+            marks[key] = max(marks.get(key, 0.0), float(sent))
+    return marks
 
 
 def prune(conn: Connection, before: float) -> int:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from shared.engine import admission, commands
+from shared.engine import commands
+from shared.engine.reaper import reap
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from tests.engine.helpers import agent, run
@@ -48,10 +49,10 @@ def test_the_reaper_admits_when_the_limit_is_raised(sqlite_rt: Runtime, stub: St
     )
     ids = [_submit(tight, "a") for _ in range(3)]
     assert len(stub.sent) == 1
-    assert admission.release_all(tight) == 0  # still full
+    assert reap(tight).released == 0  # still full
     loose = replace(
         sqlite_rt, settings=sqlite_rt.settings.model_copy(update={"tenant_active_runs": 3})
     )
-    assert admission.release_all(loose) == 2
+    assert reap(loose).released == 2
     stub.drain(loose)
     assert all(run(loose, i)["status"] == "completed" for i in ids)

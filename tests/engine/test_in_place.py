@@ -10,7 +10,6 @@ import pytest
 from shared.engine.round import rounds_in_place, run_round
 from shared.engine.runtime import Dispatch, Runtime
 from shared.engine.testing import StubBroker
-from shared.engine.transition import in_place
 from tests.engine.helpers import agent, call, run, submit, transcript
 
 
@@ -37,8 +36,8 @@ def test_a_run_of_quick_tool_rounds_is_driven_in_one_task(
     run_id = submit(sqlite_rt, _calc_agent(3))
     d = _first(stub, run_id)
     before = len(_rounds(stub.sent, run_id))
-    with rounds_in_place(sqlite_rt, run_id, lambda n: True):
-        run_round(sqlite_rt, run_id, d.version, d.attempt)
+    with rounds_in_place(sqlite_rt, run_id, lambda n: True) as here:
+        run_round(here, run_id, d.version, d.attempt)
     assert run(sqlite_rt, run_id)["status"] == "completed"
     assert len(_rounds(stub.sent, run_id)) == before  # no round went through the broker
     roles = [role for role, _, _ in transcript(sqlite_rt, run_id)]
@@ -48,8 +47,8 @@ def test_a_run_of_quick_tool_rounds_is_driven_in_one_task(
 def test_what_the_task_does_not_drive_is_published(sqlite_rt: Runtime, stub: StubBroker) -> None:
     run_id = submit(sqlite_rt, _calc_agent(3))
     d = _first(stub, run_id)
-    with rounds_in_place(sqlite_rt, run_id, lambda n: n < 1):  # one more round here, then stop
-        run_round(sqlite_rt, run_id, d.version, d.attempt)
+    with rounds_in_place(sqlite_rt, run_id, lambda n: n < 1) as here:  # one more, then stop
+        run_round(here, run_id, d.version, d.attempt)
     assert run(sqlite_rt, run_id)["status"] == "running"
     left = stub.pop()
     assert (
@@ -79,8 +78,8 @@ def test_a_round_that_fails_in_place_goes_to_the_broker(
         return real(rt, rid, version, attempt_no)
 
     monkeypatch.setattr(round_mod, "run_round", flaky)
-    with pytest.raises(RuntimeError), rounds_in_place(sqlite_rt, run_id, lambda n: True):
-        real(sqlite_rt, run_id, d.version, d.attempt)
+    with pytest.raises(RuntimeError), rounds_in_place(sqlite_rt, run_id, lambda n: True) as here:
+        real(here, run_id, d.version, d.attempt)
     handed = stub.pop()
     assert handed is not None and handed.kind == "round" and handed.version == calls[1]
     monkeypatch.setattr(round_mod, "run_round", real)
@@ -90,20 +89,19 @@ def test_a_round_that_fails_in_place_goes_to_the_broker(
 
 
 def test_the_hand_off_holds_one_due_round_of_its_run_only(sqlite_rt: Runtime) -> None:
-    published: list[Dispatch] = []
+    """The hand-off is a publisher the block installs on the runtime it yields: nothing
+    thread-local, and the caller's runtime publishes as ever."""
     from dataclasses import replace
 
+    published: list[Dispatch] = []
     rt = replace(sqlite_rt, publish=published.extend)
-    from shared.engine import transition
-
     mine, other = Dispatch.round("r1", 3), Dispatch.round("r2", 1)
     later, tool = Dispatch.round("r1", 4, countdown=5.0), Dispatch.tool("r1", "c1", 3)
-    with in_place(rt, "r1") as take:
-        assert transition._hold([other, later, tool, mine]) == [other, later, tool]
-        assert transition._hold([Dispatch.round("r1", 9)]) == [Dispatch.round("r1", 9)]
-        with in_place(rt, "r2") as inner:  # nested: the outer one holds
-            assert inner() is None
-        assert take() == mine and take() is None
-        assert transition._hold([mine]) == []  # held again, never taken:
-    assert published == [mine]  # published when the block ends
-    assert transition._hold([mine]) == [mine]  # outside a block nothing is held
+    with rounds_in_place(rt, "r1", lambda n: False) as here:
+        here.publish([other, later, tool, mine])
+        assert published == [other, later, tool]  # a countdown is not "due at once"
+        here.publish([Dispatch.round("r1", 9)])  # one round is held at a time
+        assert published[-1] == Dispatch.round("r1", 9)
+        rt.publish([Dispatch.round("r1", 10)])  # the caller's runtime holds nothing
+        assert published[-1] == Dispatch.round("r1", 10)
+    assert published[-1] == mine  # not driven here (``more`` said no): published at the end

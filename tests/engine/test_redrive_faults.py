@@ -1,5 +1,6 @@
-"""The reaper re-sends only what is plausibly lost, backs off per dispatch, counts what it
-does; a live worker gives back the leases none of its threads works on."""
+"""The reaper re-sends what is lost — on time, whatever its queue holds — and never what
+still waits in its queue; it counts what it does; a live worker gives back the leases none
+of its threads works on."""
 
 from __future__ import annotations
 
@@ -22,13 +23,31 @@ def _counter(name: str, **labels: str) -> float:
 
 
 def _age(rt: Runtime, run_id: str, seconds: float) -> None:
-    """As if the run's round had been due for ``seconds``."""
+    """As if the run's round had been due, and its dispatch out, for ``seconds``."""
     with rt.engine.begin() as conn:
         conn.execute(
             sa.update(runs)
             .where(runs.c.id == run_id)
-            .values(updated_at=runs.c.updated_at - seconds)
+            .values(
+                updated_at=runs.c.updated_at - seconds,
+                dispatched_at=runs.c.dispatched_at - seconds,
+            )
         )
+
+
+def _sent(rt: Runtime, run_id: str) -> float:
+    with rt.engine.connect() as conn:
+        return float(
+            conn.execute(sa.select(runs.c.dispatched_at).where(runs.c.id == run_id)).scalar_one()
+        )
+
+
+def _took(rt: Runtime, queue: str, priority: int, sent: float) -> None:
+    """A worker took a dispatch sent at ``sent`` from ``queue`` (its heartbeat says so)."""
+    hb = rt.heartbeat
+    hb.owner()  # registered
+    hb.received(queue, priority, sent)
+    assert hb.beat(rt.engine)
 
 
 def _lost_round(rt: Runtime, stub: StubBroker) -> str:
@@ -55,18 +74,45 @@ def test_no_resend_while_the_queue_holds_messages(sqlite_rt: Runtime, stub: Stub
         assert repo.load_run(conn, run_id).status.value == "completed"  # type: ignore[union-attr]
 
 
-def test_resends_back_off_from_the_due_time(sqlite_rt: Runtime, stub: StubBroker) -> None:
-    """Re-sends k = 1, 2, 3 come 1, 2, 4 re-drive intervals after the round became due."""
+def test_a_lost_dispatch_is_resent_on_time_behind_a_backlog(
+    sqlite_rt: Runtime, stub: StubBroker
+) -> None:
+    """A deep queue does not hide a loss: once a worker took a dispatch sent after the lost
+    one (same queue, same priority), the lost one is re-sent at its re-drive time."""
+    run_id = _lost_round(sqlite_rt, stub)
+    _age(sqlite_rt, run_id, sqlite_rt.settings.redrive_seconds + 1)
+    sent = _sent(sqlite_rt, run_id)
+    backlog = dataclasses.replace(sqlite_rt, queue_depth=lambda: {ROUNDS_QUEUE: 500})
+    assert reap(backlog).resent == 0  # nothing sent after it was taken: plausibly queued
+    _took(sqlite_rt, ROUNDS_QUEUE, 9, sent + 1)  # another priority proves nothing
+    assert reap(backlog).resent == 0
+    _took(sqlite_rt, TOOLS_QUEUE, 5, sent + 1)  # nor another queue
+    assert reap(backlog).resent == 0
+    _took(sqlite_rt, ROUNDS_QUEUE, 5, sent + 0.5)  # one sent after it was taken: it is lost
+    assert reap(backlog).resent == 1 and stub.queue[0].run_id == run_id
+    stub.drain(sqlite_rt)
+    with sqlite_rt.engine.connect() as conn:
+        assert repo.load_run(conn, run_id).status.value == "completed"  # type: ignore[union-attr]
+
+
+def test_resends_follow_the_redrive_interval_then_back_off(
+    sqlite_rt: Runtime, stub: StubBroker
+) -> None:
+    """Each re-send waits one re-drive interval from the last; a dispatch re-sent
+    ``BACKOFF_FREE`` times and still never claimed (a bug, not a loss) backs off."""
+    from shared.store.redrive import BACKOFF_FREE
+
     run_id = _lost_round(sqlite_rt, stub)
     wait = sqlite_rt.settings.redrive_seconds
-    sent = 0
-    for age in (1.1, 1.5, 2.1, 3.0, 4.1):  # in re-drive intervals since the round was due
-        with sqlite_rt.engine.connect() as conn:
-            due_at = conn.execute(sa.select(runs.c.updated_at).where(runs.c.id == run_id)).scalar()
-        _age(sqlite_rt, run_id, float(due_at) - (repo.now() - age * wait))
-        sent += reap(sqlite_rt).resent
-        stub.queue.clear()
-        assert sent == {1.1: 1, 1.5: 1, 2.1: 2, 3.0: 2, 4.1: 3}[age], (age, sent)
+    resent = []
+    for _ in range(BACKOFF_FREE + 2):
+        _age(sqlite_rt, run_id, wait * 1.1)
+        n = reap(sqlite_rt).resent
+        stub.queue.clear()  # lost again
+        resent.append(n)
+    assert resent == [1] * (BACKOFF_FREE + 1) + [0]  # the next one waits twice as long
+    _age(sqlite_rt, run_id, wait)
+    assert reap(sqlite_rt).resent == 1
 
 
 def test_a_dead_workers_round_is_resent_despite_a_backlog(

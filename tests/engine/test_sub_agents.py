@@ -449,14 +449,15 @@ def test_a_crash_in_the_childs_final_commit_rolls_back_the_child_too(
         raise RuntimeError("worker died mid-commit")
 
     monkeypatch.setattr(children, "_finish_child", crash)
-    with pytest.raises(RuntimeError):
-        stub.deliver(sqlite_rt, child_round)
+    assert stub.deliver(sqlite_rt, child_round) == "retry"  # L-12: tried again after a pause
     (kid,) = _children_of(sqlite_rt, run_id)
     assert kid["status"] == "running" and run(sqlite_rt, run_id)["open_calls"] == 1
+    assert kid["attempts"] == 1 and kid["last_error"]["message"] == "worker died mid-commit"
     monkeypatch.setattr(children, "_finish_child", real)
-    with sqlite_rt.engine.begin() as conn:  # the dead worker's lease ran out
-        conn.execute(sa.update(runs).where(runs.c.id == kid["id"]).values(lease_owner=None))
-    assert stub.deliver(sqlite_rt, child_round) == "committed"
+    retry = stub.pop()
+    assert retry is not None and retry.countdown and retry.run_id == kid["id"]
+    assert stub.deliver(sqlite_rt, retry) == "committed"
+    assert run(sqlite_rt, kid["id"])["attempts"] == 0  # the round committed
     stub.drain(sqlite_rt)
     assert run(sqlite_rt, run_id)["result"]["text"] == "after"
     assert _tool_texts(sqlite_rt, run_id) == ["A"]

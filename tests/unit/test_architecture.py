@@ -151,3 +151,24 @@ def test_the_checks_see_a_violation() -> None:
 def test_the_vocabulary_imports_nothing_of_the_project() -> None:
     """``shared.vocab`` is at the bottom: every room may import it."""
     assert [m for m in _imports(ROOT / "shared" / "vocab.py") if m.split(".")[0] in PACKAGES] == []
+
+
+def _lazy_imports(path: Path) -> list[str]:
+    """Imports that are not at a module's top level (inside a function, a class, an ``if``:
+    ``if TYPE_CHECKING:`` too — a cycle hidden from the interpreter is still a cycle)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    top = {id(n) for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)}
+    return [
+        f"{path.relative_to(ROOT)}:{n.lineno}"
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import | ast.ImportFrom) and id(n) not in top
+    ]
+
+
+def test_the_engine_modules_have_no_import_cycle() -> None:
+    """The kernel reads bottom-up: change → tx → join → follow-ups → transition → the rest."""
+    assert _cycle(_graph("shared/engine")) is None
+
+
+def test_the_engine_has_no_lazy_import() -> None:
+    assert [hit for path in _sources("shared/engine") for hit in _lazy_imports(path)] == []
