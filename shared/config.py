@@ -232,7 +232,7 @@ class Settings(BaseSettings):
         default="treadle",
         pattern=r"^[A-Za-z0-9_.-]{1,64}(/[A-Za-z0-9_.-]{1,64}){0,7}$",
         description="The cgroup (under each hierarchy's root) where workers make theirs, "
-        "worker-<pid>, one child group per sandbox or PDF reader in it",
+        "worker-<host>-<pid>, one child group per sandbox or PDF reader in it",
     )
     sandbox_group_memory_mb: int = Field(
         default=2048,

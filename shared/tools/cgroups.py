@@ -5,10 +5,11 @@ however many, never hold more memory together than the operator allows.
 
 cgroup v1 (a hierarchy per controller: ``memory``, ``pids``, ``cpu``) and v2 (one unified
 hierarchy with those controllers) are both supported; which one is mounted is read from
-``/proc/self/mounts``. The groups live under ``<root>/<parent>/worker-<pid>`` (``parent``:
-``TREADLE_SANDBOX_CGROUP``); a worker removes its own at exit and the groups of dead workers
-when it makes its own. Making groups needs write access there: root, or (v2) a delegated
-subtree.
+``/proc/self/mounts``. The groups live under ``<root>/<parent>/worker-<host>-<pid>``
+(``parent``: ``TREADLE_SANDBOX_CGROUP``; ``host``: the host name, so containers sharing a
+hierarchy never take each other's pids for their own); a worker removes its own at exit and
+the groups its host's dead workers left when it makes its own. Making groups needs write
+access there: root, or (v2) a delegated subtree.
 
 A child joins its group before it runs anything: it is started as ``/bin/sh`` that writes its
 own pid into the group's ``cgroup.procs`` and then ``exec``s the real command (``joining``),
@@ -21,7 +22,9 @@ import contextlib
 import itertools
 import logging
 import os
+import re
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -217,7 +220,7 @@ def joining(group: Cgroup, command: Sequence[str]) -> list[str]:
 
 @dataclass
 class WorkerGroups:
-    """This worker process's group (``<root>/<parent>/worker-<pid>``, the group limit) and
+    """This worker process's group (``<root>/<parent>/worker-<host>-<pid>``, the group limit) and
     the groups made in it, one per child."""
 
     hierarchy: Hierarchy
@@ -234,7 +237,7 @@ class WorkerGroups:
                 base = Cgroup(self.hierarchy.version, self.hierarchy.roots).child(self.parent)
                 _make_base(base)
                 _remove_dead(base)
-                group = base.child(f"worker-{os.getpid()}")
+                group = base.child(f"{_prefix()}{os.getpid()}")
                 group.make(self.limits, parent=True)
                 self._group, self._group_pid = group, os.getpid()
             return self._group
@@ -276,13 +279,19 @@ def _make_base(base: Cgroup) -> None:
 def _remove_dead(base: Cgroup) -> None:
     """The groups of worker processes that are gone (a killed worker leaves its group)."""
     for name in sorted({p.name for d in base.dirs if d.is_dir() for p in d.iterdir()}):
-        pid = name.removeprefix("worker-")
-        if not (name.startswith("worker-") and pid.isdigit()) or _alive(int(pid)):
+        pid = name.removeprefix(_prefix())
+        if not (name.startswith(_prefix()) and pid.isdigit()) or _alive(int(pid)):
             continue
         stale = base.child(name)
         for sub in {p.name for d in stale.dirs if d.is_dir() for p in d.iterdir() if p.is_dir()}:
             stale.child(sub).remove()
         stale.remove()
+
+
+def _prefix() -> str:
+    """``worker-<host>-``: the names of this host's workers' groups."""
+    host = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname())[:64] or "host"
+    return f"worker-{host}-"
 
 
 def _alive(pid: int) -> bool:

@@ -476,3 +476,29 @@ def test_the_n_plus_first_cron_agent_and_version_are_refused(
     assert often.status_code == 422 and "TREADLE_CRON_MIN_INTERVAL_S" in often.text
     assert agents == [201, 201, 403]
     assert versions == [200, 403]  # version 2 is the most an agent may have
+
+
+def test_pdf_readers_wait_for_the_workers_slots() -> None:
+    """PDF readers take the sandboxes' slots: with the worker's one slot taken, a document
+    waits for it (eight at once no longer run eight readers)."""
+    import threading
+    import time
+
+    from shared.tools.confinement import Confinement
+    from shared.tools.documents import extract
+    from tests.files_support import tiny_pdf
+
+    confinement = Confinement.from_settings(Settings(sandbox_slots=1), "no cgroups here")
+    done: list[Any] = []
+
+    def read() -> None:
+        pdf = tiny_pdf([["hello"]])
+        done.append(extract(pdf, "application/pdf", "a.pdf", None, None, confinement, "acme"))
+
+    reader = threading.Thread(target=read)
+    with confinement.slots.slot("globex"):
+        reader.start()
+        time.sleep(1.0)
+        assert done == [] and confinement.slots.waiting() == 1
+    reader.join(30)
+    assert done and "hello" in done[0].text
