@@ -43,7 +43,8 @@ _SEARCH_MAX = 1000
 
 # an assistant as a path parameter: an agent's name, maybe with "@<version>" (422 past it)
 AssistantId = Annotated[
-    str, Path(min_length=1, max_length=74, pattern=r"^[^@]{1,64}(@[0-9]{1,9})?$")
+    str,
+    Path(min_length=1, max_length=74, pattern=r"^[^@\x00-\x1f\x7f]{1,64}(@[0-9]{1,9})?$"),
 ]
 GraphId = Annotated[str, Field(min_length=1, max_length=74)]
 
