@@ -88,17 +88,32 @@ def _settable(name: str) -> str:
     return name
 
 
+def _any_case(word: str) -> str:
+    """``word`` as a regular expression of any letter case (JSON Schema has no ``(?i)``)."""
+    return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else c for c in word)
+
+
 _EnvName = Annotated[str, Field(pattern=ENV_NAME)]
-_HeaderName = Annotated[
-    str,
+_HeaderName = Annotated[str, Field(pattern=HEADER_NAME), AfterValidator(_settable)]
+_HeadersEnv = Annotated[
+    dict[_HeaderName, _EnvName],
     Field(
-        pattern=HEADER_NAME,
-        description="Not Host, Content-Length, Transfer-Encoding, Connection, Keep-Alive, "
-        "Upgrade, TE, Trailer, Expect, Proxy-Authorization, Proxy-Connection",
+        max_length=32,
+        json_schema_extra={  # what the validators check, stated for the schema's readers
+            "additionalProperties": False,
+            "propertyNames": {
+                "pattern": HEADER_NAME,
+                "not": {
+                    "pattern": "^("
+                    + "|".join(_any_case(h) for h in sorted(_RESERVED_HEADERS))
+                    + ")$"
+                },
+                "description": "A header's name; not one that frames or routes the request "
+                "(Host, Content-Length, Transfer-Encoding, Connection, ...)",
+            },
+        },
     ),
-    AfterValidator(_settable),
 ]
-_HeadersEnv = Annotated[dict[_HeaderName, _EnvName], Field(max_length=32)]
 
 
 class _Strict(BaseModel):
@@ -273,7 +288,11 @@ class McpServerSpec(_Strict):
     command: list[Annotated[str, Field(max_length=4096)]] | None = Field(
         default=None, min_length=1, max_length=64
     )
-    env: dict[_EnvName, _EnvName] = Field(default_factory=dict, max_length=32)  # stdio only
+    env: dict[_EnvName, _EnvName] = Field(  # stdio only
+        default_factory=dict,
+        max_length=32,
+        json_schema_extra={"additionalProperties": False, "propertyNames": {"pattern": ENV_NAME}},
+    )
     headers_env: _HeadersEnv = Field(default_factory=dict)
     allow: list[_ToolName] | None = Field(default=None, max_length=256)
     read_only: list[_ToolName] = Field(default_factory=list, max_length=256)
