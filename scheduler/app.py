@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.routing import Route
 
 from scheduler.http import limits
 from scheduler.http.agent_routes import agent_routes
@@ -18,13 +20,18 @@ from scheduler.http.datasets import datasets_router
 from scheduler.http.errors import install_error_handlers
 from scheduler.http.files import files_router, upload_overhead
 from scheduler.http.lifecycle import lifecycle_router
+from scheduler.http.memory import router as memory_router
 from scheduler.http.openapi import install_openapi
 from scheduler.http.ops import ops_router
 from scheduler.http.retention_routes import retention_router
 from scheduler.http.runs import runs_router
 from scheduler.http.schemas import ERROR_RESPONSES
+from scheduler.http.spend import router as spend_router
 from scheduler.http.threads import threads_router
+from scheduler.interop.a2a_server import install_a2a
 from scheduler.interop.langgraph import langgraph_router
+from scheduler.interop.lg_store import router as lg_store_router
+from scheduler.interop.mcp_server import McpService
 from scheduler.interop.openai_responses import openai_router
 from shared import tracing
 from shared.config import Settings, get_settings
@@ -59,6 +66,7 @@ def create_app(get_rt: Callable[[], Runtime] | None = None, *, auth: str | None 
     tracing.configure("treadle-api")  # on when the OTEL_* variables ask for it
     get_rt = _pinging(get_rt or get_runtime)
     app = FastAPI(
+        lifespan=_lifespan,
         title="treadle",
         version="0.1.0",
         description=(
@@ -78,11 +86,17 @@ def create_app(get_rt: Callable[[], Runtime] | None = None, *, auth: str | None 
     app.include_router(cron_router(get_rt))
     app.include_router(retention_router(get_rt))
     app.include_router(ops_router(get_rt))
+    app.include_router(spend_router, responses=ERROR_RESPONSES)
     app.include_router(files_router(get_rt))
     app.include_router(datasets_router(get_rt), responses=ERROR_RESPONSES)  # the knowledge base
+    app.include_router(memory_router, responses=ERROR_RESPONSES)  # long-term memory
     app.include_router(console_router(get_rt))
     app.include_router(langgraph_router(get_rt), prefix="/langgraph")  # interop facades
+    app.include_router(lg_store_router, prefix="/langgraph")  # the LangGraph Store
     app.include_router(openai_router(get_rt), prefix="/openai/v1")
+    app.state.mcp = McpService()  # /mcp: agents as MCP tools (its sessions run in the lifespan)
+    app.router.routes.append(Route("/mcp", endpoint=app.state.mcp, include_in_schema=False))
+    install_a2a(app)  # /a2a/{agent}: agents as A2A servers (card, JSON-RPC)
     # outermost last: body size, then ?access_token= (EventSource), then the key check
     app.add_middleware(BodyGuard)  # hostile JSON: depth, non-finite numbers, NUL
     app.add_middleware(AuthMiddleware, auth=authenticator)
@@ -94,6 +108,13 @@ def create_app(get_rt: Callable[[], Runtime] | None = None, *, auth: str | None 
     # for a key with the trace scope
     tracing.instrument_app(app, trusted=authenticator.trusts_trace)
     return app
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """While the app serves: the MCP server's session manager."""
+    async with app.state.mcp.running():
+        yield
 
 
 def _pinging(get_rt: Callable[[], Runtime]) -> Callable[[], Runtime]:

@@ -9,8 +9,9 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
+from zoneinfo import ZoneInfo
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.agent.spec import MAX_ATTEMPTS_CAP
@@ -124,6 +125,11 @@ class Settings(BaseSettings):
     )
     tool_timeout: float = Field(default=120.0, description="Default wall limit of one tool call")
     model_max_retries: int = Field(default=4, description="Transient model errors retried")
+    timezone: str = Field(
+        default="UTC",
+        description="The operator's time zone: the days and calendar months spend envelopes "
+        "count in (an IANA name)",
+    )
     max_attempts: int = Field(
         default=5,
         ge=1,
@@ -293,7 +299,7 @@ class Settings(BaseSettings):
         description="Run submissions per API key per minute (0 = no limit); a cron's fires "
         "count against its tenant's",
     )
-    # quotas on what a tenant stores and schedules (403 quota_exceeded past them; 0 = none)
+    # quotas on what a tenant stores and schedules (409 quota_exceeded past them; 0 = none)
     max_crons: int = Field(default=100, ge=0, description="Per tenant: crons, at most")
     cron_min_interval_s: float = Field(
         default=60.0,
@@ -353,6 +359,37 @@ class Settings(BaseSettings):
         description="A model profile (profiles file) with an OpenAI-compatible /embeddings "
         "endpoint: chunks get vectors and search ranks keyword + vector hits together (RRF)",
     )
+    # --- long-term memory (shared.engine.memory) ----------------------------------------
+    memory_max_value_bytes: int = Field(
+        default=65_536, ge=64, description="Largest memory item value (its JSON, in bytes)"
+    )
+    memory_max_key_chars: int = Field(
+        default=256, ge=1, le=256, description="Longest memory item key (at most 256)"
+    )
+    memory_max_namespace_depth: int = Field(
+        default=8, ge=1, le=8, description="Most labels in a memory namespace (at most 8)"
+    )
+    memory_max_items: int = Field(
+        default=10_000, ge=0, description="Per tenant: memory items stored at once (0 = no limit)"
+    )
+    memory_refresh_on_read: bool = Field(
+        default=True,
+        description="A read (get, search, recall) of an item with a TTL starts its TTL again, "
+        "unless the read says otherwise (refresh_ttl)",
+    )
+    # --- treadle as a server of other protocols (/mcp, /a2a) -----------------------------
+    call_wait_s: float = Field(
+        default=20.0,
+        ge=0,
+        le=600,
+        description="/mcp tool calls and blocking /a2a message/send: wait this long for the run "
+        "to end or pause; a run still going then is answered with its id (MCP: and its "
+        "resource; A2A: a working task)",
+    )
+    mcp_agents: str = Field(
+        default="",
+        description="/mcp: comma-separated agent names served as tools (empty = every agent)",
+    )
 
     def load_plugins(self) -> None:
         import importlib
@@ -363,6 +400,15 @@ class Settings(BaseSettings):
     @property
     def embedded(self) -> bool:
         return self.broker_url.startswith("memory://")
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except Exception as exc:
+            raise ValueError(f"unknown time zone {value!r}") from exc
+        return value
 
     @property
     def test_models_allowed(self) -> bool:

@@ -3,11 +3,12 @@
     TreadleError
     ├── ConfigError            bad settings, unknown model profile
     ├── SpecError              an agent spec or request that cannot run
+    │   └── TooLarge              a value over a size limit (413)
     ├── NotFound               a run, thread, file... that does not exist (for this tenant)
     ├── Conflict               a state that forbids the operation (409)
+    │   └── QuotaExceeded         a tenant's limit on stored things reached (409)
     ├── Unauthorized           missing or invalid credentials (401)
     ├── Forbidden              the caller may not do or reach this (403)
-    │   └── QuotaExceeded         a tenant's stored things at their operator limit
     ├── ModelError             a model call failed
     │   ├── TransientModelError   429, 5xx, timeouts, broken streams: retry with backoff
     │   └── FatalModelError       other 4xx, bad responses: fail the run
@@ -37,6 +38,7 @@ __all__ = [
     "QuotaExceeded",
     "SpecError",
     "ToolError",
+    "TooLarge",
     "ToolsRejected",
     "TransientModelError",
     "TreadleError",
@@ -65,12 +67,25 @@ class SpecError(TreadleError):
     code = "invalid_spec"
 
 
+class TooLarge(SpecError):
+    """A value over a size limit (a memory item's value, ...): 413, nothing written."""
+
+    code = "too_large"
+
+
 class NotFound(TreadleError):
     code = "not_found"
 
 
 class Conflict(TreadleError):
     code = "conflict"
+
+
+class QuotaExceeded(Conflict):
+    """A tenant has as many of something stored as it may (memory items, crons, agents, an
+    agent's versions: an operator setting each, named in the message): 409."""
+
+    code = "quota_exceeded"
 
 
 class Unauthorized(TreadleError):
@@ -81,13 +96,6 @@ class Forbidden(TreadleError):
     """Allowed to others, not to this caller: e.g. a tenant's spec naming a secret."""
 
     code = "forbidden"
-
-
-class QuotaExceeded(Forbidden):
-    """A tenant already has as many of something stored as the operator allows (crons,
-    agents, an agent's versions): 403 ``quota_exceeded``, naming the setting."""
-
-    code = "quota_exceeded"
 
 
 class ModelError(TreadleError):

@@ -16,6 +16,7 @@ __all__ = [
     "FINAL",
     "IN_FLIGHT",
     "LIVE_EVENTS",
+    "MEMORY_EVENTS",
     "RUNNABLE",
     "TERMINAL_EVENTS",
     "CallStatus",
@@ -75,6 +76,9 @@ class EventType(StrEnum):
     TOOL_UNAVAILABLE = "tool.unavailable"  # a warning: an MCP server's tools are missing
     PLAN_UPDATED = "plan.updated"
     MESSAGE_ADDED = "message.added"
+    MEMORY_READ = "memory.read"  # a run's recall read its long-term memory (shared.engine.memory)
+    MEMORY_WRITTEN = "memory.written"  # a run's remember wrote an item there
+    MODEL_FAILOVER = "model.failover"  # the run's next call goes to the next profile
     # live only (the SSE stream, never stored): a reply as it streams
     TEXT_DELTA = "text.delta"
     REASONING_DELTA = "reasoning.delta"
@@ -89,6 +93,8 @@ LIVE_EVENTS: Final = frozenset(
     {EventType.TEXT_DELTA, EventType.REASONING_DELTA, EventType.TOOL_DELTA}
 )
 """Events that are only streamed, never stored."""
+MEMORY_EVENTS: Final = frozenset({EventType.MEMORY_READ, EventType.MEMORY_WRITTEN})
+"""A run's reads and writes of the tenant's long-term memory (the console lists them)."""
 
 
 class RoundOutcome(StrEnum):

@@ -27,7 +27,7 @@ from shared.llm.profiles import load_profiles
 from shared.llm.ratelimit import LocalLimiter, RateLimiter, RedisLimiter
 from shared.names import DISPATCH_TASKS, PRIORITY_HEADER, SENT_HEADER
 from shared.priorities import DEFAULT_PRIORITY, broker_priority
-from shared.store import repo
+from shared.store import runs as run_store
 from shared.store.db import get_engine
 
 __all__ = [
@@ -130,7 +130,7 @@ def _stored_trace(engine: Engine) -> Callable[[str], dict[str, str] | None]:
 
     def load(run_id: str) -> dict[str, str] | None:
         with engine.connect() as conn:
-            return repo.run_trace(conn, run_id)
+            return run_store.run_trace(conn, run_id)
 
     return load
 

@@ -81,6 +81,20 @@ def pg_engine(pg_url: str) -> Iterator[sa.engine.Engine]:
     engine.dispose()
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_rt(request: pytest.FixtureRequest, stub: StubBroker) -> Iterator[Runtime]:
+    """A runtime on SQLite (embedded mode), then on PostgreSQL (production mode), on the stub
+    broker: for what the store does per dialect (full-text search, memory)."""
+    if request.param == "sqlite":
+        yield request.getfixturevalue("sqlite_rt")
+        return
+    engine = request.getfixturevalue("pg_engine")
+    url = request.getfixturevalue("pg_url")
+    yield Runtime(
+        engine=engine, settings=Settings(database_url=url, broker_url="memory://"), publish=stub
+    )
+
+
 SESSION = uuid.uuid4().hex[:8]
 # concurrent test sessions do not share a broker, nor the xdist workers of one session
 _WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)

@@ -100,7 +100,7 @@ class ApiClient:
             raise ApiError(0, "unreachable", f"cannot reach {self.url}: {exc}") from exc
         if resp.status_code >= 400:
             raise _error_of(resp)
-        return resp.json()
+        return resp.json() if resp.status_code != 204 else None
 
     # -- runs
 

@@ -15,6 +15,7 @@ from rich.text import Text
 from scheduler.cli import keys as keys_cli
 from scheduler.cli import prune as prune_cli
 from scheduler.cli import runs as cli_runs
+from scheduler.cli import spend as spend_cli
 from scheduler.cli.render import print_run, print_transcript
 from scheduler.cli.runs import exit_code, load_agent
 
@@ -218,7 +219,8 @@ def demo(
     from scheduler.http.agents import resolve_agent
     from scheduler.http.schemas import message_view, run_view
     from shared.engine.commands import RunInput, submit_run
-    from shared.store import repo
+    from shared.store import records
+    from shared.store import runs as run_store
     from shared.wiring import get_runtime
 
     rt = get_runtime()
@@ -229,12 +231,12 @@ def demo(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with rt.engine.connect() as conn:
-            row = repo.get_run(conn, row["id"])  # type: ignore[assignment]
+            row = run_store.get_run(conn, row["id"])  # type: ignore[assignment]
         if row["status"] in FINAL | {"waiting"}:
             break
         time.sleep(0.05)
     with rt.engine.connect() as conn:
-        msgs = [message_view(m).model_dump() for m in repo.list_messages(conn, row["id"])]
+        msgs = [message_view(m).model_dump() for m in records.list_messages(conn, row["id"])]
     view = run_view(row).model_dump()
     print_run(console, view)
     print_transcript(console, msgs)
@@ -266,6 +268,7 @@ def _interactive_demo(question: str, agent: str) -> int:
 cli_runs.register(app)  # submit, watch, answer, approve, cancel, resume, runs, show
 keys_cli.register(app)  # keys create | list | revoke
 prune_cli.register(app)  # prune --older-than 30d [--dry-run]
+spend_cli.register(app)  # spend | spend set SCOPE KEY --cap N | spend delete SCOPE KEY
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ from shared.engine.runtime import Runtime
 from shared.errors import Conflict, NotFound
 from shared.isotime import iso
 from shared.store import agents as store
-from shared.store import repo
+from shared.store import runs as run_store
 from shared.store.agents import AgentVersion
 
 __all__ = [
@@ -137,7 +137,7 @@ def add_agent_version(
             caller.tenant,
             name,
             spec.model_dump(mode="json", exclude_none=True),
-            repo.now(),
+            run_store.now(),
             new=new,
             description=description,
             meta=meta,

@@ -9,8 +9,8 @@ thread or file is a 404, exactly like one that does not exist.
 is ``memory://`` (embedded) and the API binds to a loopback address. With auth off every request
 is tenant ``default`` with every scope.
 
-``AuthMiddleware`` checks the key of every ``/v1/``, ``/langgraph/`` and ``/openai/`` request
-(but ``/langgraph/info``) before its body is read (401 first,
+``AuthMiddleware`` checks the key of every ``/v1/``, ``/langgraph/``, ``/openai/``, ``/mcp`` and
+``/a2a/`` request (but ``/langgraph/info``) before its body is read (401 first,
 and a route someone forgets to guard is still behind a key); ``require`` checks the scope.
 ``POST /v1/runs/{id}/answer`` and ``/approval`` also accept the pause's resume token instead of a
 key (``X-Resume-Token`` or ``Bearer rtk_...``): the key check is skipped, and the command checks
@@ -42,6 +42,7 @@ from shared.store import keys
 
 __all__ = [
     "ANONYMOUS",
+    "CALLER_KEY",
     "OFF",
     "REQUIRED",
     "AuthMiddleware",
@@ -62,9 +63,10 @@ __all__ = [
 log = logging.getLogger("treadle.auth")
 
 OFF, REQUIRED = "off", "required"
-_CALLER = "treadle.caller"  # the ASGI scope key the middleware leaves the caller under
+CALLER_KEY = "treadle.caller"  # the ASGI scope key the middleware leaves the caller under
+_CALLER = CALLER_KEY
 _RESUMABLE = re.compile(r"^/v1/runs/[^/]+/(answer|approval)$")
-_GUARDED = ("/v1/", "/langgraph/", "/openai/")
+_GUARDED = ("/v1/", "/langgraph/", "/openai/", "/mcp", "/a2a/")
 _OPEN = frozenset({"/langgraph/info"})
 
 
@@ -200,7 +202,8 @@ class AuthMiddleware:
 
 
 def _guarded(path: str) -> bool:
-    """The API and both facades; not the console's files, ``/healthz``, ``/metrics``, docs."""
+    """The API, the facades, ``/mcp`` and ``/a2a/``; not the console's files, ``/healthz``,
+    ``/metrics``, docs."""
     return path.startswith(_GUARDED) and path not in _OPEN
 
 

@@ -26,7 +26,7 @@ from scheduler.http.auth import ReadCaller
 from shared.engine.runtime import Runtime
 from shared.errors import NotFound
 from shared.store import agents as agent_store
-from shared.store import repo
+from shared.store import runs as run_store
 from shared.store.tables import usage
 
 __all__ = ["CSP", "STATIC_DIR", "EventsQueryToken", "agent_summary", "console_router"]
@@ -79,20 +79,21 @@ def _usage_rows(rt: Runtime, tenant: str, run_id: str) -> list[dict[str, Any]]:
     keep = (
         usage.c.round,
         usage.c.purpose,
+        usage.c.profile,
         usage.c.model,
         usage.c.input_tokens,
         usage.c.output_tokens,
         usage.c.cached_input_tokens,
+        usage.c.reasoning_tokens,
         usage.c.cost,
         usage.c.estimated,
+        usage.c.committed,
         usage.c.latency_ms,
     )
     with rt.engine.connect() as conn:
-        if repo.get_run(conn, run_id, tenant) is None:
+        if run_store.get_run(conn, run_id, tenant) is None:
             raise NotFound(f"run {run_id} not found")
-        rows = conn.execute(
-            sa.select(*keep).where(usage.c.run_id == run_id, usage.c.committed).order_by(usage.c.id)
-        )
+        rows = conn.execute(sa.select(*keep).where(usage.c.run_id == run_id).order_by(usage.c.id))
         return [dict(r._mapping) for r in rows]
 
 
@@ -124,7 +125,10 @@ def console_router(get_rt: Callable[[], Runtime]) -> APIRouter:
 
     @r.get("/v1/runs/{run_id}/usage", tags=["runs"])
     def run_usage(run_id: str, caller: ReadCaller) -> dict[str, Any]:
-        """Tokens, cost and latency of each committed model call of the run, in order."""
+        """Tokens, cost and latency of each model call of the run, in order: the profile and
+        model that served it; ``committed`` false for a call whose reply the run did not keep
+        (cut short by a cancel, superseded by a steer, its worker lost, a broken stream): the
+        provider bills it all the same, and so do the run's cost and its spend envelopes."""
         return {"usage": _usage_rows(get_rt(), caller.tenant, run_id)}
 
     return r

@@ -22,6 +22,7 @@ from shared.errors import (
     Forbidden,
     NotFound,
     SpecError,
+    TooLarge,
     TreadleError,
     Unauthorized,
 )
@@ -40,7 +41,8 @@ log = logging.getLogger("treadle.api")
 RETRY_AFTER_S = 5
 _BROKER_ERRORS = ("OperationalError", "ConnectionError", "RecoverableConnectionError")
 
-_STATUS = {
+_STATUS = {  # the first match wins: a subclass before its base
+    TooLarge: 413,
     NotFound: 404,
     Conflict: 409,
     SpecError: 422,

@@ -40,6 +40,7 @@ def ops_router(get_rt: Callable[[], Runtime]) -> APIRouter:
             _counts(rt, stats.runs_by_status) if admin else None,
             lambda: _queue_depth(rt),
             _counts(rt, stats.runs_by_tenant) if admin else None,
+            _counts(rt, stats.spend_by_scope) if admin else None,
         )
         return Response(metrics.render(collector), media_type=metrics.CONTENT_TYPE_LATEST)
 

@@ -33,7 +33,9 @@ from scheduler.http.sse import event_stream
 from shared.engine import commands
 from shared.engine.runtime import Runtime
 from shared.errors import NotFound, SpecError
-from shared.store import deliveries, repo
+from shared.store import calls as call_store
+from shared.store import deliveries, records
+from shared.store import runs as run_store
 
 __all__ = ["runs_router"]
 
@@ -77,7 +79,7 @@ def _replayed(rt: Runtime, tenant: str, key: str | None) -> Any:
     if not key:
         return None
     with rt.engine.connect() as conn:
-        return repo.find_idempotent(conn, tenant, key)
+        return run_store.find_idempotent(conn, tenant, key)
 
 
 def runs_router(get_rt: Callable[[], Runtime]) -> APIRouter:
@@ -115,7 +117,7 @@ def runs_router(get_rt: Callable[[], Runtime]) -> APIRouter:
                 metadata=body.metadata,
                 webhook=body.webhook,
                 inputs=inputs,
-                run_at=body.start_at(repo.now()),
+                run_at=body.start_at(run_store.now()),
                 priority=body.priority,
                 ttl_s=body.ttl_s,
             ),
@@ -133,7 +135,7 @@ def runs_router(get_rt: Callable[[], Runtime]) -> APIRouter:
         cursor: Annotated[str | None, Query(pattern=CURSOR_PATTERN)] = None,
     ) -> RunList:
         with get_rt().engine.connect() as conn:
-            rows = repo.list_runs(
+            rows = run_store.list_runs(
                 conn,
                 caller.tenant,
                 status=status,
@@ -145,7 +147,7 @@ def runs_router(get_rt: Callable[[], Runtime]) -> APIRouter:
         return RunList(runs=[run_view(x) for x in rows[:limit]], next_cursor=nxt)
 
     def own_run(conn: Any, run_id: str, caller: Caller) -> Any:
-        run = repo.get_run(conn, run_id, caller.tenant)
+        run = run_store.get_run(conn, run_id, caller.tenant)
         if run is None:
             raise NotFound(f"run {run_id} not found")
         return run
@@ -159,14 +161,14 @@ def runs_router(get_rt: Callable[[], Runtime]) -> APIRouter:
     def messages(run_id: RunId, caller: ReadCaller) -> MessageList:
         with get_rt().engine.connect() as conn:
             own_run(conn, run_id, caller)
-            rows = repo.list_messages(conn, run_id)
+            rows = records.list_messages(conn, run_id)
         return MessageList(messages=[message_view(m) for m in rows])
 
     @r.get("/runs/{run_id}/tool-calls", response_model=ToolCallList)
     def tool_calls(run_id: RunId, caller: ReadCaller) -> ToolCallList:
         with get_rt().engine.connect() as conn:
             own_run(conn, run_id, caller)
-            rows = repo.list_tool_calls(conn, run_id)
+            rows = call_store.list_tool_calls(conn, run_id)
         return ToolCallList(tool_calls=[tool_call_view(row) for row in rows])
 
     @r.post("/runs/{run_id}/cancel", response_model=RunView)

@@ -25,6 +25,7 @@ __all__ = [
     "JsonInt",
     "JsonNumber",
     "JsonTime",
+    "NUMBER",
     "TtlSeconds",
     "NOT_BLANK",
     "RunStatus",
@@ -72,6 +73,9 @@ def _json_time(value: Any) -> Any:
 
 
 _NUMBER = BeforeValidator(_json_int)
+NUMBER = _NUMBER
+"""The validator of ``JsonInt`` / ``JsonNumber``, for an ``Annotated`` type with its own
+bounds (``Annotated[int, Field(ge=1), NUMBER] | None`` states them in the schema)."""
 JsonNumber = Annotated[float, _NUMBER]
 """A ``number`` as JSON Schema means it: 3 and 3.5, not true or "3"."""
 JsonTime = Annotated[AwareDatetime, BeforeValidator(_json_time)]

@@ -30,7 +30,7 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from shared.engine.runtime import WAKE, Runtime
-from shared.store import repo
+from shared.store import records
 from shared.store.segments import END_TYPES
 
 __all__ = [
@@ -82,7 +82,7 @@ TailItem = Batch | Delta | Beat
 
 def _fetch(rt: Runtime, run_id: str, after: int) -> list[dict[str, Any]]:
     with rt.engine.connect() as conn:
-        return [dict(r) for r in repo.list_events(conn, run_id, after, limit=BATCH)]
+        return [dict(r) for r in records.list_events(conn, run_id, after, limit=BATCH)]
 
 
 class _Reader:

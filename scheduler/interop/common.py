@@ -25,6 +25,7 @@ __all__ = [
     "TextPart",
     "admit",
     "facade_webhook",
+    "progress_text",
     "sse",
     "stream_responses",
 ]
@@ -123,3 +124,13 @@ def stream_responses(json: bool = False) -> dict[int | str, dict[str, Any]]:
     if json:
         content["application/json"] = {}
     return {200: {"description": "An event stream (SSE)", "content": content}}
+
+
+def progress_text(event: Any) -> str:
+    """A run's durable event as a line of progress (an MCP progress notification, an A2A
+    status message): ``round 2``, ``tool.finished echo``, ``memory.written``."""
+    data = event.get("data") or {}
+    if event["type"] == "round.started":
+        return f"round {data.get('round')}"
+    name = data.get("name")
+    return f"{event['type']} {name}" if name else str(event["type"])

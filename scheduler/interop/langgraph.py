@@ -50,7 +50,8 @@ from shared.interop.shapes import (
 )
 from shared.interop.thread_ids import public_id, scoped_id
 from shared.isotime import iso
-from shared.store import repo
+from shared.store import records
+from shared.store import runs as run_store
 from shared.store import segments as segs
 from shared.store import threads as thread_store
 from shared.store.tables import threads
@@ -176,7 +177,7 @@ def checkpoint_seq(conn: Connection, run_id: str, round_: int) -> int:
     """The event seq of the checkpoint that ends round N: its pause or end event (what the
     facade names checkpoints by), else the last event before the next round started."""
     current, found, before_next = 0, 0, 0
-    for ev in repo.list_events_of(conn, run_id, ("round.started", *segs.END_TYPES)):
+    for ev in records.list_events_of(conn, run_id, ("round.started", *segs.END_TYPES)):
         if ev["type"] == "round.started":
             current = int((ev["data"] or {}).get("round") or 0)
             if current > round_:
@@ -185,14 +186,14 @@ def checkpoint_seq(conn: Connection, run_id: str, round_: int) -> int:
             found = int(ev["seq"])
     if found or before_next:
         return found or before_next
-    latest = repo.load_run(conn, run_id)
+    latest = run_store.load_run(conn, run_id)
     return latest.event_seq if latest is not None else 0
 
 
 def round_at(conn: Connection, run_id: str, seq: int) -> int:
     """The round a checkpoint (an event seq) of the run is at: the last round started by it."""
     round_ = 0
-    for ev in repo.list_events_of(conn, run_id, ("round.started",)):
+    for ev in records.list_events_of(conn, run_id, ("round.started",)):
         if int(ev["seq"]) > seq:
             break
         round_ = int((ev["data"] or {}).get("round") or 0)
@@ -318,7 +319,7 @@ class _Facade:
         or another answer to the interrupt it had (``command.resume``)."""
         run_id, _, seq_text = checkpoint.rpartition(":")
         with self.rt.engine.connect() as conn:
-            source = repo.load_run(conn, run_id, caller.tenant) if seq_text.isdigit() else None
+            source = run_store.load_run(conn, run_id, caller.tenant) if seq_text.isdigit() else None
             if source is None or source.thread_id != thread_id:
                 raise NotFound(f"checkpoint {checkpoint} not found on thread {thread_id}")
             round_ = round_at(conn, run_id, int(seq_text))
@@ -438,7 +439,7 @@ class _Facade:
             "kwargs": {"config": body.config or {}},
         }
         with self.rt.engine.begin() as conn:
-            run = repo.get_run(conn, run_id)
+            run = run_store.get_run(conn, run_id)
             assert run is not None
             if from_seq:
                 segs.close_segments(conn, run_id, from_seq)
@@ -477,7 +478,7 @@ class _Facade:
             rows = segs.thread_rows(conn, leg.run)
             if cursor <= 0:
                 return rows, None
-            ev = repo.list_events(conn, leg.run["id"], cursor - 1, limit=1)
+            ev = records.list_events(conn, leg.run["id"], cursor - 1, limit=1)
             return rows, (ev[0]["created_at"] if ev else None)
 
     def rows(self, run: Mapping[Any, Any]) -> list[Mapping[Any, Any]]:
@@ -487,7 +488,7 @@ class _Facade:
 
 def _pause_at(conn: Connection, run_id: str, seq: int) -> dict[str, Any] | None:
     """The pause a checkpoint (the seq of a ``run.waiting``) stood at, if it is one."""
-    rows = repo.list_events(conn, run_id, seq - 1, limit=1)
+    rows = records.list_events(conn, run_id, seq - 1, limit=1)
     if rows and rows[0]["seq"] == seq and rows[0]["type"] == "run.waiting":
         return dict((rows[0]["data"] or {}).get("pending") or {})
     return None

@@ -41,7 +41,8 @@ from shared.interop.shapes import (
     oa_status,
     pause_id,
 )
-from shared.store import repo
+from shared.store import records
+from shared.store import runs as run_store
 from shared.store import segments as segs
 
 __all__ = ["openai_router"]
@@ -183,7 +184,7 @@ class _Facade:
         if len(key) > 200:
             raise SpecError("Idempotency-Key: at most 200 characters")
         with self.rt.engine.connect() as conn:
-            found = repo.find_idempotent(conn, tenant, key)
+            found = run_store.find_idempotent(conn, tenant, key)
         return str(found["id"]) if found is not None else None
 
     def _follow_up(
@@ -274,7 +275,7 @@ class _Facade:
             "input": items,
         }
         with self.rt.engine.begin() as conn:
-            run = repo.get_run(conn, run_id)
+            run = run_store.get_run(conn, run_id)
             assert run is not None
             if from_seq:
                 segs.close_segments(conn, run_id, from_seq)
@@ -348,7 +349,7 @@ def _start(rt: Runtime, leg: segs.Leg) -> Start:
     start_ts = None
     if seg["from_seq"]:
         with rt.engine.connect() as conn:
-            ev = repo.list_events(conn, seg["run_id"], int(seg["from_seq"]) - 1, limit=1)
+            ev = records.list_events(conn, seg["run_id"], int(seg["from_seq"]) - 1, limit=1)
         start_ts = float(ev[0]["created_at"]) if ev else None
     return Start(
         response_id=seg["id"],
@@ -367,14 +368,14 @@ def _facts(conn: Connection, run_id: str) -> Facts:
     def usage(rounds: set[int]) -> dict[str, int]:
         return segs.usage_of(conn, run_id, rounds)
 
-    return Facts(repo.list_messages(conn, run_id), segs.tool_rows(conn, run_id), usage)
+    return Facts(records.list_messages(conn, run_id), segs.tool_rows(conn, run_id), usage)
 
 
 def _segment_events(conn: Connection, leg: segs.Leg) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     after = int(leg.segment["from_seq"])
     while True:
-        batch = [dict(e) for e in repo.list_events(conn, leg.run["id"], after, limit=1000)]
+        batch = [dict(e) for e in records.list_events(conn, leg.run["id"], after, limit=1000)]
         for ev in batch:
             out.append(ev)
             if leg.end_seq is not None and ev["seq"] >= leg.end_seq:

@@ -61,6 +61,7 @@ export const runs = {
   messages: (id) => api(`/v1/runs/${id}/messages`).then((r) => r.messages),
   toolCalls: (id) => api(`/v1/runs/${id}/tool-calls`).then((r) => r.tool_calls),
   usage: (id) => api(`/v1/runs/${id}/usage`).then((r) => r.usage),
+  memory: (id) => api(`/v1/runs/${id}/memory`).then((r) => r.events),
   submit: (body) => api("/v1/runs", { method: "POST", body }),
   answer: (id, askId, answers) => api(`/v1/runs/${id}/answer`, { method: "POST", body: { ask_id: askId, answers } }),
   approve: (id, body) => api(`/v1/runs/${id}/approval`, { method: "POST", body }),
@@ -69,3 +70,5 @@ export const runs = {
 };
 
 export const agents = () => api("/v1/agents").then((r) => r.agents);
+
+export const spend = () => api("/v1/spend").then((r) => r.envelopes);

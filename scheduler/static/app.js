@@ -6,6 +6,7 @@ import { h, replace } from "./dom.js";
 import { renderNewRun } from "./newrun.js";
 import { RunDetail } from "./rundetail.js";
 import { RunList } from "./runlist.js";
+import { spendPanel } from "./spend.js";
 
 const main = document.getElementById("main");
 let detail = null;
@@ -23,11 +24,13 @@ function route() {
   } else if (hash.startsWith("#/new")) {
     renderNewRun(main, { onSubmitted: (run) => { window.location.hash = `#/runs/${run.id}`; list.refresh(); } });
   } else {
-    replace(main, h("div", { class: "welcome" },
+    const welcome = h("div", { class: "welcome" },
       h("h1", {}, "Runs"),
       h("p", { class: "muted" }, "Pick a run on the left to follow it live, or start one."),
       h("a", { class: "btn btn-primary", href: "#/new" }, "New run"),
-      h("pre", { class: "hint mono" }, "treadle submit 'Please save a note' -a demo-assistant --watch")));
+      h("pre", { class: "hint mono" }, "treadle submit 'Please save a note' -a demo-assistant --watch"));
+    replace(main, welcome);
+    spendPanel().then((panel) => { if (welcome.isConnected) welcome.append(panel); });
   }
 }
 

@@ -1,6 +1,6 @@
 // One run: header, timeline (rounds with reasoning, answer text, tool cards), the pause card
-// (an ask with clickable options and free text, or an approval checklist), plan board and
-// usage. Live over SSE: deltas stream into the current round; every durable event triggers
+// (an ask with clickable options and free text, or an approval checklist), plan board,
+// usage and the run's reads and writes of long-term memory. Live over SSE: deltas stream into the current round; every durable event triggers
 // a (debounced) refresh of the stored state, which wins once a round is committed.
 
 import { eventsUrl, runs } from "./api.js";
@@ -9,8 +9,10 @@ import { ago, fmtCost, fmtSeconds, fmtTokens, h, modelName, prettyJson, replace 
 const FINAL = new Set(["completed", "failed", "cancelled"]);
 const TERMINAL = new Set(["run.completed", "run.failed", "run.cancelled"]);
 const RESUMABLE = new Set(["failed", "cancelled"]); // POST /v1/runs/{id}/resume takes them up
+const MEMORY = ["memory.read", "memory.written"]; // shared.vocab.MEMORY_EVENTS
 const DURABLE = ["run.queued", "round.started", "tool.started", "tool.finished", "plan.updated",
-  "run.waiting", "run.resumed", "provider.waiting", "provider.retrying", "message.added", ...TERMINAL];
+  "run.waiting", "run.resumed", "provider.waiting", "provider.retrying", "message.added", ...MEMORY,
+  ...TERMINAL];
 const HIDDEN_TOOLS = new Set(["ask_user", "set_plan", "update_plan", "stop"]);
 const DECLINED = "Declined by user"; // shared.engine.commands.DECLINED_TEXT
 const PLAN_MARK = { done: "✓", in_progress: "▸", blocked: "✕", skipped: "–", pending: "○" };
@@ -33,6 +35,7 @@ export class RunDetail {
     this.messages = [];
     this.calls = [];
     this.usage = [];
+    this.memory = [];
     this.liveText = new Map();
     this.liveReasoning = new Map();
     this.started = new Map();
@@ -69,10 +72,10 @@ export class RunDetail {
 
   async refresh() {
     const id = this.runId;
-    const [run, messages, calls, usage] = await Promise.all([
-      runs.get(id), runs.messages(id), runs.toolCalls(id), runs.usage(id)]);
+    const [run, messages, calls, usage, memory] = await Promise.all([
+      runs.get(id), runs.messages(id), runs.toolCalls(id), runs.usage(id), runs.memory(id)]);
     if (this.stopped) return;
-    Object.assign(this, { run, messages, calls, usage });
+    Object.assign(this, { run, messages, calls, usage, memory });
     for (const m of messages) {
       if (m.role === "assistant") { this.liveText.delete(m.round); this.liveReasoning.delete(m.round); }
     }
@@ -508,6 +511,7 @@ export class RunDetail {
     replace(this.side,
       run.plan ? this.planBoard(run.plan) : null,
       h("section", { class: "side-card" }, h("h3", {}, "Usage"), this.usageTable()),
+      this.memory.length ? this.memoryCard() : null,
       h("section", { class: "side-card" }, h("h3", {}, "Agent"),
         h("dl", { class: "kv" },
           h("dt", {}, "kind"), h("dd", {}, agent.kind || run.kind),
@@ -530,6 +534,25 @@ export class RunDetail {
         h("span", { class: "step-mark" }, PLAN_MARK[s.status] || "○"),
         h("span", { class: "step-name" }, s.name),
         s.note ? h("span", { class: "step-note muted" }, s.note) : null))));
+  }
+
+  memoryCard() {
+    // each memory.written / memory.read event of the run: the namespace, and the key written
+    // or the query and the keys it found
+    return h("section", { class: "side-card memory", "data-testid": "memory-card" },
+      h("h3", {}, "Memory", h("span", { class: "muted" }, ` · ${this.memory.length}`)),
+      h("ol", { class: "memory-events" }, this.memory.map((e) => {
+        const d = e.data || {};
+        const ns = (d.namespace || []).join(" / ");
+        const wrote = e.type === "memory.written";
+        return h("li", { class: `memory-event ${wrote ? "wrote" : "read"}`, "data-type": e.type, title: e.ts },
+          h("span", { class: "memory-kind" }, wrote ? "wrote" : "read"),
+          h("span", { class: "mono memory-ns" }, ns),
+          wrote
+            ? h("span", { class: "memory-what" }, h("code", {}, d.key), d.preview ? ` ${d.preview}` : "")
+            : h("span", { class: "memory-what" }, `“${d.query || ""}” → ${d.count || 0}`,
+              (d.keys || []).length ? h("code", {}, ` ${(d.keys || []).join(", ")}`) : ""));
+      })));
   }
 
   usageTable() {

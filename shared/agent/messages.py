@@ -43,12 +43,14 @@ class Usage:
     output_tokens: int = 0
     cached_input_tokens: int = 0
     estimated: bool = False
+    reasoning_tokens: int = 0  # of the output tokens, those spent reasoning
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cached_input_tokens": self.cached_input_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
             "estimated": self.estimated,
         }
 

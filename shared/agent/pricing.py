@@ -27,8 +27,9 @@ def select_tier(pricing: Pricing, input_tokens: int) -> PricingTier | None:
 
 def price_call(pricing: Pricing, usage: Usage, own_key: bool) -> float:
     """``in_price·in/1000 + out_price·out/1000``; cached input tokens are billed at the
-    tier's ``cached_input`` price instead of the input price when that price is given.
-    A profile with ``own_key`` costs 0."""
+    tier's ``cached_input`` price instead of the input price, and reasoning tokens (a part of
+    the output) at its ``reasoning`` price instead of the output price, when those prices are
+    given. A profile with ``own_key`` costs 0."""
     if own_key:
         return 0.0
     tier = select_tier(pricing, usage.input_tokens)
@@ -38,7 +39,12 @@ def price_call(pricing: Pricing, usage: Usage, own_key: bool) -> float:
     if tier.cached_input is not None:
         cached = min(max(usage.cached_input_tokens, 0), usage.input_tokens)
     uncached = usage.input_tokens - cached
-    cost = uncached * tier.input + usage.output_tokens * tier.output
+    reasoning = 0
+    if tier.reasoning is not None:
+        reasoning = min(max(usage.reasoning_tokens, 0), usage.output_tokens)
+    cost = uncached * tier.input + (usage.output_tokens - reasoning) * tier.output
     if tier.cached_input is not None:
         cost += cached * tier.cached_input
+    if tier.reasoning is not None:
+        cost += reasoning * tier.reasoning
     return cost / 1000.0

@@ -31,6 +31,7 @@ __all__ = [
     "InlineTool",
     "KnowledgeToolSpec",
     "McpServerSpec",
+    "MemorySpec",
     "ModelProfile",
     "PricingTier",
     "RouterRule",
@@ -131,7 +132,8 @@ class PricingTier(_Strict):
     max_input_tokens: Annotated[int, Field(ge=0), _WHOLE] | None = None
     input: float = Field(default=0.0, ge=0)  # per 1000 tokens
     output: float = Field(default=0.0, ge=0)
-    cached_input: float | None = Field(default=None, ge=0)
+    cached_input: float | None = Field(default=None, ge=0)  # input tokens read from a cache
+    reasoning: float | None = Field(default=None, ge=0)  # reasoning tokens (else: output)
 
 
 class Pricing(_Strict):
@@ -166,6 +168,12 @@ class ModelProfile(_Strict):
     # when its spec does not say; None: the default, 1800 s
     provider_wait_s: float | None = Field(default=None, ge=0)
     max_continuations: Int = Field(default=0, ge=0)  # M-10
+    # failover (docs/cost.md): profiles (by name, the operator's) that serve in turn when this
+    # one fails past its retries; back to this one after ``failover_cooldown_s``
+    fallback: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
+        default_factory=list, max_length=8
+    )
+    failover_cooldown_s: float = Field(default=300.0, ge=0)
     # fleet-wide limits shared by every worker (Redis); None = unlimited
     max_concurrent: Annotated[int, Field(ge=1), _WHOLE] | None = None
     requests_per_minute: Annotated[int, Field(ge=1), _WHOLE] | None = None
@@ -380,6 +388,20 @@ class WebhookSpec(_Strict):
     secret_env: str | None = Field(default=None, pattern=ENV_NAME)
 
 
+_Label = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^.\x00-\x1f\x7f]+$")]
+
+
+class MemorySpec(_Strict):
+    """Long-term memory for the ``remember`` and ``recall`` tools (docs/memory.md): the
+    namespace their items live in, a template whose ``{field}`` placeholders are filled from
+    the run's metadata (the default keeps each user's memory apart: ``metadata.user_id``)."""
+
+    namespace: list[_Label] = Field(
+        default_factory=lambda: ["memories", "{user_id}"], min_length=1, max_length=8
+    )
+    ttl_s: float | None = Field(default=None, gt=0)  # what remember writes expires after this
+
+
 def _needs_items(kind: str, field: str) -> dict[str, Any]:
     return {
         "if": {"required": ["kind"], "properties": {"kind": {"const": kind}}},
@@ -446,6 +468,8 @@ class AgentSpec(_Strict):
     stream_answer: bool = True
     dataset: str | None = None  # quotes taken from this dataset (id or name) for the question
     dataset_k: Int = Field(default=5, ge=1, le=50)
+    # the remember / recall tools' namespace (default: ["memories", "{user_id}"])
+    memory: MemorySpec | None = None
     # kind: classify
     categories: list[Category] = Field(default_factory=list)
     # kind: extract

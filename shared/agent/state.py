@@ -37,6 +37,10 @@ class LoopState:
     finalizing: str | None = None  # a budget stop reason whose final answer call is under way
     last_text: str = ""  # the last answer text (L-2: the result on max_rounds)
     output_repairs: int = 0  # repair rounds for an answer that failed the output_schema
+    # model failover (docs/cost.md): 0 = the spec's profile serves; n = its fallback[n - 1],
+    # since ``failover_at`` (back to the primary after the profile's cool-down)
+    profile_index: int = 0
+    failover_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -33,8 +33,10 @@ from shared.engine.gate import Stage
 from shared.engine.runtime import Runtime
 from shared.errors import ConfigError
 from shared.llm.profiles import resolve_profile
-from shared.store import repo
+from shared.store import lineage, records
+from shared.store import runs as run_store
 from shared.store.rows import Run
+from shared.store.write import Prefetch
 from shared.tools.mcp_tools import McpAccess
 
 __all__ = [
@@ -138,10 +140,10 @@ def given(conn: Connection, run_id: str, rev: int | None = None) -> Given:
     """The run's spec and inputs at revision ``rev`` (read once per process and revision).
     ``rev`` None: the run's current revision, read from its row."""
     if rev is None:
-        rev = repo.spec_rev(conn, run_id)
+        rev = run_store.spec_rev(conn, run_id)
     found = _given.get(run_id)
     if found is None or found.rev != rev:
-        agent, inputs = repo.run_spec(conn, run_id)
+        agent, inputs = run_store.run_spec(conn, run_id)
         found = _put_given(run_id, agent, inputs, rev)
     return found
 
@@ -252,7 +254,7 @@ def history(
     """The model view's messages (``seq >= view_start``), reading only rows this process has
     not seen: messages are append-only, so a cached prefix stays true. ``based`` False: the
     run has no base run (its row says so), so its own rows are all of it (no chain lookup)."""
-    read = repo.list_messages if based else repo.own_messages
+    read = records.list_messages if based else records.own_messages
     cached = _history.get(run_id)
     if cached is not None and cached.start == view_start and cached.seen <= msg_seq:
         if cached.seen == msg_seq:
@@ -262,7 +264,7 @@ def history(
     else:
         base = _empty(view_start)
         rows = read(conn, run_id, view_start)
-    new = tuple(repo.message_from_row(r) for r in rows)
+    new = tuple(lineage.message_from_row(r) for r in rows)
     view = _extend(base, new, rows[-1]["seq"] if rows else base.seen)
     _history.put(run_id, view, view.size)
     return list(view.messages)
@@ -309,8 +311,8 @@ def cold(run_id: str) -> bool:
     return _given.get(run_id) is None and _history.get(run_id) is None
 
 
-def prime(run: Run, pre: repo.Prefetch) -> None:
-    """Fill the caches from what a cold claim of ``run`` read (``repo.Prefetch``); messages
+def prime(run: Run, pre: Prefetch) -> None:
+    """Fill the caches from what a cold claim of ``run`` read (``Prefetch``); messages
     that do not reach the row's ``msg_seq`` (a commit raced the claim's snapshot) are left
     for ``history`` to read."""
     _put_given(run.id, pre.agent, pre.inputs, run.spec_rev)
@@ -320,7 +322,7 @@ def prime(run: Run, pre: repo.Prefetch) -> None:
     seen = int(rows[-1]["seq"]) if rows else run.view_start - 1
     if seen != run.msg_seq:  # messages are append-only: only the tail can be missing
         return
-    view = _extend(_empty(run.view_start), [repo.message_from_row(r) for r in rows], seen)
+    view = _extend(_empty(run.view_start), [lineage.message_from_row(r) for r in rows], seen)
     _history.put(run.id, view, view.size)
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from shared.agent.decisions import After, AwaitAnswer, AwaitApproval, Continue, Fail, Finish
 from shared.agent.messages import Message
-from shared.store.repo import Closing
 from shared.store.rows import FINAL, RUNNABLE, Call, CallStatus, Run, Status
+from shared.store.write import Closing
 from shared.vocab import EventType
 
 __all__ = [

@@ -25,7 +25,7 @@ the join bumps it.
 
 **Lock order**: see ``shared.engine.tx``. ``Tx.lock_lineage`` takes, for each ancestor root
 first, the call that leads down and then its runs row. The parent's next pending call is
-taken with ``SKIP LOCKED`` (``repo.next_pending``), so a child's end never waits for a
+taken with ``SKIP LOCKED`` (``call_store.next_pending``), so a child's end never waits for a
 sibling's commit that holds a row of the parent.
 
 Cancel cascades: cancelling a run cancels its active children in the same transaction
@@ -45,8 +45,11 @@ from shared.engine import cache
 from shared.engine.change import Change, Finished, tells_parent
 from shared.engine.join import finish_call
 from shared.engine.tx import Applied, Tx
-from shared.store import ancestry, repo
+from shared.store import ancestry
+from shared.store import calls as call_store
+from shared.store import runs as run_store
 from shared.store.rows import FINAL, CallStatus, Run, Status
+from shared.store.write import Inc
 from shared.vocab import EventType
 
 __all__ = [
@@ -85,9 +88,9 @@ def charge_ancestors(tx: Tx, run: Run, cost: float) -> None:
         return
     tx.lock_lineage(run, ending=False)
     for link in ancestry.ancestors(tx.conn, run.id):
-        fresh = repo.load_run(tx.conn, link.run_id)
+        fresh = run_store.load_run(tx.conn, link.run_id)
         if fresh is not None:
-            tx.apply(Change(fresh, bump=False, values={"cost": repo.Inc(cost)}))
+            tx.apply(Change(fresh, bump=False, values={"cost": Inc(cost)}))
 
 
 # --- after a child's status change ---------------------------------------------------------
@@ -117,10 +120,10 @@ def child_result_text(child: Run) -> str:
 
 def _finish_child(tx: Tx, child: Run) -> None:
     assert child.parent_run_id is not None and child.parent_call_id is not None
-    parent = repo.lock_run(tx.conn, child.parent_run_id)
+    parent = run_store.lock_run(tx.conn, child.parent_run_id)
     if parent is None or parent.final:
         return
-    call = repo.get_call(tx.conn, parent.id, child.parent_call_id)
+    call = call_store.get_call(tx.conn, parent.id, child.parent_call_id)
     if call is None or call.status != CallStatus.CHILD:
         return  # the parent was cancelled: its calls were closed already
     text = child_result_text(child)
@@ -180,7 +183,7 @@ def _pause_change(tx: Tx, parent: Run) -> Change | None:
 def _parent_change(tx: Tx, child: Run) -> Sequence[Change]:
     if child.parent_run_id is None:
         return ()
-    parent = repo.lock_run(tx.conn, child.parent_run_id)
+    parent = run_store.lock_run(tx.conn, child.parent_run_id)
     if parent is None:
         return ()
     change = _pause_change(tx, parent)

@@ -30,15 +30,19 @@ from shared.engine.attachments import resolve_attachments
 from shared.engine.catalog import build_catalog
 from shared.engine.change import Change, LostRace, flush, settle
 from shared.engine.knowledge import check_sources
+from shared.engine.memory import check_run_memory
 from shared.engine.resume import pause_is_current, spend_resume_token
 from shared.engine.runtime import Runtime
 from shared.engine.transition import retrying
 from shared.engine.tx import Tx
 from shared.errors import Conflict, NotFound, SpecError
-from shared.store import ancestry, repo
+from shared.store import ancestry
+from shared.store import calls as call_store
+from shared.store import runs as run_store
 from shared.store import threads as thread_store
 from shared.store.deliveries import DURABLE_EVENTS
 from shared.store.rows import FINAL, Call, CallStatus, Run, RunRecord, Status
+from shared.store.write import Closing
 
 __all__ = [
     "CANCELLED_TEXT",
@@ -71,6 +75,14 @@ class RunInput:
     run_at: float | None = None  # scheduled: not started before this time (epoch seconds)
     priority: int = 5  # 0-9: its dispatches' broker priority
     ttl_s: float | None = None  # retention: purged this long after it ended
+    cron_id: str | None = None  # fired by this cron: its spend envelope counts the run too
+
+    @property
+    def spend_keys(self) -> list[str] | None:
+        """The spend envelopes the run counts against besides its tenant's."""
+        keys = [f"agent:{self.agent_ref.split('@', 1)[0]}"] if self.agent_ref else []
+        keys += [f"cron:{self.cron_id}"] if self.cron_id else []
+        return keys or None
 
 
 def _input_messages(value: str | list[dict[str, Any]]) -> list[Message]:
@@ -123,6 +135,7 @@ def submit_run(
     # (a tool named like an internal one, SPEC P-5) is a warning stored on the run
     warnings = list(build_catalog(req.agent).warnings)
     check_sources(rt, req.tenant, req.agent, req.inputs)  # the datasets it names exist
+    check_run_memory(rt, req.agent, req.metadata)  # its memory namespace can be filled
     if req.idempotency_key is not None:
         found = _idempotent(rt, req)
         if found is not None:
@@ -139,7 +152,7 @@ def submit_run(
             raise
         return found, False
     with rt.engine.connect() as conn:
-        record = repo.get_run(conn, run_id)
+        record = run_store.get_run(conn, run_id)
     assert record is not None
     return record, True
 
@@ -147,7 +160,7 @@ def submit_run(
 def _idempotent(rt: Runtime, req: RunInput) -> RunRecord | None:
     assert req.idempotency_key is not None
     with rt.engine.connect() as conn:
-        return repo.find_idempotent(conn, req.tenant, req.idempotency_key)
+        return run_store.find_idempotent(conn, req.tenant, req.idempotency_key)
 
 
 def _create(
@@ -177,6 +190,7 @@ def _create(
         "ttl_s": req.ttl_s,
         "thread_id": req.thread_id,
         "idempotency_key": req.idempotency_key,
+        "spend_keys": req.spend_keys,
         "webhook": webhook_config(tx.rt, req),
         "deadline_at": deadline,
         "parent_run_id": req.parent_run_id,
@@ -205,8 +219,8 @@ def _create(
     }
     if gated:
         row["held"] = True
-    repo.insert_run(tx.conn, row, spec, first, ts)
-    run = repo.load_run(tx.conn, run_id)
+    tx.rt.store.insert_run(tx.conn, row, spec, first, ts)
+    run = run_store.load_run(tx.conn, run_id)
     assert run is not None
     change = Change(run, bump=False, queue_round=not held and not scheduled and not gated)
     extra: dict[str, Any] = {"held": True} if held or gated else {}
@@ -242,14 +256,14 @@ def _admit(tx: Tx, req: RunInput, run_id: str) -> threads.Admission:
 
 
 def _load(conn: Any, tenant: str | None, run_id: str) -> Run:
-    run = repo.load_run(conn, run_id, tenant)
+    run = run_store.load_run(conn, run_id, tenant)
     if run is None:
         raise NotFound(f"run {run_id} not found")
     return run
 
 
 def _record(tx: Tx, run_id: str) -> RunRecord:
-    record = repo.get_run(tx.conn, run_id)
+    record = run_store.get_run(tx.conn, run_id)
     assert record is not None
     return record
 
@@ -287,7 +301,7 @@ def _cancel(tx: Tx, run: Run, *, release: bool = True, **event: Any) -> Run:
     for child in kids:
         _cancel(tx, child, cascaded_from=run.id)
     # the children's spending so far joins the parent's totals (no join will bring it now)
-    spent = sum(c.cost for c in (repo.load_run(tx.conn, k.id) for k in kids) if c is not None)
+    spent = sum(c.cost for c in (run_store.load_run(tx.conn, k.id) for k in kids) if c is not None)
     if spent:
         new = tx.apply(Change(new, bump=False, values={"cost": new.cost + spent}))
     tx.stopped.append(run.id)
@@ -296,7 +310,7 @@ def _cancel(tx: Tx, run: Run, *, release: bool = True, **event: Any) -> Run:
 
 def _repair(tx: Tx, run: Run, text: str) -> Change:
     """Every tool call the model made gets a tool message (no dangling call survives)."""
-    calls = repo.list_tool_calls(tx.conn, run.id)
+    calls = call_store.list_tool_calls(tx.conn, run.id)
     open_ids = [c.call_id for c in calls if c.status != CallStatus.DONE]
     values = {
         "status": CallStatus.DONE.value,
@@ -306,7 +320,7 @@ def _repair(tx: Tx, run: Run, text: str) -> Change:
         "lease_owner": None,
     }
     if open_ids:
-        repo.close_calls(tx.conn, run.id, open_ids, values)
+        call_store.set_calls(tx.conn, run.id, open_ids, values)
     closed = [_with(c, values) if c.call_id in open_ids else c for c in calls]
     return _flushed(tx, run, closed, run.round)
 
@@ -329,10 +343,10 @@ def _flushed(
     change = Change(run)
     if closing is not None:  # set with the run's UPDATE (one statement)
         call_id, values = closing
-        change.closes.append(repo.Closing([call_id], {**values, "flushed": call_id in ids}))
+        change.closes.append(Closing([call_id], {**values, "flushed": call_id in ids}))
         ids = [i for i in ids if i != call_id]
     if ids:
-        change.closes.append(repo.Closing(ids, {"flushed": True}))
+        change.closes.append(Closing(ids, {"flushed": True}))
     for m in msgs:
         change.message(m, round_)
     return change
@@ -348,7 +362,7 @@ def _load_for(
     shared.engine.resume). ``tenant`` None: any tenant's run (the token, not an API key, names
     the run)."""
     _spend(tx, run_id, token, kind, pause_id)
-    return _checked(repo.get_run(tx.conn, run_id, tenant), run_id, token, kind, pause_id)
+    return _checked(run_store.get_run(tx.conn, run_id, tenant), run_id, token, kind, pause_id)
 
 
 def _spend(tx: Tx, run_id: str, token: str | None, kind: str, pause_id: str) -> None:
@@ -373,7 +387,7 @@ def _pause_owner(tx: Tx, run: Run, key: str) -> Run:
     target_id = pending.get("run_id")
     if not target_id:
         return run
-    target = repo.load_run(tx.conn, target_id, run.tenant)
+    target = run_store.load_run(tx.conn, target_id, run.tenant)
     if (
         target is None
         or target.status != Status.WAITING
@@ -396,7 +410,7 @@ def answer_run(
 
     def op(tx: Tx) -> RunRecord:
         _spend(tx, run_id, token, "ask", ask_id)
-        found = repo.get_run_and_round(tx.conn, run_id, tenant, ask_id)  # one read
+        found = tx.rt.store.run_and_round(tx.conn, run_id, tenant, ask_id)  # one read
         record = _checked(found and found[0], run_id, token, "ask", ask_id)
         run, ask_round = record.run, found[1] if found else []
         pending = run.pending or {}
@@ -416,7 +430,7 @@ def answer_run(
 
 
 def _already_answered(tx: Tx, run: Run, ask_id: str, answers: list[str]) -> None:
-    call = repo.get_call(tx.conn, run.id, ask_id) or _descendant_call(tx, run.id, ask_id)
+    call = call_store.get_call(tx.conn, run.id, ask_id) or _descendant_call(tx, run.id, ask_id)
     answered = call is not None and call.status == CallStatus.DONE
     if answered and call is not None and (call.data or {}).get("answers") == answers:
         return  # the same answer again: idempotent
@@ -426,7 +440,7 @@ def _already_answered(tx: Tx, run: Run, ask_id: str, answers: list[str]) -> None
 def _descendant_call(tx: Tx, run_id: str, call_id: str) -> Call | None:
     """A call of a run below ``run_id`` (a pause answered through an ancestor)."""
     for rid in ancestry.descendant_ids(tx.conn, run_id):
-        call = repo.get_call(tx.conn, rid, call_id)
+        call = call_store.get_call(tx.conn, rid, call_id)
         if call is not None:
             return call
     return None
@@ -443,7 +457,7 @@ def _finish_ask(
     """The ask's call answered with ``text``; ``beside``: its round's calls, when read."""
     tx.prepare(run, ending=False, tells_parent=True)
     if beside is None:
-        beside = repo.round_of_call(tx.conn, run.id, ask_id)
+        beside = call_store.round_of_call(tx.conn, run.id, ask_id)
     call = next((c for c in beside if c.call_id == ask_id), None)
     if call is None:
         raise Conflict(f"ask {ask_id} has no tool call")
@@ -465,7 +479,7 @@ def expire_ask(rt: Runtime, run_id: str) -> None:
     """A-4: an expired ask is answered ``(no answer: timed out)`` or fails the run."""
 
     def op(tx: Tx) -> None:
-        run = repo.load_run(tx.conn, run_id)
+        run = run_store.load_run(tx.conn, run_id)
         if run is None or run.status != Status.WAITING or (run.pending or {}).get("kind") != "ask":
             return
         spec = cache.spec_of(tx.conn, run_id)
@@ -561,7 +575,7 @@ def _already_approved(tx: Tx, run: Run, approval_id: str) -> None:
     for rid in [run.id, *ancestry.descendant_ids(tx.conn, run.id)]:
         if any(
             (c.data or {}).get("approval_id") == approval_id
-            for c in repo.list_tool_calls(tx.conn, rid)
+            for c in call_store.list_tool_calls(tx.conn, rid)
         ):
             return
     raise Conflict(f"run {run.id} is {run.status}, not waiting on approval {approval_id}")
@@ -597,8 +611,8 @@ def _apply_approval(
             values.update(status=CallStatus.PENDING.value)
         if r.action == "edit":
             values["arguments"] = r.arguments
-        repo.close_calls(tx.conn, run.id, [r.call_id], values)
-    calls = repo.list_tool_calls(tx.conn, run.id)
+        call_store.set_calls(tx.conn, run.id, [r.call_id], values)
+    calls = call_store.list_tool_calls(tx.conn, run.id)
     round_ = next(c.round for c in calls if c.call_id == resolved[0].call_id)
     batch = [c for c in calls if c.round == round_]
     event = {"decisions": records, "note": note, "by": by}

@@ -22,8 +22,9 @@ from shared.engine.change import (
     settle,
 )
 from shared.engine.tx import Tx
-from shared.store import repo
+from shared.store import calls as call_store
 from shared.store.rows import Call, CallStatus, Run
+from shared.store.write import Inc
 
 __all__ = ["finish_call"]
 
@@ -53,7 +54,7 @@ def finish_call(
         "flushed": alone,
     }
     if (
-        repo.close_calls(
+        call_store.set_calls(
             tx.conn, run.id, [call.call_id], values, from_status=from_status, attempts=attempts
         )
         != 1
@@ -64,17 +65,17 @@ def finish_call(
         closed = Call.of({**_call_dict(call), **values, "flushed": False})  # flushed by this
         return _join(tx, run, call.round, [closed], done.cost, events, ask_timeout_s, last=True)
     change = Change(run, bump=False)
-    change.values.update(open_calls=repo.Inc(-1), cost=repo.Inc(done.cost))
+    change.values.update(open_calls=Inc(-1), cost=Inc(done.cost))
     change.events += events
     if done.stop:  # a later finisher must end the run too: the decision becomes a stop
         change.values["after_join"] = {**batch, "stop": True}
-    nxt = repo.next_pending(tx.conn, run.id, call.round, tx.ts)
+    nxt = call_store.next_pending(tx.conn, run.id, call.round, tx.ts)
     if nxt is not None:
         change.queue_tools.append(nxt)
     new = tx.apply(change)
     if new.open_calls > 0:
         return new
-    calls = repo.list_tool_calls(tx.conn, run.id, call.round)
+    calls = call_store.list_tool_calls(tx.conn, run.id, call.round)
     return _join(tx, new, call.round, calls, 0.0, [], ask_timeout_s, last=False)
 
 
@@ -100,11 +101,11 @@ def _join(
         calls = _skip(tx, run, calls, skipped)
     msgs, flushed = flush(calls)
     if flushed and not last:
-        repo.close_calls(tx.conn, run.id, flushed, {"flushed": True})
+        call_store.set_calls(tx.conn, run.id, flushed, {"flushed": True})
     change = Change(run, events=list(events))
     if last:
         change.guard["open_calls"] = 1
-        change.values["cost"] = repo.Inc(cost)
+        change.values["cost"] = Inc(cost)
     for m in msgs:
         change.message(m, round_)
     noted = note_message((run.after_join or {}).get("note"))
@@ -129,7 +130,7 @@ def _skip(tx: Tx, run: Run, calls: Sequence[Call], texts: Mapping[str, str]) -> 
             "result_for_model": text,
             "finished_at": tx.ts,
         }
-        repo.close_calls(tx.conn, run.id, [c.call_id], values)
+        call_store.set_calls(tx.conn, run.id, [c.call_id], values)
         out.append(Call.of({**_call_dict(c), **values}))
     return out
 

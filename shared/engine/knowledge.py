@@ -44,7 +44,7 @@ from shared.llm.embeddings import embed
 from shared.llm.profiles import resolve_profile
 from shared.store import datasets as store
 from shared.store.files import sniff_content_type
-from shared.store.repo import now
+from shared.store.runs import now
 from shared.tools.documents import DocumentLimits, extract
 
 __all__ = [

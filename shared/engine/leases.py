@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-from shared.store import repo
+from shared.store import runs as run_store
 from shared.store import workers as store
 
 __all__ = ["Heartbeat", "heartbeat_for"]
@@ -105,7 +105,7 @@ class Heartbeat:
         if engine is None:
             raise RuntimeError("the database engine is gone")
         with engine.begin() as conn:
-            store.register(conn, self.id, socket.gethostname()[:255], os.getpid(), repo.now())
+            store.register(conn, self.id, socket.gethostname()[:255], os.getpid(), run_store.now())
         self._beaten = time.monotonic()
         self._registered = True
         self._thread = threading.Thread(target=self._loop, daemon=True, name="treadle-heartbeat")
@@ -134,9 +134,9 @@ class Heartbeat:
             with self._lock:
                 received = dict(self._received) or None
             with engine.begin() as conn:
-                if not store.beat(conn, self.id, repo.now(), received):
+                if not store.beat(conn, self.id, run_store.now(), received):
                     host = socket.gethostname()[:255]
-                    store.register(conn, self.id, host, os.getpid(), repo.now())
+                    store.register(conn, self.id, host, os.getpid(), run_store.now())
         except Exception as exc:  # retried at the next tick; the lease is three ticks long
             if not self._failing:  # once per outage, not every tick
                 log.warning("heartbeat failed (retrying every %.1fs): %s", self.lease / 3, exc)
@@ -160,7 +160,7 @@ class Heartbeat:
             if not rounds and not calls:
                 return 0
             with engine.begin() as conn:  # each guarded by its version or attempt
-                n = store.give_back(conn, self.id, rounds, calls, repo.now())
+                n = store.give_back(conn, self.id, rounds, calls, run_store.now())
         except Exception as exc:
             log.warning("lease sweep failed: %s", exc)
             return 0

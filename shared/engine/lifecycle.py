@@ -39,7 +39,9 @@ from shared.engine.transition import retrying
 from shared.engine.tx import Tx
 from shared.errors import Conflict, NotFound, SpecError
 from shared.llm.profiles import resolve_profile
-from shared.store import lineage, repo
+from shared.store import calls as call_store
+from shared.store import lineage, records
+from shared.store import runs as run_store
 from shared.store import threads as thread_store
 from shared.store.rows import RUNNABLE, Call, CallStatus, Run, RunRecord, Status
 
@@ -106,14 +108,14 @@ def _spec_json(spec: AgentSpec) -> dict[str, Any]:
 
 
 def _load(tx: Tx, tenant: str, run_id: str) -> Run:
-    run = repo.load_run(tx.conn, run_id, tenant)
+    run = run_store.load_run(tx.conn, run_id, tenant)
     if run is None:
         raise NotFound(f"run {run_id} not found")
     return run
 
 
 def _record(tx: Tx, run_id: str) -> RunRecord:
-    record = repo.get_run(tx.conn, run_id)
+    record = run_store.get_run(tx.conn, run_id)
     assert record is not None
     return record
 
@@ -127,7 +129,7 @@ def resume_run(rt: Runtime, actor: Actor, run_id: str, new: NewSpec | None = Non
     started, and on a thread that has moved on (another run is active, or came after it)."""
     if new is not None:
         with rt.engine.connect() as conn:
-            record = repo.get_run(conn, run_id, actor.tenant)
+            record = run_store.get_run(conn, run_id, actor.tenant)
         _check_spec(rt, actor.tenant, new, record.inputs if record is not None else None)
 
     def op(tx: Tx) -> RunRecord:
@@ -142,12 +144,12 @@ def resume_run(rt: Runtime, actor: Actor, run_id: str, new: NewSpec | None = Non
         if new is not None:
             if new.rev != run.spec_rev:
                 raise Conflict(f"run {run_id}'s spec changed meanwhile; try again")
-            repo.set_agent(tx.conn, run.id, _spec_json(new.spec))
+            run_store.set_agent(tx.conn, run.id, _spec_json(new.spec))
             values["spec_rev"] = run.spec_rev + 1
             spec_deadline = new.spec.budget.deadline_s
         else:
             spec_deadline = AgentSpec.model_validate(
-                repo.run_spec(tx.conn, run.id)[0]
+                run_store.run_spec(tx.conn, run.id)[0]
             ).budget.deadline_s
         values.update(
             status=Status.QUEUED.value,
@@ -201,7 +203,7 @@ def _thread_allows(tx: Tx, run: Run) -> None:
 def _repaired(tx: Tx, run: Run) -> Change:
     """A change that gives every tool call left without a result its tool message (the text a
     cancel gives), so the transcript is valid for providers."""
-    calls = repo.list_tool_calls(tx.conn, run.id)
+    calls = call_store.list_tool_calls(tx.conn, run.id)
     open_ids = [c.call_id for c in calls if c.status != CallStatus.DONE]
     values = {
         "status": CallStatus.DONE.value,
@@ -211,11 +213,11 @@ def _repaired(tx: Tx, run: Run) -> Change:
         "lease_owner": None,
     }
     if open_ids:
-        repo.close_calls(tx.conn, run.id, open_ids, values)
+        call_store.set_calls(tx.conn, run.id, open_ids, values)
     closed = [Call.of({**_call_dict(c), **values}) if c.call_id in open_ids else c for c in calls]
     msgs, ids = flush(closed)
     if ids:
-        repo.close_calls(tx.conn, run.id, ids, {"flushed": True})
+        call_store.set_calls(tx.conn, run.id, ids, {"flushed": True})
     change = Change(run)
     for m in msgs:
         change.message(m, run.round)
@@ -271,7 +273,7 @@ def fork_run(rt: Runtime, actor: Actor, run_id: str, req: ForkInput) -> RunRecor
 
     if req.spec is not None:
         with rt.engine.connect() as conn:
-            found = repo.get_run(conn, run_id, actor.tenant)
+            found = run_store.get_run(conn, run_id, actor.tenant)
         _check_spec(rt, actor.tenant, req.spec, found.inputs if found is not None else None)
     return retrying(rt, op)
 
@@ -307,11 +309,13 @@ def _point(tx: Tx, source: Run, req: ForkInput) -> _Point:
     while (
         run.base_kind == lineage.FORK and run.fork_round is not None and req.round < run.fork_round
     ):
-        base = repo.load_run(tx.conn, run.base_run_id or "")
+        base = run_store.load_run(tx.conn, run.base_run_id or "")
         assert base is not None, f"run {run.id} lost its base"
         run = base
     own = [
-        r for r in repo.own_messages(tx.conn, run.id, run.base_seq + 1) if r["round"] <= req.round
+        r
+        for r in records.own_messages(tx.conn, run.id, run.base_seq + 1)
+        if r["round"] <= req.round
     ]
     point = _Point(run, own[-1]["seq"] if own else run.base_seq)
     if req.answers is not None:
@@ -326,7 +330,7 @@ def _answered_otherwise(
 ) -> None:
     """Round N ended with an ask: the fork takes the round up to the ask's answer and
     answers it itself (the calls after the ask get the texts they had)."""
-    calls = repo.list_tool_calls(tx.conn, point.run.id, req.round)
+    calls = call_store.list_tool_calls(tx.conn, point.run.id, req.round)
     ask = next((c for c in calls if c.name == ask_mod.ASK_USER), None)
     if ask is None:
         raise Conflict(f"round {req.round} of run {point.run.id} did not end with a question")
@@ -366,7 +370,7 @@ def _complete(point: _Point, own: Sequence[Mapping[str, Any]]) -> None:
 def _plan_at(tx: Tx, run: Run, round_: int) -> dict[str, Any] | None:
     """The plan as round N left it: the last ``plan.updated`` before round N+1 started."""
     plan: dict[str, Any] | None = None
-    for ev in repo.list_events_of(tx.conn, run.id, ("plan.updated", "round.started")):
+    for ev in records.list_events_of(tx.conn, run.id, ("plan.updated", "round.started")):
         data = ev["data"] or {}
         if ev["type"] == "round.started" and int(data.get("round") or 0) > round_:
             break
@@ -414,8 +418,8 @@ def _create_fork(
         "meta": req.metadata if req.metadata is not None else record.meta,
         "warnings": list(build_catalog(spec).warnings) or None,
     }
-    repo.insert_run(tx.conn, row, specs, [*point.extra, *msgs], stamp)
-    run = repo.load_run(tx.conn, new_id)
+    tx.rt.store.insert_run(tx.conn, row, specs, [*point.extra, *msgs], stamp)
+    run = run_store.load_run(tx.conn, new_id)
     assert run is not None
     change = Change(run, bump=False, queue_round=True)
     link = {"run_id": source.id, "round": req.round}
@@ -440,7 +444,7 @@ def steer_run(rt: Runtime, actor: Actor, run_id: str, content: str) -> RunRecord
                 f"run {run_id} is {found.status}; only a waiting or running run takes a message"
             )
         tx.prepare(found, ending=False, tells_parent=False)
-        run = repo.lock_run(tx.conn, run_id)  # the steer list is read and written under it
+        run = run_store.lock_run(tx.conn, run_id)  # the steer list is read and written under it
         assert run is not None
         posted = {"content": content, "at": tx.ts, "by": actor.as_event()}
         event = {"content": content[:300], "by": actor.as_event()}

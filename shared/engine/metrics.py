@@ -77,10 +77,12 @@ class StateCollector(Collector):
         runs_by_status: Callable[[], dict[str, int]] | None,
         queue_depth: Callable[[], dict[str, int]],
         runs_by_tenant: Callable[[], dict[tuple[str, str], int]] | None = None,
+        spend: Callable[[], dict[tuple[str, str], float]] | None = None,
     ) -> None:
         self._runs = runs_by_status
         self._queues = queue_depth
         self._tenants = runs_by_tenant
+        self._spend = spend
 
     def collect(self) -> Iterator[Any]:
         if self._runs is not None:
@@ -91,6 +93,15 @@ class StateCollector(Collector):
             )
             for (tenant, status), n in sorted(_safe(self._tenants).items()):
                 family.add_metric([tenant, status], n)
+            yield family
+        if self._spend is not None:
+            family = GaugeMetricFamily(
+                "treadle_spend",
+                "Spend envelopes summed per scope: spent, reserved (calls in flight) and cap",
+                labels=["scope", "kind"],
+            )
+            for (scope, kind), value in sorted(_safe(self._spend).items()):
+                family.add_metric([scope, kind], value)
             yield family
         depth = GaugeMetricFamily(
             "treadle_queue_depth", "Messages in broker queues", labels=["queue"]
@@ -114,7 +125,7 @@ class StateCollector(Collector):
 K = TypeVar("K")
 
 
-def _safe(fn: Callable[[], dict[K, int]]) -> dict[K, int]:
+def _safe(fn: Callable[[], dict[K, Any]]) -> dict[K, Any]:
     try:
         return fn()
     except Exception:

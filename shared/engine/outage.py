@@ -26,7 +26,7 @@ from shared.engine.change import Change, settle
 from shared.engine.runtime import Runtime
 from shared.engine.transition import attempt, retrying
 from shared.engine.tx import Tx
-from shared.store import repo
+from shared.store import runs as run_store
 from shared.store.rows import Run, Status
 
 __all__ = [
@@ -85,7 +85,7 @@ def _outage_of(run: Run) -> dict[str, Any] | None:
 def wait_out(rt: Runtime, run: Run, owner: str, down: ProviderDown) -> None:
     """The round holding ``run`` (as ``owner``) gave up on its provider: park the run until
     its next try, or fail it once the outage has lasted its ``provider_wait_s``."""
-    ts = repo.now()
+    ts = run_store.now()
     wait_s = provider_wait(rt.settings, down.spec, down.profile)
     before = _outage_of(run)
     since = float(before["since"]) if before else ts
@@ -121,7 +121,7 @@ def redrive(rt: Runtime, run_id: str) -> bool:
     while its profile is paused fleet-wide, look again when the pause ends. True: re-driven."""
 
     def op(tx: Tx) -> bool:
-        run = repo.load_run(tx.conn, run_id)
+        run = run_store.load_run(tx.conn, run_id)
         pending = (run.pending or {}) if run is not None else {}
         if run is None or run.status != Status.WAITING or pending.get("kind") != KIND:
             return False

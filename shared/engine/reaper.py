@@ -23,13 +23,15 @@ import logging
 from dataclasses import dataclass
 from typing import TypeVar
 
-from shared.engine import admission, metrics, outage, retention, schedule, threads
+from shared.engine import admission, metrics, outage, retention, schedule, spend, threads
 from shared.engine.commands import expire_ask
 from shared.engine.runtime import Dispatch, Runtime
 from shared.engine.transition import transaction
 from shared.names import ROUND_TASK, TASK_QUEUES, TOOL_TASK
 from shared.store import admission as admission_store
-from shared.store import outbox, redrive, repo
+from shared.store import outbox, redrive
+from shared.store import runs as run_store
+from shared.store import spend as spend_store
 from shared.store import threads as thread_store
 from shared.store import workers as worker_store
 
@@ -53,6 +55,7 @@ def reap(rt: Runtime) -> ReapReport:
     resent = _redrive(rt)
     webhooks = _webhooks(rt)
     expired = _expire(rt)
+    _settle_leaks(rt)
     released = _release_stalled(rt)
     released += _admit_waiting(rt)  # runs waiting for their tenant's admission
     _forget_workers(rt)
@@ -113,6 +116,17 @@ def _lost(
     if len(kept) < len(due):
         log.debug("reaper: %d %s dispatches still queued", len(due) - len(kept), task)
     return kept
+
+
+def _settle_leaks(rt: Runtime) -> None:
+    """Reservations a dead worker left on runs nobody took over (``shared.engine.spend``):
+    spent in full, the most their calls could have cost."""
+    ts = _now()
+    with rt.engine.begin() as conn:
+        for run in spend_store.leaked(
+            conn, ts - rt.settings.lease_seconds, rt.heartbeat.live_after(ts)
+        ):
+            spend.settle_left(conn, run)
 
 
 def _release_stalled(rt: Runtime, limit: int = 200) -> int:
@@ -178,6 +192,8 @@ def _expire(rt: Runtime) -> int:
     for d in due:
         if d.kind == outage.KIND:
             outage.redrive(rt, d.run_id)
+        elif d.kind == spend.BUDGET:  # its envelope's period turned
+            spend.wake(rt, d.run_id)
         else:
             expire_ask(rt, d.run_id)
             asks += 1
@@ -190,4 +206,4 @@ def _forget_workers(rt: Runtime) -> None:
 
 
 def _now() -> float:
-    return repo.now()
+    return run_store.now()

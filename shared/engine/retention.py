@@ -5,7 +5,9 @@ runs, a thread with its runs, a dataset; and retention, which the reaper runs ea
 ``ttl_s`` has passed since they ended, are deleted in batches of ``BATCH`` runs, one short
 transaction each (at most ``MAX_BATCHES`` a pass), oldest first. A run another run reads as
 its history (a thread's next run, a fork) stays until that run goes; sub-agent runs go with
-their parent. The SQL is ``shared.store.retention``'s.
+their parent. The SQL is ``shared.store.retention``'s. The same pass deletes the rows of
+long-term memory items whose TTL has passed (``shared.engine.memory.purge``; reads stopped
+seeing them when they expired).
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from dataclasses import dataclass
 
 from sqlalchemy.engine import Connection
 
+from shared.engine import memory
 from shared.engine.runtime import Runtime
 from shared.errors import Conflict, NotFound
-from shared.store import repo
 from shared.store import retention as store
+from shared.store import runs as run_store
 from shared.store import threads as thread_store
 
 __all__ = [
@@ -42,7 +45,7 @@ _last_pass = [0.0]
 
 def reap_pass(rt: Runtime) -> PurgeReport | None:
     """The reaper's call: ``purge`` at most once per ``EVERY_S`` in this process."""
-    ts = repo.now()
+    ts = run_store.now()
     if ts - _last_pass[0] < EVERY_S:
         return None
     _last_pass[0] = ts
@@ -54,7 +57,7 @@ def delete_run(rt: Runtime, tenant: str, run_id: str) -> int:
     deleted. NotFound (another tenant's run too); Conflict: not ended, a sub-agent run (it
     goes with its parent), or another run's history."""
     with rt.engine.begin() as conn:
-        run = repo.lock_run(conn, run_id)
+        run = run_store.lock_run(conn, run_id)
         if run is None or run.tenant != tenant:
             raise NotFound(f"run {run_id} not found")
         if not run.final:
@@ -67,7 +70,7 @@ def delete_run(rt: Runtime, tenant: str, run_id: str) -> int:
 def delete_thread(rt: Runtime, tenant: str, thread_id: str) -> int:
     """Delete a thread and all its runs (every one ended: else Conflict)."""
     with rt.engine.begin() as conn:
-        if thread_store.lock_thread(conn, thread_id, repo.now(), tenant) is None:
+        if thread_store.lock_thread(conn, thread_id, run_store.now(), tenant) is None:
             raise NotFound(f"thread {thread_id} not found")
         n = _delete(conn, store.thread_run_ids(conn, thread_id), f"thread {thread_id}")
         store.delete_thread(conn, thread_id)
@@ -95,6 +98,7 @@ def delete_dataset(rt: Runtime, tenant: str, dataset_id: str) -> None:
 class PurgeReport:
     runs: int  # top-level runs chosen
     deleted: int  # runs deleted, sub-agent runs included (0 on a dry run)
+    memory_items: int = 0  # expired memory items deleted
 
 
 def purge(
@@ -106,9 +110,9 @@ def purge(
     max_batches: int = MAX_BATCHES,
 ) -> PurgeReport:
     """Delete ended runs past retention (``older_than_s``, default the setting) or their own
-    ``ttl_s``, ``BATCH`` runs per transaction. ``dry_run``: count the runs it would delete
-    now (a run kept as another's history is not counted)."""
-    ts = repo.now() if now is None else now
+    ``ttl_s``, ``BATCH`` runs per transaction, and expired memory items. ``dry_run``: count
+    the runs it would delete now (a run kept as another's history is not counted)."""
+    ts = run_store.now() if now is None else now
     days = rt.settings.retention_days
     age = older_than_s if older_than_s is not None else (days * DAY if days > 0 else None)
     cutoff = ts - age if age is not None else None
@@ -131,4 +135,7 @@ def purge(
             deleted += store.delete_runs(conn, tree)
     if deleted:
         log.info("retention: deleted %d runs", deleted)
-    return PurgeReport(chosen, deleted)
+    items = memory.purge(rt, now=ts, batches=max_batches)
+    if items:
+        log.info("retention: deleted %d expired memory items", items)
+    return PurgeReport(chosen, deleted, items)

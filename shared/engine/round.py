@@ -37,7 +37,7 @@ from shared.agent.sanitize import sanitize_reply
 from shared.agent.spec import AgentSpec, ModelProfile
 from shared.agent.state import LoopState
 from shared.agent.step import StepResult, step
-from shared.engine import cache, children, failure, metrics, outage, stopper
+from shared.engine import cache, children, failover, failure, metrics, outage, spend, stopper
 from shared.engine.attachments import request_inputs
 from shared.engine.busy import when_free
 from shared.engine.catalog import DEFER_S, Catalog, with_unavailable_note
@@ -54,10 +54,14 @@ from shared.errors import Aborted, DeadlineExceeded, FatalModelError, TransientM
 from shared.llm.abort import Abort
 from shared.llm.backoff import backoff_delay
 from shared.llm.base import Delta, ModelRequest, ToolDef
-from shared.llm.profiles import make_model, resolve_profile
+from shared.llm.profiles import make_model
 from shared.llm.ratelimit import Limits, Permit, limit_key, limits_of
-from shared.store import repo
+from shared.store import calls as call_store
+from shared.store import records
+from shared.store import runs as run_store
 from shared.store.rows import Call, CallStatus, Run
+from shared.store.spend import Envelope
+from shared.store.write import ROUND_STARTED, Inc, round_started
 from shared.tools import ToolResult
 from shared.vocab import EventType
 
@@ -103,6 +107,15 @@ class _Stopped(Exception):  # noqa: N818 - control flow
     def __init__(self, cause: Aborted, usage: dict[str, Any]) -> None:
         super().__init__(str(cause))
         self.cause, self.usage = cause, usage
+
+
+class _Budget(Exception):  # noqa: N818 - control flow
+    """The call cannot be afforded: the run's own ``max_cost`` (no ``envelope``), or a full
+    spend envelope it counts against."""
+
+    def __init__(self, message: str, envelope: Envelope | None = None, never: bool = False) -> None:
+        super().__init__(message)
+        self.envelope, self.never = envelope, never
 
 
 class _Fatal(Exception):
@@ -219,7 +232,12 @@ def _settle_round(rt: Runtime, claim: _Claim, attempt_no: int) -> RoundResult:
         metrics.RETRIES.labels(cause="model" if r.counts else "capacity").inc()
         _give_back(rt, claim, r, attempt_no)
         return RoundResult("retry", r.cause, kind)
+    except _Budget as exc:
+        return replace(_unaffordable(rt, claim, exc), kind=kind)
     except _Outage as exc:
+        if failover.next_profile(claim.spec, claim.state, rt.profiles) is not None:
+            failover.fail_over(rt, claim.run, claim.owner, claim.spec, claim.state, str(exc))
+            return RoundResult("committed", "Failover", kind)
         down = outage.ProviderDown(
             claim.spec,
             claim.profile,
@@ -243,7 +261,7 @@ def _claim(rt: Runtime, run_id: str, version: int) -> _Claim | _Unreadable | Non
     owner = rt.heartbeat.owner()
 
     def op(tx: Tx) -> _Claim | _Unreadable | None:
-        claimed = repo.claim_round(
+        claimed = rt.store.claim_round(
             tx.conn,
             run_id,
             version,
@@ -254,10 +272,15 @@ def _claim(rt: Runtime, run_id: str, version: int) -> _Claim | _Unreadable | Non
         )
         if claimed is None:
             return None
-        run, abandoned, due_since, prefetched = claimed
+        run, abandoned, due_since, prefetched = (
+            claimed.run,
+            claimed.abandoned,
+            claimed.due_since,
+            claimed.prefetched,
+        )
         if abandoned:
             metrics.TAKEOVERS.labels(what="round").inc()
-        tx.recorded(run, repo.ROUND_STARTED, repo.round_started(run))  # the claim wrote it
+        tx.recorded(run, ROUND_STARTED, round_started(run))  # the claim wrote it
         try:
             if prefetched is not None:
                 cache.prime(run, prefetched)
@@ -286,17 +309,18 @@ def _read(
 ) -> _Claim:
     """What the claimed round works from: its spec, profile, loop state and model view."""
     given = cache.given(tx.conn, run.id, run.spec_rev)  # the row just read has it
-    profile = resolve_profile(given.spec.model, rt.profiles)
     state = replace(
         LoopState.from_dict(run.loop),
         cost=run.cost,
         input_tokens=run.input_tokens,
         output_tokens=run.output_tokens,
     )
+    profile, state = failover.serving(given.spec, state, rt.profiles, tx.ts)
     based = run.base_run_id is not None
     history = cache.history(tx.conn, run.id, run.view_start, run.msg_seq, based=based)
     if abandoned:  # a worker died during this round's model call: the provider billed it
         _bill_abandoned(tx, run, profile, state)
+        spend.settle_left(tx.conn, run)
     limit = given.spec.max_attempts or rt.settings.max_attempts
     spec, inputs = given.spec, given.inputs or {}
     return _Claim(run, spec, inputs, profile, state, history, owner, due_since, limit)
@@ -322,10 +346,10 @@ def _crashed(rt: Runtime, claim: _Claim, exc: Exception) -> RoundResult:
     change = Change(run, owner=claim.owner, bump=False, usage=list(claim.billed))
     change.values.update(
         lease_owner=None,
-        wake_at=repo.now() + delay,
-        dispatched_at=repo.now(),
-        last_error=failure.describe(exc, run.attempts, repo.now()),
-        cost=repo.Inc(_billed_cost(claim.billed)),
+        wake_at=run_store.now() + delay,
+        dispatched_at=run_store.now(),
+        last_error=failure.describe(exc, run.attempts, run_store.now()),
+        cost=Inc(_billed_cost(claim.billed)),
     )
 
     def op(tx: Tx) -> None:
@@ -351,6 +375,28 @@ def _exhausted(claim: _Claim, exc: BaseException | None = None) -> str:
     return f"the round was attempted {n - 1} times and never finished (its worker was lost)"
 
 
+def _bill_lost(rt: Runtime, claim: _Claim) -> None:
+    """The round lost its commit to a change of its run (a steer superseded it, a cancel
+    ended it): the calls it made are still billed — in ``/usage``, not committed, and in the
+    run's cost."""
+    if not claim.billed:
+        return
+
+    def op(tx: Tx) -> None:
+        run = run_store.load_run(tx.conn, claim.run.id)
+        if run is None:
+            return
+        cost = _billed_cost(claim.billed)
+        children.charge_ancestors(tx, run, cost)  # a child's parent pays too
+        run = run_store.load_run(tx.conn, run.id) or run
+        change = Change(run, bump=False, usage=list(claim.billed))
+        change.values["cost"] = Inc(cost)
+        tx.apply(change)
+
+    attempt(rt, op)
+    claim.billed.clear()
+
+
 def _billed_cost(billed: list[dict[str, Any]]) -> float:
     return float(sum(u.get("cost") or 0.0 for u in billed))
 
@@ -361,7 +407,7 @@ def _release(rt: Runtime, claim: _Claim) -> None:
     heartbeat's sweep of leases nobody works on frees it (``shared.engine.leases``)."""
     try:
         with transaction(rt) as tx:
-            repo.release_round(
+            run_store.release_round(
                 tx.conn, claim.run.id, claim.run.version, claim.owner, None, counted=False
             )
     except Exception as exc:
@@ -378,15 +424,15 @@ def _bill_abandoned(tx: Tx, run: Run, profile: ModelProfile, state: LoopState) -
         "committed": False,
         "input_tokens": run.view_tokens,
     }
-    repo.insert_usage(tx.conn, run.id, [usage], tx.ts)
+    records.insert_usage(tx.conn, run.id, [usage], tx.ts)
 
 
 def _give_back(rt: Runtime, claim: _Claim, r: _Retry, attempt_no: int) -> None:
     """A transient failure: the round is due again in ``delay`` s (a provider does not bill a
     429 or a 5xx); the same worker or another takes it then."""
-    wake = repo.now() + r.delay
+    wake = run_store.now() + r.delay
     with transaction(rt) as tx:
-        if repo.release_round(
+        if run_store.release_round(
             tx.conn, claim.run.id, claim.run.version, claim.owner, wake, counted=False, sent=tx.ts
         ):
             nxt = attempt_no + 1 if r.counts else attempt_no
@@ -407,7 +453,7 @@ def _give_back(rt: Runtime, claim: _Claim, r: _Retry, attempt_no: int) -> None:
 
 def _drive(rt: Runtime, claim: _Claim, attempt_no: int) -> RoundResult:
     run, spec = claim.run, claim.spec
-    verdict = check_budgets(spec, claim.state, repo.now(), run.deadline_at)
+    verdict = check_budgets(spec, claim.state, run_store.now(), run.deadline_at)
     state = claim.state
     if verdict.stop_reason and not verdict.final_call:
         return _end(rt, claim, Finish(stop_reason=verdict.stop_reason, text=state.last_text))
@@ -475,7 +521,7 @@ class _IdTaken(Exception):  # noqa: N818 - control flow
 
 def _taken(rt: Runtime, run_id: str, ids: list[str]) -> set[str]:
     with rt.engine.connect() as conn:
-        return repo.call_ids_among(conn, run_id, ids)
+        return call_store.call_ids_among(conn, run_id, ids)
 
 
 @dataclass(frozen=True)
@@ -575,14 +621,22 @@ def _call_model(
         permit = _acquire(rt, key, limits, tokens, claim.profile.timeout_total)
         if not permit.granted:  # fleet capacity: give the thread back, come back later
             raise _Retry(permit.wait, "capacity", counts=False)
-        started = repo.now()
+        started = run_store.now()
         abort = Abort(run.deadline_at)  # the stream is closed at the deadline, or on a cancel
         stopper.listen(rt.live)
         try:
-            with stopper.holding(run.id, abort):
-                reply = model.complete(_to_model_request(req), on_delta, abort=abort)
-        except Aborted as exc:
-            raise _Stopped(exc, _partial(claim, run.view_tokens, offsets, started)) from exc
+            with _held(rt, claim, _to_model_request(req)) as held:
+                try:
+                    with stopper.holding(run.id, abort):
+                        reply = model.complete(held.request, on_delta, abort=abort)
+                except Aborted as exc:
+                    partial = _partial(claim, run.view_tokens, offsets, started)
+                    held.cost = float(partial["cost"])
+                    raise _Stopped(exc, partial) from exc
+                except (TransientModelError, FatalModelError):
+                    held.cost = 0.0  # refused or failed: not billed
+                    raise
+                held.cost = _price(claim.profile, reply)
         except TransientModelError as exc:
             if exc.status == 429 and exc.retry_after:
                 with _limiter_quietly("pause"):
@@ -593,8 +647,8 @@ def _call_model(
         finally:
             with _limiter_quietly("release"):
                 rt.limiter.release(permit)
-    _count_model(claim.profile, reply, repo.now() - started)
-    latency = int((repo.now() - started) * 1000)
+    _count_model(claim.profile, reply, run_store.now() - started)
+    latency = int((run_store.now() - started) * 1000)
     claim.billed.append(  # the provider bills it whatever becomes of this attempt (L-12)
         {
             "round": round_no,
@@ -605,6 +659,19 @@ def _call_model(
         }
     )
     return reply, latency
+
+
+@contextmanager
+def _held(rt: Runtime, claim: _Claim, request: ModelRequest) -> Iterator[spend.Held]:
+    """The call's reservation (``shared.engine.spend``): a call its budget or an envelope
+    cannot afford is not made (``_Budget``)."""
+    try:
+        with spend.held_for(rt, claim.run, claim.spec, claim.profile, request) as held:
+            yield held
+    except spend.OverBudget as exc:
+        raise _Budget(str(exc)) from exc
+    except spend.EnvelopeFull as exc:
+        raise _Budget(str(exc), exc.envelope, never=exc.never) from exc
 
 
 LIMITER_RETRY_S = 5.0  # the fleet limiter unreachable with TREADLE_LIMITER_ON_FAILURE=closed
@@ -648,8 +715,20 @@ def _partial(
         "estimated": True,
         "committed": True,
         "cost": price_call(claim.profile.pricing, usage, claim.profile.own_key),
-        "latency_ms": int((repo.now() - started) * 1000),
+        "latency_ms": int((run_store.now() - started) * 1000),
     }
+
+
+def _unaffordable(rt: Runtime, claim: _Claim, b: _Budget) -> RoundResult:
+    """The run's own budget ends it (``budget_cost``); a full envelope makes it wait for the
+    period to turn or the cap to be raised, or fail, as the envelope says."""
+    if b.envelope is None:
+        return _end(rt, claim, Finish(stop_reason="budget_cost", text=claim.state.last_text))
+    if b.envelope.on_exceed == "fail" or b.never:
+        _fail(rt, claim.run, claim.owner, str(b), spend.ENVELOPE_FULL)
+        return RoundResult("committed", "Fail")
+    spend.wait_for(rt, claim.run, claim.owner, b.envelope)
+    return RoundResult("committed", "Wait")
 
 
 def _stopped(rt: Runtime, claim: _Claim, s: _Stopped) -> RoundResult:
@@ -660,11 +739,11 @@ def _stopped(rt: Runtime, claim: _Claim, s: _Stopped) -> RoundResult:
         return _end(rt, claim, finish, usage=s.usage)
 
     def bill(tx: Tx) -> None:
-        run = repo.load_run(tx.conn, claim.run.id)
+        run = run_store.load_run(tx.conn, claim.run.id)
         if run is None:
             return
         children.charge_ancestors(tx, run, s.usage["cost"])  # a child's parent pays too
-        run = repo.load_run(tx.conn, run.id) or run
+        run = run_store.load_run(tx.conn, run.id) or run
         change = Change(run, bump=False, usage=[s.usage])
         change.values.update(
             cost=run.cost + s.usage["cost"],
@@ -701,7 +780,7 @@ def _retry_or_fatal(
     delay = backoff_delay(attempt_no, retry_after=exc.retry_after)
     deadline = claim.run.deadline_at
     message = f"model call failed after {attempt_no + 1} attempts: {exc}"
-    if deadline is not None and repo.now() + delay >= deadline:
+    if deadline is not None and run_store.now() + delay >= deadline:
         return _Fatal(message)
     if attempt_no >= limit:
         return _Outage(message, attempt_no)
@@ -731,6 +810,7 @@ def _usage_values(claim: _Claim, reply: Reply, cost: float, latency: int) -> dic
         "input_tokens": u.input_tokens if u else 0,
         "output_tokens": u.output_tokens if u else 0,
         "cached_input_tokens": u.cached_input_tokens if u else 0,
+        "reasoning_tokens": u.reasoning_tokens if u else 0,
         "estimated": u.estimated if u else True,
         "cost": cost,
         "latency_ms": latency,
@@ -773,7 +853,7 @@ def _commit(
     )
     if checkpoint is not None:  # the model view starts at the checkpoint
         change.values["view_start"] = run.msg_seq + 1
-        change.values["view_tokens"] = sum(repo.message_tokens(change.messages))
+        change.values["view_tokens"] = sum(records.message_tokens(change.messages))
     change.usage.append(
         {
             "round": round_,
@@ -796,7 +876,7 @@ def _commit(
         if results is not None and change.queue_tools:  # a result the join must read
             ran = _ran(change, results)
     elif isinstance(decision, Finish | Fail | Continue):  # Continue: an output repair round
-        settle(change, decision, ts=repo.now())
+        settle(change, decision, ts=run_store.now())
     return _apply(rt, claim, change, type(decision).__name__, ran)
 
 
@@ -920,7 +1000,8 @@ def _apply(
         reason = f"the reply could not be stored: {exc.orig}"
         _fail(rt, claim.run, claim.owner, reason, "engine_error")
         return RoundResult("committed", "Fail")
-    if new is None:
+    if new is None:  # superseded (a steer, a cancel): its model calls were billed still
+        _bill_lost(rt, claim)
         return RoundResult("lost")
     claim.billed.clear()  # the commit wrote their usage rows
     return RoundResult("committed", detail)
@@ -931,7 +1012,7 @@ def _fan_out(
 ) -> None:
     """The reply's calls become rows; the first window of external calls is dispatched, or
     everything settles at once when there is nothing to run."""
-    ts = repo.now()
+    ts = run_store.now()
     budget = tool_result_budget(claim.profile.context_window, claim.spec.tool_result_max_tokens)
     rows = [_call_row(claim.run.id, c, round_, budget, ts) for c in decision.calls]
     pending = [r for r in rows if r["status"] == CallStatus.PENDING.value]
@@ -996,7 +1077,7 @@ def _end(
             input_tokens=claim.run.input_tokens + usage["input_tokens"],
             output_tokens=claim.run.output_tokens + usage["output_tokens"],
         )
-    settle(change, finish, ts=repo.now())
+    settle(change, finish, ts=run_store.now())
     new = attempt(rt, lambda tx: tx.apply(change))
     return RoundResult("committed" if new is not None else "lost", "Finish", claim.spec.kind)
 
@@ -1014,6 +1095,6 @@ def _fail(
     change = Change.by_holder(run, owner, failing=True)
     if billed:
         change.usage += billed
-        change.values["cost"] = repo.Inc(_billed_cost(billed))
-    settle(change, Fail(reason=message, code=code), ts=repo.now())
+        change.values["cost"] = Inc(_billed_cost(billed))
+    settle(change, Fail(reason=message, code=code), ts=run_store.now())
     attempt(rt, lambda tx: tx.apply(change))

@@ -13,9 +13,12 @@ from sqlalchemy.engine import Engine
 
 from shared.agent.spec import ModelProfile
 from shared.config import Settings
+from shared.engine.envelopes import Envelopes
 from shared.engine.gate import Gate
 from shared.engine.leases import Heartbeat, heartbeat_for
 from shared.llm.ratelimit import LocalLimiter, RateLimiter
+from shared.store import store_for
+from shared.store.write import Store
 from shared.tools.confinement import Confinement
 from shared.tools.mcp_lists import ToolLists
 
@@ -113,6 +116,7 @@ class Runtime:
     profiles: dict[str, ModelProfile] = field(default_factory=dict)
     limiter: RateLimiter = field(default_factory=LocalLimiter)
     queue_depth: Callable[[], dict[str, int] | None] | None = None  # broker messages waiting
+    envelopes: Envelopes = field(default_factory=Envelopes)  # tenants with spend envelopes
     # process state shared by copies (``replace``): engine admission, MCP tool lists (bounded
     # in bytes), the slots and cgroups of tenants' child processes
     _gate: Gate | None = field(default=None, repr=False)
@@ -127,6 +131,11 @@ class Runtime:
             self._mcp_lists = ToolLists(s.mcp_cache_bytes, tenant_waiters=s.mcp_tenant_waiters)
         if self._confinement is None:
             self._confinement = Confinement.from_settings(s)
+
+    @property
+    def store(self) -> Store:
+        """The store's face for this engine's dialect (``shared.store.write``)."""
+        return store_for(self.engine)
 
     @property
     def gate(self) -> Gate:

@@ -40,7 +40,7 @@ from shared.engine.runtime import Runtime
 from shared.engine.transition import attempt
 from shared.engine.tx import Tx
 from shared.errors import Forbidden, NotFound, QuotaExceeded, SpecError, TreadleError
-from shared.store import repo
+from shared.store import runs as run_store
 from shared.store import schedules as store
 from shared.store import threads as thread_store
 from shared.store.rows import Status
@@ -96,7 +96,7 @@ def check_schedule(schedule: str, timezone: str, min_interval: float = 60.0) -> 
     if len(schedule.split()) != 5:
         raise SpecError("schedule: a cron expression has five fields")
     try:
-        first = next_slot(schedule, zone, repo.now())
+        first = next_slot(schedule, zone, run_store.now())
         gap = shortest_gap(schedule, zone, first, min_interval)
     except (CronSimError, StopIteration) as exc:
         raise SpecError(f"schedule: invalid cron expression {schedule!r} ({exc})") from exc
@@ -155,7 +155,7 @@ def tick(rt: Runtime, now: float | None = None) -> int:
 def release_due(rt: Runtime, now: float | None = None, limit: int = 200) -> int:
     """Scheduled runs whose time came: queued and dispatched."""
     with rt.engine.connect() as conn:
-        due = store.due_scheduled(conn, repo.now() if now is None else now, limit)
+        due = store.due_scheduled(conn, run_store.now() if now is None else now, limit)
     released = 0
     for run_id in due:
         released += bool(attempt(rt, _releaser(run_id)))
@@ -167,7 +167,7 @@ def _releaser(run_id: str) -> Callable[[Tx], bool]:
 
 
 def _release(tx: Tx, run_id: str) -> bool:
-    run = repo.load_run(tx.conn, run_id)
+    run = run_store.load_run(tx.conn, run_id)
     if run is None or run.status != Status.SCHEDULED:
         return False  # cancelled meanwhile, or another reaper released it
     gated = run.parent_run_id is None and admission.gate(tx, run.tenant)
@@ -182,7 +182,7 @@ def fire_crons(rt: Runtime, now: float | None = None, limit: int | None = None) 
     """Fire each due cron's latest slot once (fleet-wide), at most ``limit`` (default
     ``TREADLE_CRON_FIRES_PER_PASS``), tenant by tenant in turn; returns the runs created
     here."""
-    ts = repo.now() if now is None else now
+    ts = run_store.now() if now is None else now
     with rt.engine.connect() as conn:
         due = store.due_crons(conn, ts, limit or rt.settings.cron_fires_per_pass)
     return sum(1 for cron in due if _fire(rt, cron, ts))
@@ -264,6 +264,7 @@ def _run_input(cron: store.Cron, slot: float) -> commands.RunInput:
         tenant=cron.tenant,
         thread_id=cron.thread_id,
         metadata=meta,
+        cron_id=cron.id,
         priority=int(options.get("priority", 5)),
         ttl_s=options.get("ttl_s"),
     )
@@ -295,7 +296,7 @@ def create_cron(
         if row.get("thread_id") and not thread_store.get_thread(conn, row["thread_id"], tenant):
             raise NotFound(f"thread {row['thread_id']} not found")
         values = {**row, "id": commands.new_id("cron"), "tenant": tenant, "next_fire": first}
-        return store.insert_cron(conn, values, repo.now())
+        return store.insert_cron(conn, values, run_store.now())
 
 
 def pause_cron(rt: Runtime, tenant: str, cron_id: str, paused: bool) -> store.Cron:
@@ -305,7 +306,7 @@ def pause_cron(rt: Runtime, tenant: str, cron_id: str, paused: bool) -> store.Cr
         cron = store.get_cron(conn, cron_id, tenant)
         if cron is None:
             raise NotFound(f"cron {cron_id} not found")
-        ts = repo.now()
+        ts = run_store.now()
         nxt = None if paused else next_slot(cron.schedule, cron.timezone, ts)
         found = store.set_paused(conn, cron_id, tenant, paused, nxt, ts)
     assert found is not None

@@ -25,7 +25,9 @@ from shared.engine.transition import attempt
 from shared.engine.tx import Tx
 from shared.errors import ConfigError
 from shared.llm.profiles import resolve_profile
-from shared.store import ancestry, repo
+from shared.store import ancestry
+from shared.store import calls as call_store
+from shared.store import runs as run_store
 from shared.store.rows import Call, CallStatus, Run, Status
 from shared.tools.agent_tool import question_of
 from shared.vocab import EventType
@@ -48,12 +50,12 @@ def start(rt: Runtime, spec: AgentSpec, sub: AgentSpec, run: Run, call: Call) ->
     def op(tx: Tx) -> str:
         if not _mark_child(tx.conn, call, child_id, _result_budget(rt, spec)):
             raise LostRace(run.id)
-        parent = repo.lock_run(tx.conn, run.id)  # siblings start one at a time
+        parent = run_store.lock_run(tx.conn, run.id)  # siblings start one at a time
         assert parent is not None
         budgeted, reserved = _share(tx.conn, parent, spec, call, sub)
         if reserved:
             data = {**(call.data or {}), "child_run_id": child_id, **reserved}
-            repo.close_calls(tx.conn, run.id, [call.call_id], {"data": data})
+            call_store.set_calls(tx.conn, run.id, [call.call_id], {"data": data})
         _insert_child(tx, run, call, budgeted, child_id)
         tx.wake(run.id)
         return "committed"
@@ -73,7 +75,7 @@ def _share(
         return sub, {}
     others = [
         c.data or {}
-        for c in repo.list_tool_calls(conn, parent.id, call.round)
+        for c in call_store.list_tool_calls(conn, parent.id, call.round)
         if c.status == CallStatus.CHILD and c.call_id != call.call_id
     ]
     own, reserved = sub.budget, {}
@@ -105,7 +107,7 @@ def _result_budget(rt: Runtime, spec: AgentSpec) -> int:
 def _mark_child(conn: Connection, call: Call, child_id: str, budget: int) -> bool:
     """``running → child`` for this very attempt: the exactly-once guard of the start."""
     data = {**(call.data or {}), "child_run_id": child_id, "result_budget": budget}
-    changed = repo.close_calls(
+    changed = call_store.set_calls(
         conn,
         call.run_id,
         [call.call_id],
@@ -136,16 +138,17 @@ def _insert_child(tx: Tx, parent: Run, call: Call, sub: AgentSpec, child_id: str
         "parent_run_id": parent.id,
         "parent_call_id": call.call_id,
         "deadline_at": min(deadlines) if deadlines else None,
+        "spend_keys": parent.spend_keys,  # its spend counts in its root's envelopes
     }
     spec: dict[str, Any] = {
         "agent": sub.model_dump(mode="json", exclude_none=True),
         "trace": tracing.stamp_run(child_id),  # the parent's trace, under the starting call
     }
     msgs = [Message(role="user", content=_child_input(call))]
-    if not repo.insert_run(tx.conn, row, spec, msgs, tx.ts, if_absent=True):
+    if not tx.rt.store.insert_run(tx.conn, row, spec, msgs, tx.ts, if_absent=True):
         log.warning("child run %s of %s already existed", child_id, parent.id)
         return
-    child = repo.load_run(tx.conn, child_id)
+    child = run_store.load_run(tx.conn, child_id)
     assert child is not None
     change = Change(child, bump=False, queue_round=True)
     change.event(

@@ -12,7 +12,7 @@ from shared.engine.round import run_round
 from shared.engine.runtime import Dispatch, Runtime
 from shared.engine.toolrun import run_tool
 from shared.engine.webhooks import deliver
-from shared.store import repo
+from shared.store import runs as run_store
 
 __all__ = ["StubBroker"]
 
@@ -61,4 +61,4 @@ def _wait_until_due(rt: Runtime, d: Dispatch) -> None:
     """A retried round is due at its ``wake_at``: the stub makes it due now instead of
     sleeping (tests check the delay in ``retries``)."""
     with rt.engine.begin() as conn:
-        repo.make_due(conn, d.run_id, d.version)
+        run_store.make_due(conn, d.run_id, d.version)

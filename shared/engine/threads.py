@@ -31,7 +31,8 @@ from shared.engine.change import Change
 from shared.engine.runtime import Runtime
 from shared.engine.tx import Applied, Tx
 from shared.errors import SpecError
-from shared.store import lineage, repo
+from shared.store import lineage
+from shared.store import runs as run_store
 from shared.store import threads as store
 from shared.store.rows import FINAL
 from shared.vocab import EventType
@@ -75,7 +76,7 @@ def create_thread(
         raise SpecError(f"multitask must be one of {', '.join(MULTITASK)}")
     row = {"id": thread_id, "tenant": tenant, "meta": metadata, "multitask": multitask}
     with rt.engine.begin() as conn:
-        return store.insert_thread(conn, row, repo.now())
+        return store.insert_thread(conn, row, run_store.now())
 
 
 def base_of(conn: Connection, thread_id: str, run_id: str) -> dict[str, Any]:
@@ -125,10 +126,12 @@ def release_next(tx: Tx, thread_id: str, *, after: str | None = None) -> Change 
     nxt = store.next_held(tx.conn, thread_id)
     if nxt is None:
         return None
-    _agent, inputs = repo.run_spec(tx.conn, nxt.id)
+    _agent, inputs = run_store.run_spec(tx.conn, nxt.id)
     queued = [Message.from_dict(m) for m in (inputs or {}).get(QUEUED_INPUT) or ()]
-    repo.set_inputs(tx.conn, nxt.id, start_inputs(tx.conn, thread_id, nxt.kind, inputs) or None)
-    repo.set_base(tx.conn, nxt.id, base_of(tx.conn, thread_id, nxt.id))
+    run_store.set_inputs(
+        tx.conn, nxt.id, start_inputs(tx.conn, thread_id, nxt.kind, inputs) or None
+    )
+    run_store.set_base(tx.conn, nxt.id, base_of(tx.conn, thread_id, nxt.id))
     change = Change(nxt, queue_round=True)
     for m in queued:
         change.message(m, 0)

@@ -29,12 +29,14 @@ from shared.engine.change import Finished, LostRace
 from shared.engine.gate import Stage
 from shared.engine.join import finish_call
 from shared.engine.knowledge import Knowledge
+from shared.engine.memory import RunMemory
 from shared.engine.runtime import Runtime
 from shared.engine.transition import attempt
 from shared.engine.tx import Tx
 from shared.errors import Aborted, ToolError
 from shared.llm.abort import Abort
-from shared.store import ancestry, repo
+from shared.store import ancestry
+from shared.store import calls as call_store
 from shared.store.rows import Call, CallStatus, Run
 from shared.tools import InvalidToolArguments, Tool, ToolContext, ToolResult
 from shared.tracing import tool_span
@@ -56,7 +58,7 @@ def run_tool(rt: Runtime, run_id: str, call_id: str, version: int) -> str:
 
 def _run_tool(rt: Runtime, run_id: str, call_id: str, version: int) -> str:
     with rt.engine.connect() as conn:
-        found = repo.call_and_run(conn, run_id, call_id)
+        found = call_store.call_and_run(conn, run_id, call_id)
         if found is None:
             return "stale"
         run, call = found
@@ -111,7 +113,7 @@ def _still_held(rt: Runtime, call: Call, tool: Tool | None) -> bool:
         if not hb.beat(engine):
             return False
     with rt.engine.connect() as conn:
-        held = repo.holds_call(conn, call.run_id, call.call_id, hb.owner(), call.attempts)
+        held = call_store.holds_call(conn, call.run_id, call.call_id, hb.owner(), call.attempts)
     if not held:
         log.info("call %s of %s was taken over; not started here", call.call_id, call.run_id)
     return held
@@ -137,7 +139,9 @@ def _claim(rt: Runtime, run: Run, call: Call) -> Call | None:
     owner = hb.owner()
 
     def op(tx: Tx) -> Call | None:
-        claimed = repo.claim_call(tx.conn, run.id, call.call_id, owner, tx.ts, hb.live_after(tx.ts))
+        claimed = call_store.claim_call(
+            tx.conn, run.id, call.call_id, owner, tx.ts, hb.live_after(tx.ts)
+        )
         if claimed is None:
             return None
         if call.status == CallStatus.RUNNING:  # its worker died holding it
@@ -148,7 +152,9 @@ def _claim(rt: Runtime, run: Run, call: Call) -> Call | None:
             "round": call.round,
             "attempt": claimed.attempts,
         }
-        new = repo.update_run(tx.conn, run.id, run.version, {}, bump=False, new_events=1, ts=tx.ts)
+        new = tx.rt.store.update_run(
+            tx.conn, run.id, run.version, {}, bump=False, new_events=1, ts=tx.ts
+        )
         if new is None:
             raise LostRace(run.id)
         tx.record_event(new, "tool.started", data)
@@ -175,6 +181,7 @@ def execute_tool(
         attachments=refs,
         files=run_files(rt, run.tenant, inputs) if refs else None,
         knowledge=Knowledge(rt, run.tenant),
+        memory=RunMemory(rt, run),
         confinement=rt.confinement,
     )
     try:  # strict JSON first: json5 is pure Python (~100 ms for 500 characters)

@@ -32,7 +32,7 @@ from shared.engine.change import LostRace
 from shared.engine.runtime import Runtime
 from shared.engine.tx import FollowUp, Tx
 from shared.errors import Conflict
-from shared.store import repo
+from shared.store import runs as run_store
 
 __all__ = ["FOLLOW_UPS", "attempt", "retrying", "transaction"]
 
@@ -50,7 +50,7 @@ FOLLOW_UPS: Final[tuple[FollowUp, ...]] = (
 def transaction(rt: Runtime) -> Iterator[Tx]:
     """A transition's transaction; publishes and wakes after a successful commit."""
     with rt.engine.begin() as conn:
-        tx = Tx(rt, conn, repo.now(), FOLLOW_UPS)
+        tx = Tx(rt, conn, run_store.now(), FOLLOW_UPS)
         yield tx
     tx.after_commit()
 

@@ -37,9 +37,11 @@ from shared.engine.change import Change, LostRace, tells_parent
 from shared.engine.runtime import Dispatch, Runtime
 from shared.engine.stopper import STOP_TOPIC, stop_message
 from shared.errors import NotFound
-from shared.store import ancestry, deliveries, repo
+from shared.store import ancestry, deliveries, records
+from shared.store import runs as run_store
 from shared.store import threads as thread_store
 from shared.store.rows import FINAL, Run, Status
+from shared.store.write import Inc, rows_beside
 
 __all__ = ["Applied", "FollowUp", "Tx"]
 
@@ -97,7 +99,7 @@ class Tx:
         parent: Run | None = None
         for link in chain:
             ancestry.lock_call(self.conn, link.run_id, link.call_id)
-            parent = repo.lock_run(self.conn, link.run_id)
+            parent = run_store.lock_run(self.conn, link.run_id)
         self._lineages.add(run.id)
         return parent
 
@@ -132,7 +134,7 @@ class Tx:
     def _write(self, change: Change) -> Run:
         """The guarded UPDATE and the change's rows; what to publish and wake after."""
         run, status = change.run, change.status
-        tokens = repo.message_tokens(change.messages)
+        tokens = records.message_tokens(change.messages)
         new = self._update(change, tokens)
         self._inserted(change, new)
         if change.messages:
@@ -149,13 +151,13 @@ class Tx:
 
     def _update(self, change: Change, tokens: list[int]) -> Run:
         """The guarded UPDATE and the change's rows (messages, events, usage, calls): one
-        statement on PostgreSQL (``repo.Beside``)."""
+        statement on PostgreSQL (``Beside``)."""
         values = dict(change.values)
         if change.queue_round:  # when its dispatch goes out (the reaper's clock for it)
             values.setdefault("dispatched_at", self.ts)
         if tokens and "view_tokens" not in values:
-            values["view_tokens"] = repo.Inc(sum(tokens))
-        beside = repo.rows_beside(
+            values["view_tokens"] = Inc(sum(tokens))
+        beside = rows_beside(
             change.run.id,
             self.ts,
             messages=change.messages,
@@ -164,7 +166,7 @@ class Tx:
             usage=change.usage,
             calls=change.calls,
         )
-        new = repo.update_run(
+        new = self.rt.store.update_run(
             self.conn,
             change.run.id,
             change.run.version,
@@ -191,7 +193,7 @@ class Tx:
                 self._webhooks(new, [(first + i, t, d) for i, (t, d) in enumerate(change.events)])
 
     def _webhooks(self, run: Run, numbered: Sequence[tuple[int, str, dict[str, Any]]]) -> None:
-        row = {**run, "status": run.status.value, "meta": repo.run_meta(self.conn, run.id)}
+        row = {**run, "status": run.status.value, "meta": run_store.run_meta(self.conn, run.id)}
         items = deliveries.record_webhooks(
             self.conn, row, numbered, self.ts, self.rt.settings.redrive_seconds
         )
@@ -208,7 +210,7 @@ class Tx:
 
     def record_event(self, run: Run, type_: str, data: dict[str, Any]) -> None:
         """One event at ``run.event_seq``, a seq the caller's UPDATE already took (a claim)."""
-        repo.insert_events(self.conn, run.id, run.event_seq, [(type_, data)], self.ts)
+        records.insert_events(self.conn, run.id, run.event_seq, [(type_, data)], self.ts)
         self.recorded(run, type_, data)
 
     def recorded(self, run: Run, type_: str, data: dict[str, Any]) -> None:

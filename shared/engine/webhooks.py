@@ -35,7 +35,8 @@ from standardwebhooks import Webhook
 from shared.config import Settings
 from shared.engine.runtime import Runtime
 from shared.errors import BlockedAddress, ToolError
-from shared.store import deliveries, repo
+from shared.store import deliveries
+from shared.store import runs as run_store
 from shared.store.deliveries import Attempt, Row
 from shared.store.tables import outbox
 from shared.tools.netguard import safe_request
@@ -62,13 +63,13 @@ def deliver(rt: Runtime, delivery_id: str, outbox_id: int | None) -> str:
     """One try of one delivery: delivered | pending (retry later) | failed | stale."""
     with rt.engine.begin() as conn:
         lease = rt.settings.webhook_timeout + 30
-        d = deliveries.claim_delivery(conn, delivery_id, repo.now(), lease)
+        d = deliveries.claim_delivery(conn, delivery_id, run_store.now(), lease)
         if d is None:
             _drop_if_settled(conn, delivery_id, outbox_id)
             return "stale"
-        body = deliveries.with_fresh_tokens(conn, d, repo.now())
+        body = deliveries.with_fresh_tokens(conn, d, run_store.now())
     attempt = send(d, rt.settings, body)
-    ts = repo.now()
+    ts = run_store.now()
     nxt = next_attempt_at(d, attempt, rt.settings, ts)
     with rt.engine.begin() as conn:
         status = deliveries.finish_attempt(conn, d, attempt, nxt, outbox_id, ts)
@@ -149,7 +150,7 @@ def _allow_hosts(settings: Settings) -> list[str]:
 def send(d: Row, settings: Settings, body: str | None = None) -> Attempt:
     """POST the delivery's body (or ``body``: this try's, with its resume token), signed now.
     Never raises: a failure is the attempt's error."""
-    started, t0 = repo.now(), time.monotonic()
+    started, t0 = run_store.now(), time.monotonic()
     payload = json.loads(d["body"] if body is None else body)
     # the exact bytes safe_request sends for json=payload: what the signature must cover
     body = json.dumps(payload, ensure_ascii=False)

@@ -7,6 +7,8 @@ run on the workers inside the transaction that wrote the event, so they only rea
   interrupt on a pause) and ``error``.
 * OpenAI: ``{"id": "evt_…", "object": "event", "type": "response.completed|failed|cancelled|
   incomplete", "created_at", "data": {"id": "resp_…"}}``.
+* A2A: ``{"task": ...}``, the task at each pause (input-required) and at the end
+  (``shared.interop.a2a_shapes``).
 
 An event after a pause that no client resumed (a run cancelled while it waited) belongs to
 no LangGraph run or response: nothing is sent.
@@ -21,6 +23,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from shared.interop.a2a_shapes import A2A, a2a_body
 from shared.interop.shapes import interrupt_of, lc_messages, lg_run_status, oa_status
 from shared.interop.thread_ids import public_id
 from shared.isotime import iso
@@ -94,4 +97,8 @@ def openai_body(
     }
 
 
-RENDERERS: Mapping[str, Renderer] = {segs.LANGGRAPH: langgraph_body, segs.OPENAI: openai_body}
+RENDERERS: Mapping[str, Renderer] = {
+    segs.LANGGRAPH: langgraph_body,
+    segs.OPENAI: openai_body,
+    A2A: a2a_body,  # an A2A task's push notifications
+}

@@ -214,6 +214,7 @@ def _sum_usage(usages: Sequence[Usage]) -> Usage:
         input_tokens=sum(u.input_tokens for u in usages),
         output_tokens=sum(u.output_tokens for u in usages),
         cached_input_tokens=sum(u.cached_input_tokens for u in usages),
+        reasoning_tokens=sum(u.reasoning_tokens for u in usages),
         estimated=any(u.estimated for u in usages),
     )
 

@@ -102,16 +102,19 @@ def _reply_from_dict(d: dict[str, Any], idx: int) -> Reply:
 
 
 def _with_usage(reply: Reply, request: ModelRequest, name: str) -> Reply:
-    usage = Usage(
-        input_tokens=_request_tokens(request),
-        output_tokens=estimate_tokens(reply.text + reply.reasoning) + 1,
-        estimated=True,
-    )
+    """The reply with its usage; like a provider, never more output than ``max_tokens``
+    (the text is cut, ``finish_reason: length``)."""
+    output = estimate_tokens(reply.text + reply.reasoning) + 1
+    text, finish = reply.text, reply.finish_reason
+    if request.max_tokens is not None and output > request.max_tokens:
+        output = request.max_tokens
+        text, finish = text[: max(0, 4 * (output - 1) - len(reply.reasoning))], "length"
+    usage = Usage(input_tokens=_request_tokens(request), output_tokens=output, estimated=True)
     return Reply(
-        text=reply.text,
+        text=text,
         reasoning=reply.reasoning,
         tool_calls=reply.tool_calls,
-        finish_reason=reply.finish_reason,
+        finish_reason=finish,
         usage=usage,
         raw_model=name,
     )

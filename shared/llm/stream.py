@@ -127,15 +127,27 @@ def _int(value: Any) -> int:
 
 
 def usage_from_wire(raw: Mapping[str, Any]) -> Usage:
-    """OpenAI usage → ``Usage`` (cached tokens from ``prompt_tokens_details`` or DeepSeek's
-    ``prompt_cache_hit_tokens``)."""
+    """A provider's usage → ``Usage`` (M-9): OpenAI's (cached tokens in
+    ``prompt_tokens_details``, reasoning tokens in ``completion_tokens_details``), DeepSeek's
+    ``prompt_cache_hit_tokens``, and an Anthropic-style one (``input_tokens`` without the
+    ``cache_read_input_tokens`` and ``cache_creation_input_tokens``, which count too)."""
     details = raw.get("prompt_tokens_details")
     cached = _int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
     cached = cached or _int(raw.get("prompt_cache_hit_tokens"))
+    out_details = raw.get("completion_tokens_details")
+    reasoning = _int(out_details.get("reasoning_tokens")) if isinstance(out_details, Mapping) else 0
+    reasoning = reasoning or _int(raw.get("reasoning_tokens"))
+    if "prompt_tokens" in raw or "cache_read_input_tokens" not in raw:
+        inputs = _int(raw.get("prompt_tokens", raw.get("input_tokens")))
+    else:  # Anthropic-style: the cache reads and writes are not in input_tokens
+        cached = _int(raw.get("cache_read_input_tokens"))
+        inputs = _int(raw.get("input_tokens")) + cached
+        inputs += _int(raw.get("cache_creation_input_tokens"))
     return Usage(
-        input_tokens=_int(raw.get("prompt_tokens", raw.get("input_tokens"))),
+        input_tokens=inputs,
         output_tokens=_int(raw.get("completion_tokens", raw.get("output_tokens"))),
         cached_input_tokens=cached,
+        reasoning_tokens=reasoning,
     )
 
 

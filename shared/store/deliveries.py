@@ -27,7 +27,7 @@ from sqlalchemy.engine import Connection, RowMapping
 
 from shared.isotime import epoch, iso, iso_times
 from shared.store.tables import outbox, resume_tokens, webhook_attempts, webhook_deliveries
-from shared.vocab import EventType
+from shared.vocab import MEMORY_EVENTS, EventType
 
 __all__ = [
     "DEFAULT_EVENTS",
@@ -41,6 +41,7 @@ __all__ = [
     "get_delivery",
     "get_token",
     "hash_token",
+    "issue_token",
     "list_deliveries",
     "record_webhooks",
     "use_renderers",
@@ -65,6 +66,7 @@ DURABLE_EVENTS = frozenset(
         "run.failed",
         "run.cancelled",
         "run.released",
+        *(e.value for e in MEMORY_EVENTS),
         EventType.TOOL_UNAVAILABLE.value,
     }
 )
@@ -220,15 +222,25 @@ def _resume_of(run_id: str, pending: Mapping[str, Any]) -> dict[str, Any] | None
 
 
 def _mint_token(conn: Connection, run_id: str, resume: Mapping[str, Any], ts: float) -> str:
-    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     expires = resume.get("expires_at")  # ISO 8601 in the body (the API's one time format)
+    at = epoch(expires) if isinstance(expires, str) else expires
+    return issue_token(conn, run_id, str(resume["kind"]), str(resume["pause_id"]), at, ts)
+
+
+def issue_token(
+    conn: Connection, run_id: str, kind: str, pause_id: str, expires_at: float | None, ts: float
+) -> str:
+    """A new resume token for this pause (only its hash is stored): a webhook's, or one
+    handed to a caller that cannot be asked in its own protocol (an MCP client without
+    elicitation)."""
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     conn.execute(
         sa.insert(resume_tokens).values(
             token_hash=hash_token(token),
             run_id=run_id,
-            kind=str(resume["kind"]),
-            pause_id=str(resume["pause_id"])[:200],
-            expires_at=epoch(expires) if isinstance(expires, str) else expires,
+            kind=kind,
+            pause_id=pause_id[:200],
+            expires_at=expires_at,
             created_at=ts,
         )
     )

@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection, RowMapping
 
 from shared.config import DEFAULT_TENANT
 from shared.errors import NotFound, SpecError
-from shared.store.repo import now
+from shared.store.runs import now
 from shared.store.tables import api_keys, tenants
 
 __all__ = [

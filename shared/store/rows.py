@@ -82,6 +82,8 @@ class Run(_Readable):
     dispatched_at: float | None = None
     attempts: int = 0
     last_error: dict[str, Any] | None = None
+    reserved: float = 0.0
+    spend_keys: list[str] | None = None
     idempotency_key: str | None = None
     view_start: int = 0
     view_tokens: int = 0

@@ -19,7 +19,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from shared.store import repo
+from shared.store import records
+from shared.store import runs as run_store
 from shared.store import threads as thread_store
 from shared.store.tables import events, facade_segments, messages, runs, tool_calls, usage
 
@@ -88,7 +89,7 @@ def add_segment(
     found = _by_id(conn, seg_id)
     if found is not None:
         return found
-    ts = repo.now()
+    ts = run_store.now()
     row = {
         "id": seg_id,
         "protocol": protocol,
@@ -191,7 +192,7 @@ def started_at(conn: Connection, run: Mapping[str, Any], from_seq: int) -> float
 
 
 def load_leg(conn: Connection, segment: Mapping[Any, Any]) -> Leg:
-    run = repo.get_run(conn, segment["run_id"])
+    run = run_store.get_run(conn, segment["run_id"])
     assert run is not None, f"segment {segment['id']} lost its run"
     end = end_event(conn, segment["run_id"], segment["from_seq"])
     return Leg(segment=segment, run=run, end=end)
@@ -207,7 +208,7 @@ def close_segments(conn: Connection, run_id: str, to_seq: int) -> None:
             facade_segments.c.to_seq.is_(None),
             facade_segments.c.from_seq < to_seq,
         )
-        .values(to_seq=to_seq, updated_at=repo.now())
+        .values(to_seq=to_seq, updated_at=run_store.now())
     )
 
 
@@ -215,7 +216,7 @@ def thread_rows(conn: Connection, run: Mapping[Any, Any]) -> list[Mapping[Any, A
     """The messages of the run's thread up to and including the run (each run's own, runs in
     order, as written): the run's transcript through its base (a fork follows its branch)."""
     if run["thread_id"] is None or run["base_run_id"] is not None:
-        return repo.list_messages(conn, run["id"], raw=True)
+        return records.list_messages(conn, run["id"], raw=True)
     # a run without a base: its thread's first, or one stored before lineage (with copies)
     order = [r["id"] for r in thread_store.thread_runs(conn, run["thread_id"])]
     keep = set(order[: order.index(run["id"]) + 1]) if run["id"] in order else {run["id"]}

@@ -22,10 +22,12 @@ __all__ = [
     "facade_segments",
     "files",
     "metadata",
+    "memory_items",
     "messages",
     "outbox",
     "runs",
     "resume_tokens",
+    "spend_envelopes",
     "run_specs",
     "tenants",
     "threads",
@@ -76,6 +78,10 @@ runs = sa.Table(
     # round that keeps failing ends the run at its agent's ``max_attempts``
     sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
     sa.Column("last_error", sa.JSON, nullable=True),  # why the round's last attempt failed
+    # the worst case of its model calls in flight, reserved against its budget and envelopes
+    sa.Column("reserved", sa.Float, nullable=False, server_default="0"),
+    # the spend envelopes it counts against besides its tenant's: ["agent:<name>", "cron:<id>"]
+    sa.Column("spend_keys", sa.JSON, nullable=True),
     sa.Column("idempotency_key", sa.String(200), nullable=True),
     sa.Column("msg_seq", sa.Integer, nullable=False, server_default="0"),
     sa.Column("event_seq", sa.Integer, nullable=False, server_default="0"),
@@ -214,6 +220,7 @@ usage = sa.Table(
     sa.Column("input_tokens", sa.Integer, nullable=False, server_default="0"),
     sa.Column("output_tokens", sa.Integer, nullable=False, server_default="0"),
     sa.Column("cached_input_tokens", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("reasoning_tokens", sa.Integer, nullable=False, server_default="0"),
     sa.Column("cost", sa.Float, nullable=False, server_default="0"),
     sa.Column("estimated", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("committed", sa.Boolean, nullable=False, server_default=sa.true()),
@@ -453,4 +460,48 @@ cron_fires = sa.Table(
     sa.Column("slot", sa.Float, primary_key=True),
     sa.Column("run_id", sa.String(40), nullable=True),
     sa.Column("fired_at", sa.Float, nullable=False),
+)
+
+# --- long-term memory: a tenant's items, (namespace, key) -> JSON value (shared.store.memory).
+# ``id`` is a digest of (tenant, namespace, key): the primary key stays short however long
+# the key; ``namespace`` is the labels joined by "." (a label has none), so a namespace prefix
+# is ``namespace = p OR namespace LIKE 'p.%'``; ``text`` is what search reads (keywords, and
+# the embedding of it when an embeddings profile is configured) -----------------------------
+memory_items = sa.Table(
+    "memory_items",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("tenant", sa.String(64), nullable=False),
+    sa.Column("namespace", sa.String(600), nullable=False),
+    sa.Column("key", sa.String(1024), nullable=False),
+    sa.Column("value", sa.JSON, nullable=False),
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("embedding", sa.JSON, nullable=True),
+    sa.Column("embedding_model", sa.String(200), nullable=True),
+    sa.Column("ttl_s", sa.Float, nullable=True),  # a read may start it again (refresh_ttl)
+    sa.Column("expires_at", sa.Float, nullable=True),
+    sa.Column("run_id", sa.String(40), nullable=True),  # the run that wrote it last, if any
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+sa.Index("ix_memory_items_namespace", memory_items.c.tenant, memory_items.c.namespace)
+sa.Index("ix_memory_items_expires", memory_items.c.expires_at)
+spend_envelopes = sa.Table(
+    # what a tenant may spend on models per day or calendar month (the operator's time zone):
+    # its whole tenant (scope tenant, key ""), a named agent (any version) or a cron; a call
+    # reserves its worst case here before it is sent and settles to its real cost after
+    "spend_envelopes",
+    metadata,
+    sa.Column("tenant", sa.String(64), primary_key=True),
+    sa.Column("scope", sa.String(8), primary_key=True),  # tenant | agent | cron
+    sa.Column("key", sa.String(140), primary_key=True),
+    sa.Column("period", sa.String(8), nullable=False),  # day | month
+    sa.Column("cap", sa.Float, nullable=False),
+    sa.Column("on_exceed", sa.String(8), nullable=False, server_default="wait"),  # wait | fail
+    sa.Column("period_start", sa.Float, nullable=False),
+    sa.Column("period_end", sa.Float, nullable=False),
+    sa.Column("spent", sa.Float, nullable=False, server_default="0"),
+    sa.Column("reserved", sa.Float, nullable=False, server_default="0"),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
 )

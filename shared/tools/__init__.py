@@ -1,18 +1,21 @@
 """Tools: the protocol, the registry, built-ins, inline HTTP tools and the SSRF guard.
 
 Importing the package registers the built-in tools (``calculator``, ``current_time``,
-``http_get``, ``stop``, ``run_python``, ``save_note``, ``knowledge_search``); plugins come from
+``http_get``, ``stop``, ``run_python``, ``save_note``, ``knowledge_search``, ``remember``,
+``recall``); plugins come from
 the ``treadle.tools`` entry-point group.
 """
 
 from shared.tools import builtins as builtins
 from shared.tools import knowledge as knowledge
+from shared.tools import memory as memory
 from shared.tools import notes as notes
 from shared.tools import sandbox as sandbox
 from shared.tools.base import (
     FunctionTool,
     InvalidToolArguments,
     KnowledgeSource,
+    MemorySource,
     Tool,
     ToolContext,
     ToolFunction,
@@ -40,6 +43,7 @@ __all__ = [
     "HttpTool",
     "InvalidToolArguments",
     "KnowledgeSource",
+    "MemorySource",
     "Registry",
     "SafeResponse",
     "Tool",

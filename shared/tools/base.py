@@ -34,6 +34,7 @@ __all__ = [
     "FunctionTool",
     "InvalidToolArguments",
     "KnowledgeSource",
+    "MemorySource",
     "Tool",
     "ToolContext",
     "ToolFunction",
@@ -65,6 +66,17 @@ class KnowledgeSource(Protocol):
     def search(self, query: str, datasets: Sequence[str], k: int) -> list[dict[str, Any]]: ...
 
 
+class MemorySource(Protocol):
+    """The run's long-term memory (its agent's namespace, filled from the run's metadata):
+    ``remember`` writes an item (``{namespace, key}`` back), ``recall`` finds the ``k``
+    items that best match a query (``{key, value, score}``, best first). Failures are
+    ``ToolError``s with a message the model can read."""
+
+    def remember(self, key: str | None, value: dict[str, Any]) -> dict[str, Any]: ...
+
+    def recall(self, query: str, k: int) -> list[dict[str, Any]]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ToolContext:
     """Who is calling and within which limits. ``env`` None means ``os.environ`` at call time.
@@ -85,6 +97,7 @@ class ToolContext:
     env: Mapping[str, str] | None = None
     files: FileSource | None = None
     knowledge: KnowledgeSource | None = None  # the tenant's datasets (knowledge_search)
+    memory: MemorySource | None = None  # the run's long-term memory (remember, recall)
     abort: Abort | None = None
     confinement: Confinement | None = None  # the worker's sandbox slots and cgroups
 

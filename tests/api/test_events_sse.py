@@ -16,7 +16,7 @@ from shared.engine.runtime import InProcessBus, Runtime
 from shared.engine.testing import StubBroker
 from shared.isotime import epoch
 from shared.llm.fake_server import FakeLLMServer, ReplySpec
-from shared.store import repo
+from shared.store import records
 from tests.engine.helpers import agent, call
 from tests.live import ApiServer, Frame, Pump, read_sse
 
@@ -68,7 +68,7 @@ def _durable(frames: list[Frame]) -> list[Frame]:
 
 def _db_events(rt: Runtime, run_id: str) -> list[tuple[int, str]]:
     with rt.engine.connect() as conn:
-        return [(e["seq"], e["type"]) for e in repo.list_events(conn, run_id)]
+        return [(e["seq"], e["type"]) for e in records.list_events(conn, run_id)]
 
 
 def test_reconnect_with_last_event_id_gets_every_event_once_in_order(

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from shared.engine.attachments import store_for
 from shared.engine.runtime import Runtime
-from shared.store import repo
+from shared.store import runs as run_store
 from shared.store.files import sniff_content_type
 from shared.store.tables import files
 from tests.files_support import tiny_pdf, tiny_png
@@ -116,7 +116,7 @@ def test_run_with_unknown_attachment_is_refused(client: TestClient) -> None:
 
 def _inputs(rt: Runtime, run_id: str) -> dict[str, Any]:
     with rt.engine.connect() as conn:
-        row = repo.get_run(conn, run_id)
+        row = run_store.get_run(conn, run_id)
     assert row is not None
     return dict(row["inputs"])
 

@@ -14,7 +14,8 @@ from scheduler.app import create_app
 from shared.engine import retention
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
-from shared.store import keys, repo
+from shared.store import keys
+from shared.store import runs as run_store
 from shared.store.tables import runs
 from tests.support import references
 
@@ -140,11 +141,11 @@ def test_retention_by_age_and_ttl(client: TestClient, stub: StubBroker, sqlite_r
     keep = _finish(client, stub, sqlite_rt, {"agent": chat, "input": "keep"})
     with sqlite_rt.engine.begin() as conn:
         conn.execute(
-            sa.update(runs).where(runs.c.id == old).values(updated_at=repo.now() - 40 * 86400)
+            sa.update(runs).where(runs.c.id == old).values(updated_at=run_store.now() - 40 * 86400)
         )
     # retention off: only the ttl run, once its ttl has passed
     assert retention.purge(sqlite_rt).deleted == 0
-    assert retention.purge(sqlite_rt, now=repo.now() + 31).deleted == 1
+    assert retention.purge(sqlite_rt, now=run_store.now() + 31).deleted == 1
     assert retention.purge(sqlite_rt, older_than_s=30 * 86400, dry_run=True).runs == 1
     assert retention.purge(sqlite_rt, older_than_s=30 * 86400).deleted == 1
     assert [client.get(f"/v1/runs/{i}").status_code for i in (old, short, keep)] == [404, 404, 200]
@@ -163,7 +164,7 @@ def test_prune_cli(tmp_path: Any) -> None:
     migrate(engine)
     with engine.begin() as conn:
         for i, age in enumerate((40, 35, 1)):
-            ts = repo.now() - age * 86400
+            ts = run_store.now() - age * 86400
             conn.execute(
                 sa.insert(runs).values(
                     id=f"run_old{i}", kind="chat", status="completed", created_at=ts, updated_at=ts

@@ -251,3 +251,54 @@ def test_edit_the_arguments_then_reject_with_a_message(up: str, page: Any, sync_
     expect(page.get_by_test_id("run-status")).to_have_text("completed")
     tool = page.locator("[data-testid=tool-card][data-tool=save_note]")
     expect(tool).to_contain_text("Declined by user: wrong folder")
+
+
+def _memory_run(up: str, tool: str, args: dict[str, Any]) -> str:
+    spec = {
+        "kind": "agent",
+        "tools": [tool],
+        "model": {
+            "provider": "scripted",
+            "replies": [
+                {"tool_calls": [{"id": "m1", "name": tool, "arguments": args}]},
+                {"text": "ok"},
+            ],
+        },
+    }
+    body = {"agent": spec, "input": "hi", "metadata": {"user_id": "ana"}}
+    run_id: str = httpx.post(f"{up}/v1/runs", json=body, timeout=10).json()["id"]
+    wait_for(
+        lambda: httpx.get(f"{up}/v1/runs/{run_id}").json()["status"] == "completed",
+        20,
+        what="memory run",
+    )
+    return run_id
+
+
+def test_a_runs_memory_reads_and_writes_are_shown(up: str, page: Any, sync_api: Any) -> None:
+    expect = sync_api.expect
+    wrote = _memory_run(up, "remember", {"fact": "Ana prefers tea", "key": "drink"})
+    page.goto(f"{up}/#/runs/{wrote}")
+    card = page.get_by_test_id("memory-card")
+    expect(card.locator("[data-type='memory.written']")).to_contain_text("drink")
+    expect(card).to_contain_text("memories / ana")
+    read = _memory_run(up, "recall", {"query": "what does Ana drink"})
+    page.goto(f"{up}/#/runs/{read}")
+    event = page.get_by_test_id("memory-card").locator("[data-type='memory.read']")
+    expect(event).to_contain_text("what does Ana drink")
+    expect(event).to_contain_text("drink")
+    shot(page, "console-memory")
+
+
+def test_the_home_page_shows_the_spend_envelopes(up: str, page: Any, sync_api: Any) -> None:
+    expect = sync_api.expect
+    put = httpx.put(f"{up}/v1/spend/tenant/-", json={"cap": 3.0, "period": "month"})
+    assert put.status_code == 200, put.text
+    try:
+        page.goto(f"{up}/#/")
+        envelope = page.get_by_test_id("spend-tenant--")
+        expect(envelope).to_contain_text("month")
+        expect(envelope).to_contain_text("3")
+        shot(page, "spend")
+    finally:
+        httpx.delete(f"{up}/v1/spend/tenant/-")

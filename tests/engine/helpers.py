@@ -10,7 +10,8 @@ import tests.plugins  # noqa: F401  (registers the test tools)
 from shared.agent.spec import AgentSpec
 from shared.engine import commands
 from shared.engine.runtime import Runtime
-from shared.store import repo
+from shared.store import records
+from shared.store import runs as run_store
 from shared.store.tables import usage
 
 
@@ -37,8 +38,8 @@ def due_work(rt: Runtime, *run_ids: str) -> int:
     from shared.store import redrive
 
     with rt.engine.connect() as conn:
-        ts = repo.now() + 3600  # as if the re-drive interval had passed
-        live_after = repo.now() - rt.settings.lease_seconds
+        ts = run_store.now() + 3600  # as if the re-drive interval had passed
+        live_after = run_store.now() - rt.settings.lease_seconds
         rounds = redrive.due_rounds(conn, ts, 0.0, live_after)
         calls = redrive.due_calls(conn, ts, 0.0, live_after)
     ids = set(run_ids)
@@ -47,14 +48,14 @@ def due_work(rt: Runtime, *run_ids: str) -> int:
 
 def run(rt: Runtime, run_id: str) -> Any:
     with rt.engine.connect() as conn:
-        row = repo.get_run(conn, run_id)
+        row = run_store.get_run(conn, run_id)
     assert row is not None
     return row
 
 
 def transcript(rt: Runtime, run_id: str) -> list[tuple[str, str, list[str]]]:
     with rt.engine.connect() as conn:
-        rows = repo.list_messages(conn, run_id)
+        rows = records.list_messages(conn, run_id)
     return [
         (
             m["role"],

@@ -29,7 +29,8 @@ from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.errors import TransientModelError
 from shared.llm.scripted import ScriptedModel
-from shared.store import repo
+from shared.store import calls as call_store
+from shared.store import runs as run_store
 from shared.store.rows import FINAL
 from shared.store.tables import metadata, runs, tool_calls, usage
 from tests.engine.helpers import agent, call, run, submit
@@ -122,8 +123,8 @@ def _spec(kind: str, k: int) -> AgentSpec:
 def _store_dangling_schema(rt: Runtime, run_id: str) -> None:
     """A spec stored before submit checked ``$ref``s (an older release let it in)."""
     with rt.engine.begin() as conn:
-        spec = dict(repo.run_spec(conn, run_id)[0])
-        repo.set_agent(conn, run_id, {**spec, "output_schema": DANGLING})
+        spec = dict(run_store.run_spec(conn, run_id)[0])
+        run_store.set_agent(conn, run_id, {**spec, "output_schema": DANGLING})
         conn.execute(
             sa.update(runs).where(runs.c.id == run_id).values(spec_rev=runs.c.spec_rev + 1)
         )
@@ -197,7 +198,7 @@ def test_every_failure_ends_within_its_attempt_bound(engine: sa.Engine, kind: st
     if kind == "tool_lost":  # a tool is data: the model is told, and the run goes on
         assert r["status"] == "completed", r["error"]
         with rt.engine.connect() as conn:
-            (lost,) = [c for c in repo.list_tool_calls(conn, run_id) if c.name == "lost"]
+            (lost,) = [c for c in call_store.list_tool_calls(conn, run_id) if c.name == "lost"]
         assert lost.attempts == k + 1 and "attempted" in (lost.result or "")
     else:
         assert r["status"] == "failed", r["status"]

@@ -15,7 +15,9 @@ from shared.engine import commands, threads
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.llm.fake_server import FakeLLMServer, ReplySpec
-from shared.store import repo
+from shared.store import calls as call_store
+from shared.store import records
+from shared.store import runs as run_store
 
 CATEGORIES = [
     {"key": "weather", "description": "questions about weather"},
@@ -60,7 +62,7 @@ def _submit(rt: Runtime, spec: AgentSpec, text: str = "go", **kw: Any) -> str:
 
 def _run(rt: Runtime, run_id: str) -> Any:
     with rt.engine.connect() as conn:
-        return repo.get_run(conn, run_id)
+        return run_store.get_run(conn, run_id)
 
 
 def _complete(rt: Runtime, stub: StubBroker, spec: AgentSpec, text: str, **kw: Any) -> Any:
@@ -234,8 +236,8 @@ def _tool_agent(tool: dict[str, Any], answer_call: dict[str, Any]) -> AgentSpec:
 
 def _tool_message(rt: Runtime, run_id: str) -> dict[str, Any]:
     with rt.engine.connect() as conn:
-        (call,) = repo.list_tool_calls(conn, run_id)
-        tool_msgs = [m for m in repo.list_messages(conn, run_id) if m["role"] == "tool"]
+        (call,) = call_store.list_tool_calls(conn, run_id)
+        tool_msgs = [m for m in records.list_messages(conn, run_id) if m["role"] == "tool"]
     assert [m["content"] for m in tool_msgs] == [call["result"]]
     return dict(call)
 

@@ -8,7 +8,8 @@ from shared.agent.spec import AgentSpec
 from shared.engine import commands
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
-from shared.store import repo
+from shared.store import records
+from shared.store import runs as run_store
 from shared.store.tables import outbox, usage
 
 CHAT = AgentSpec.model_validate(
@@ -27,7 +28,7 @@ def _submit(rt: Runtime, spec: AgentSpec = CHAT, text: str = "Capital of France?
 
 def _run(rt: Runtime, run_id: str):
     with rt.engine.connect() as conn:
-        return repo.get_run(conn, run_id)
+        return run_store.get_run(conn, run_id)
 
 
 def test_chat_run_completes_in_one_round(sqlite_rt: Runtime, stub: StubBroker) -> None:
@@ -40,7 +41,7 @@ def test_chat_run_completes_in_one_round(sqlite_rt: Runtime, stub: StubBroker) -
     assert run["result"]["text"] == "Paris."
     assert run["round"] == 1 and run["input_tokens"] > 0
     with sqlite_rt.engine.connect() as conn:
-        msgs = repo.list_messages(conn, row["id"])
+        msgs = records.list_messages(conn, row["id"])
         rows = conn.execute(sa.select(usage)).mappings().all()
         assert conn.execute(sa.select(sa.func.count()).select_from(outbox)).scalar() == 0
     assert [(m["role"], m["content"]) for m in msgs] == [
@@ -59,7 +60,7 @@ def test_duplicate_round_message_runs_once(sqlite_rt: Runtime, stub: StubBroker)
     assert stub.deliver(sqlite_rt, item) == "stale"  # the same message again
     with sqlite_rt.engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(usage)).scalar() == 1
-        assert len(repo.list_messages(conn, row["id"])) == 2
+        assert len(records.list_messages(conn, row["id"])) == 2
 
 
 def test_cancelled_run_round_does_nothing(sqlite_rt: Runtime, stub: StubBroker) -> None:
@@ -70,7 +71,7 @@ def test_cancelled_run_round_does_nothing(sqlite_rt: Runtime, stub: StubBroker) 
     assert run["status"] == "cancelled"
     with sqlite_rt.engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(usage)).scalar() == 0
-        assert len(repo.list_messages(conn, row["id"])) == 1
+        assert len(records.list_messages(conn, row["id"])) == 1
 
 
 def test_idempotency_key_returns_same_run(sqlite_rt: Runtime, stub: StubBroker) -> None:
@@ -86,6 +87,6 @@ def test_events_are_durable_and_ordered(sqlite_rt: Runtime, stub: StubBroker) ->
     row = _submit(sqlite_rt)
     stub.drain(sqlite_rt)
     with sqlite_rt.engine.connect() as conn:
-        evs = repo.list_events(conn, row["id"])
+        evs = records.list_events(conn, row["id"])
     assert [e["type"] for e in evs] == ["run.queued", "round.started", "run.completed"]
     assert [e["seq"] for e in evs] == [1, 2, 3]

@@ -1,6 +1,6 @@
 """A cold claim (``shared.engine.cache.cold``: the process holds nothing of the run, as after a
 pause, at a run's first round or on a takeover) reads the run's spec and messages in the claim's
-own statement on PostgreSQL (``repo.Prefetch``), and the caches take them only when they reach
+own statement on PostgreSQL (``Prefetch``), and the caches take them only when they reach
 the row's ``msg_seq``."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from shared.engine import cache
 from shared.engine.round import run_round
 from shared.engine.runtime import Runtime
-from shared.store import repo
+from shared.store import runs as run_store
 from tests.engine.helpers import agent, submit
 
 
@@ -47,7 +47,7 @@ def test_a_cold_round_reads_nothing_beside_its_claim(pg_rt: Runtime) -> None:
     assert reads == []  # the spec came with the claim
     assert not any(s.startswith("SELECT") and "FROM messages" in s for s in seen)
     with pg_rt.engine.connect() as conn:
-        run = repo.load_run(conn, run_id)
+        run = run_store.load_run(conn, run_id)
     assert run is not None and run.status.value == "completed"
 
 
@@ -55,13 +55,13 @@ def test_messages_short_of_the_rows_msg_seq_are_not_cached(pg_rt: Runtime) -> No
     run_id = submit(pg_rt, agent([{"text": "done"}], system_prompt="Be brief."))
     cache.forget([run_id])
     with pg_rt.engine.begin() as conn:
-        run = repo.load_run(conn, run_id)
+        run = run_store.load_run(conn, run_id)
         assert run is not None
-        claimed = repo.claim_round(
-            conn, run_id, run.version, "w1", repo.now(), repo.now() - 30, cold=True
+        claimed = pg_rt.store.claim_round(
+            conn, run_id, run.version, "w1", run_store.now(), run_store.now() - 30, cold=True
         )
     assert claimed is not None
-    new, _, _, pre = claimed
+    new, pre = claimed.run, claimed.prefetched
     assert pre is not None and pre.messages
     cache.prime(new, replace(pre, messages=pre.messages[:-1]))  # as if a commit raced it
     assert cache._history.get(run_id) is None
@@ -88,7 +88,7 @@ def test_the_cached_view_keeps_its_call_ids(pg_rt: Runtime) -> None:
     run_id = submit(pg_rt, spec)
     pg_rt.publish.drain(pg_rt)  # type: ignore[attr-defined]
     with pg_rt.engine.connect() as conn:
-        run = repo.load_run(conn, run_id)
+        run = run_store.load_run(conn, run_id)
         assert run is not None
         cache.forget([run_id])
         history = cache.history(conn, run_id, run.view_start, run.msg_seq, based=False)

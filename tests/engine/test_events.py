@@ -9,7 +9,8 @@ import sqlalchemy as sa
 
 from shared.engine.runtime import WAKE, Runtime
 from shared.engine.testing import StubBroker
-from shared.store import repo
+from shared.store import records
+from shared.store import runs as run_store
 from shared.store.tables import runs, tool_calls
 from tests.engine.helpers import agent, call, submit
 
@@ -25,7 +26,7 @@ SPEC = agent(
 
 def _events(rt: Runtime, run_id: str) -> list[Any]:
     with rt.engine.connect() as conn:
-        return list(repo.list_events(conn, run_id))
+        return list(records.list_events(conn, run_id))
 
 
 def test_round_and_tool_events_in_order_without_gaps(sqlite_rt: Runtime, stub: StubBroker) -> None:
@@ -50,7 +51,7 @@ def test_round_and_tool_events_in_order_without_gaps(sqlite_rt: Runtime, stub: S
         ("c2", "echo", 1, 1),
     }
     with sqlite_rt.engine.connect() as conn:
-        assert repo.get_run(conn, run_id)["event_seq"] == len(evs)  # type: ignore[index]
+        assert run_store.get_run(conn, run_id)["event_seq"] == len(evs)  # type: ignore[index]
 
 
 def test_commits_wake_the_live_bus(sqlite_rt: Runtime, stub: StubBroker) -> None:

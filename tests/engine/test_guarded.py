@@ -184,11 +184,12 @@ def test_decisions_edit_reject_with_message_and_the_note(
     # the note comes after the batch's tool messages, before the summary round's reply
     roles = [t[0] for t in texts]
     assert texts[roles.index("assistant", 2) - 1][1] == "Note from the approver: keep it short"
-    from shared.store import repo
+    from shared.store import calls as call_store
+    from shared.store import records
 
     with sqlite_rt.engine.connect() as conn:
-        calls = {c.call_id: c for c in repo.list_tool_calls(conn, run_id)}
-        resumed = [e for e in repo.list_events(conn, run_id) if e["type"] == "run.resumed"]
+        calls = {c.call_id: c for c in call_store.list_tool_calls(conn, run_id)}
+        resumed = [e for e in records.list_events(conn, run_id) if e["type"] == "run.resumed"]
     assert calls["w1"].arguments == '{"item": "A2"}'
     decision = (calls["w1"].data or {})["decision"]
     assert decision["by"] == "key_123" and decision["proposed_arguments"] == {"item": "A"}

@@ -1,4 +1,4 @@
-"""The hot statements built once (``shared.store.repo``): the guarded UPDATE by shape, the round
+"""The hot statements built once (``shared.store.write``): the guarded UPDATE by shape, the round
 claim that writes its own ``round.started``, on SQLite and PostgreSQL. The shape cache must not
 change what a value means: ``None`` is SQL NULL (not JSON ``null``), ``Inc`` adds, a guard
 still guards."""
@@ -13,8 +13,11 @@ import pytest
 import sqlalchemy as sa
 
 from shared.engine.runtime import Runtime
-from shared.store import repo
+from shared.store import calls as call_store
+from shared.store import lineage, records
+from shared.store import runs as run_store
 from shared.store.tables import events, runs
+from shared.store.write import ROUND_STARTED, Inc, round_started, rows_beside, update_statement
 from tests.engine.helpers import agent, submit
 
 
@@ -30,18 +33,18 @@ def rt(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Runtime]:
 
 def _update(rt: Runtime, run_id: str, version: int, values: dict[str, Any], **kw: Any) -> Any:
     with rt.engine.begin() as conn:
-        return repo.update_run(conn, run_id, version, values, ts=time.time(), **kw)
+        return rt.store.update_run(conn, run_id, version, values, ts=time.time(), **kw)
 
 
 def test_the_guarded_update_by_shape_keeps_each_values_meaning(rt: Runtime) -> None:
     run_id = submit(rt, agent([{"text": "hi"}]))
     with rt.engine.connect() as conn:
-        run = repo.load_run(conn, run_id)
+        run = run_store.load_run(conn, run_id)
     assert run is not None
-    new = _update(rt, run_id, run.version, {"pending": {"kind": "ask"}, "cost": repo.Inc(0.25)})
+    new = _update(rt, run_id, run.version, {"pending": {"kind": "ask"}, "cost": Inc(0.25)})
     assert new.pending == {"kind": "ask"} and new.cost == pytest.approx(run.cost + 0.25)
     assert new.version == run.version + 1
-    again = _update(rt, run_id, new.version, {"pending": None, "cost": repo.Inc(0.25)})
+    again = _update(rt, run_id, new.version, {"pending": None, "cost": Inc(0.25)})
     assert again.pending is None and again.cost == pytest.approx(run.cost + 0.5)
     with rt.engine.connect() as conn:  # SQL NULL, not the JSON text null
         nulls = conn.execute(
@@ -58,33 +61,31 @@ def test_the_guarded_update_by_shape_keeps_each_values_meaning(rt: Runtime) -> N
         again.msg_seq + 2,
         again.event_seq + 1,
     )
-    # the same shape is one statement object; one with an SQL expression is built per call
-    shape = repo._update_statement({"round": 1, "updated_at": 1.0}, False, {})
-    assert shape is repo._update_statement({"round": 2, "updated_at": 2.0}, False, {})
-    expr = {"round": runs.c.round + 1}
-    assert repo._update_statement(expr, False, {}) is not repo._update_statement(expr, False, {})
+    # the same shape is one statement object
+    shape = update_statement((("round", "value"), ("updated_at", "value")), False, ())
+    assert shape is update_statement((("round", "value"), ("updated_at", "value")), False, ())
 
 
 def test_a_claim_writes_its_round_started_event_and_only_once(rt: Runtime) -> None:
     run_id = submit(rt, agent([{"text": "hi"}]))
     with rt.engine.connect() as conn:
-        run = repo.load_run(conn, run_id)
+        run = run_store.load_run(conn, run_id)
     assert run is not None
     now = time.time()
     with rt.engine.begin() as conn:
-        claimed = repo.claim_round(conn, run_id, run.version, "w1", now, now - 30)
-        stale = repo.claim_round(conn, run_id, run.version + 5, "w2", now, now - 30)
+        claimed = rt.store.claim_round(conn, run_id, run.version, "w1", now, now - 30)
+        stale = rt.store.claim_round(conn, run_id, run.version + 5, "w2", now, now - 30)
     assert claimed is not None and stale is None
-    new, abandoned, _, pre = claimed
+    new, abandoned, pre = claimed.run, claimed.abandoned, claimed.prefetched
     assert new.lease_owner == "w1" and not abandoned and new.event_seq == run.event_seq + 1
     with rt.engine.connect() as conn:
         rows = conn.execute(
             sa.select(events.c.seq, events.c.type, events.c.data).where(
-                events.c.run_id == run_id, events.c.type == repo.ROUND_STARTED
+                events.c.run_id == run_id, events.c.type == ROUND_STARTED
             )
         ).all()
     assert [(r.seq, r.data) for r in rows] == [(new.event_seq, {"round": 1})]
-    assert repo.round_started(new) == {"round": 1}
+    assert round_started(new) == {"round": 1}
     assert pre is None  # not cold: nothing read beside the claim
 
 
@@ -92,22 +93,22 @@ def test_a_cold_claim_reads_the_spec_and_the_messages_in_its_own_statement(rt: R
     spec = agent([{"text": "hi"}], system_prompt="Be brief.")
     run_id = submit(rt, spec, text="hello there")
     with rt.engine.connect() as conn:
-        run = repo.load_run(conn, run_id)
+        run = run_store.load_run(conn, run_id)
         assert run is not None
-        stored = repo.own_messages(conn, run_id, run.view_start)
+        stored = records.own_messages(conn, run_id, run.view_start)
     now = time.time()
     with rt.engine.begin() as conn:
-        claimed = repo.claim_round(conn, run_id, run.version, "w1", now, now - 30, cold=True)
+        claimed = rt.store.claim_round(conn, run_id, run.version, "w1", now, now - 30, cold=True)
     assert claimed is not None
-    new, _, _, pre = claimed
+    new, pre = claimed.run, claimed.prefetched
     if rt.engine.dialect.name != "postgresql":
         assert pre is None  # SQLite: the caches read them (one writer, no round trip)
         return
     assert pre is not None and pre.messages is not None
     assert pre.agent["system_prompt"] == "Be brief."
     assert [r["seq"] for r in pre.messages] == [r["seq"] for r in stored]
-    assert [repo.message_from_row(r) for r in pre.messages] == [
-        repo.message_from_row(r) for r in stored
+    assert [lineage.message_from_row(r) for r in pre.messages] == [
+        lineage.message_from_row(r) for r in stored
     ]
     assert pre.messages[-1]["seq"] == new.msg_seq
 
@@ -131,12 +132,12 @@ def test_an_answer_reads_the_run_and_its_asks_round_in_one_read(rt: Runtime) -> 
     run_id = submit(rt, spec)
     rt.publish.drain(rt)  # type: ignore[attr-defined]
     with rt.engine.connect() as conn:
-        found = repo.get_run_and_round(conn, run_id, "default", "a1")
-        assert repo.get_run_and_round(conn, other, "default", "a1") is not None
-        record = repo.get_run(conn, run_id, "default")
-        calls = repo.round_of_call(conn, run_id, "a1")
-        assert repo.get_run_and_round(conn, run_id, "someone else", "a1") is None
-        assert repo.get_run_and_round(conn, run_id, None, "nope") == (record, [])
+        found = rt.store.run_and_round(conn, run_id, "default", "a1")
+        assert rt.store.run_and_round(conn, other, "default", "a1") is not None
+        record = run_store.get_run(conn, run_id, "default")
+        calls = call_store.round_of_call(conn, run_id, "a1")
+        assert rt.store.run_and_round(conn, run_id, "someone else", "a1") is None
+        assert rt.store.run_and_round(conn, run_id, None, "nope") == (record, [])
     assert found is not None and record is not None
     assert found == (record, calls)
     assert [c.call_id for c in calls] == ["e1", "a1"]
@@ -149,7 +150,7 @@ def test_a_write_whose_new_call_id_is_taken_fails_naming_tool_calls(rt: Runtime)
     statement of a write must keep saying so, and write nothing."""
     run_id = submit(rt, agent([{"text": "hi"}]))
     with rt.engine.connect() as conn:
-        run = repo.load_run(conn, run_id)
+        run = run_store.load_run(conn, run_id)
     assert run is not None
     row = {
         "run_id": run_id,
@@ -161,14 +162,14 @@ def test_a_write_whose_new_call_id_is_taken_fails_naming_tool_calls(rt: Runtime)
         "read_only": True,
         "status": "done",
     }
-    beside = repo.rows_beside(run_id, time.time(), events=[("x.y", {})], calls=[row])
+    beside = rows_beside(run_id, time.time(), events=[("x.y", {})], calls=[row])
     first = _update(rt, run_id, run.version, {"round": 1}, new_events=1, beside=beside)
     assert first is not None
     with pytest.raises(sa.exc.IntegrityError) as refused:
         _update(rt, run_id, first.version, {"round": 2}, new_events=1, beside=beside)
     assert "tool_calls" in str(refused.value.orig)
     with rt.engine.connect() as conn:
-        after = repo.load_run(conn, run_id)
+        after = run_store.load_run(conn, run_id)
         n = conn.execute(
             sa.select(sa.func.count()).where(events.c.run_id == run_id, events.c.type == "x.y")
         ).scalar_one()

@@ -3,24 +3,20 @@
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 from shared.agent.spec import AgentSpec, ModelProfile
-from shared.config import Settings
 from shared.engine import commands, knowledge
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.errors import NotFound, SpecError
 from shared.llm.fake_server import FakeLLMServer
-from shared.store import repo
+from shared.store import calls as call_store
+from tests.embeddings_server import Embeddings
 from tests.engine.helpers import agent, call, run, submit
 from tests.files_support import tiny_pdf
 
@@ -47,19 +43,6 @@ Do you offer gift cards? Gift cards are sold in amounts of 25, 50 and 100 euros.
 """
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def kb_rt(request: pytest.FixtureRequest, tmp_path: Path, stub: StubBroker) -> Iterator[Runtime]:
-    """A runtime on SQLite (embedded mode) or PostgreSQL (production mode)."""
-    if request.param == "sqlite":
-        yield request.getfixturevalue("sqlite_rt")
-        return
-    engine = request.getfixturevalue("pg_engine")
-    url = request.getfixturevalue("pg_url")
-    yield Runtime(
-        engine=engine, settings=Settings(database_url=url, broker_url="memory://"), publish=stub
-    )
-
-
 def _kb(rt: Runtime, name: str = "handbook") -> str:
     ds = knowledge.create_dataset(rt, "default", name, "Acme docs")
     knowledge.add_document(rt, "default", ds["id"], "handbook.md", HANDBOOK.encode())
@@ -67,51 +50,51 @@ def _kb(rt: Runtime, name: str = "handbook") -> str:
     return str(ds["id"])
 
 
-def test_search_finds_the_right_chunks_by_keyword(kb_rt: Runtime) -> None:
-    ds = _kb(kb_rt)
-    hits = knowledge.search(kb_rt, "default", "How long does a refund take?", [ds], 3)
+def test_search_finds_the_right_chunks_by_keyword(any_rt: Runtime) -> None:
+    ds = _kb(any_rt)
+    hits = knowledge.search(any_rt, "default", "How long does a refund take?", [ds], 3)
     assert hits[0]["document"] == "handbook.md" and "refund within 30 days" in hits[0]["text"]
     assert hits[0]["source"] == "handbook.md › Handbook"
-    gift = knowledge.search(kb_rt, "default", "gift cards", [ds], 3)
+    gift = knowledge.search(any_rt, "default", "gift cards", [ds], 3)
     assert gift[0]["document"] == "faq.txt" and "25, 50 and 100 euros" in gift[0]["text"]
-    password = knowledge.search(kb_rt, "default", "password", ["handbook"], 5)  # by name
+    password = knowledge.search(any_rt, "default", "password", ["handbook"], 5)  # by name
     assert [h["document"] for h in password] == ["faq.txt"]
-    assert knowledge.search(kb_rt, "default", "zeppelin", [ds], 3) == []
-    assert knowledge.search(kb_rt, "default", "退款", [ds], 3)[0]["document"] == "faq.txt"
+    assert knowledge.search(any_rt, "default", "zeppelin", [ds], 3) == []
+    assert knowledge.search(any_rt, "default", "退款", [ds], 3)[0]["document"] == "faq.txt"
 
 
-def test_stemming_and_exclusions(kb_rt: Runtime) -> None:
-    ds = _kb(kb_rt)
-    assert knowledge.search(kb_rt, "default", "refunded", [ds], 1)[0]["document"] == "handbook.md"
-    hits = knowledge.search(kb_rt, "default", "shipping -express", [ds], 5)
+def test_stemming_and_exclusions(any_rt: Runtime) -> None:
+    ds = _kb(any_rt)
+    assert knowledge.search(any_rt, "default", "refunded", [ds], 1)[0]["document"] == "handbook.md"
+    hits = knowledge.search(any_rt, "default", "shipping -express", [ds], 5)
     assert hits == []  # the only passage about shipping mentions express
 
 
-def test_long_documents_are_chunked_with_overlap(kb_rt: Runtime) -> None:
-    ds = knowledge.create_dataset(kb_rt, "default", "long", None)
+def test_long_documents_are_chunked_with_overlap(any_rt: Runtime) -> None:
+    ds = knowledge.create_dataset(any_rt, "default", "long", None)
     text = "\n\n".join(f"Section {i}. " + "Widgets are blue and sturdy. " * 12 for i in range(12))
-    doc = knowledge.add_document(kb_rt, "default", ds["id"], "widgets.txt", text.encode())
+    doc = knowledge.add_document(any_rt, "default", ds["id"], "widgets.txt", text.encode())
     assert doc["chunks"] >= 5 and doc["content_type"] == "text/plain"
-    hits = knowledge.search(kb_rt, "default", "section 7", [ds["id"]], 2)
+    hits = knowledge.search(any_rt, "default", "section 7", [ds["id"]], 2)
     assert "Section 7." in hits[0]["text"]
 
 
-def test_pdf_documents_are_searched_by_page(kb_rt: Runtime) -> None:
-    ds = knowledge.create_dataset(kb_rt, "default", "pdfs", None)
+def test_pdf_documents_are_searched_by_page(any_rt: Runtime) -> None:
+    ds = knowledge.create_dataset(any_rt, "default", "pdfs", None)
     pdf = tiny_pdf([["Warranty lasts two years."], ["Batteries are covered for one year."]])
-    doc = knowledge.add_document(kb_rt, "default", ds["id"], "warranty.pdf", pdf)
+    doc = knowledge.add_document(any_rt, "default", ds["id"], "warranty.pdf", pdf)
     assert doc["content_type"] == "application/pdf" and doc["chunks"] == 2
-    (hit,) = knowledge.search(kb_rt, "default", "batteries", [ds["id"]], 3)
+    (hit,) = knowledge.search(any_rt, "default", "batteries", [ds["id"]], 3)
     assert hit["source"] == "warranty.pdf, p. 2"
 
 
-def test_datasets_belong_to_their_tenant(kb_rt: Runtime) -> None:
-    ds = _kb(kb_rt)
+def test_datasets_belong_to_their_tenant(any_rt: Runtime) -> None:
+    ds = _kb(any_rt)
     with pytest.raises(NotFound):
-        knowledge.search(kb_rt, "other", "refund", [ds], 3)
-    assert knowledge.search(kb_rt, "other", "refund", [], 3) == []
+        knowledge.search(any_rt, "other", "refund", [ds], 3)
+    assert knowledge.search(any_rt, "other", "refund", [], 3) == []
     with pytest.raises(NotFound):
-        knowledge.add_document(kb_rt, "other", ds, "x.txt", b"hello")
+        knowledge.add_document(any_rt, "other", ds, "x.txt", b"hello")
 
 
 def test_empty_documents_are_refused(sqlite_rt: Runtime) -> None:
@@ -125,7 +108,7 @@ def test_empty_documents_are_refused(sqlite_rt: Runtime) -> None:
 
 def _tool_result(rt: Runtime, run_id: str) -> Any:
     with rt.engine.connect() as conn:
-        (c,) = repo.list_tool_calls(conn, run_id)
+        (c,) = call_store.list_tool_calls(conn, run_id)
     return c
 
 
@@ -227,14 +210,14 @@ def _system_and_user(llm: FakeLLMServer) -> tuple[str, str]:
 
 
 def test_a_chat_agent_answers_with_quotes_from_its_dataset(
-    kb_rt: Runtime, stub: StubBroker, llm: FakeLLMServer
+    any_rt: Runtime, stub: StubBroker, llm: FakeLLMServer
 ) -> None:
-    _kb(kb_rt)
+    _kb(any_rt)
     run_id = submit(
-        kb_rt, _chat(llm, dataset="handbook", dataset_k=2), "How many days do I have for a refund?"
+        any_rt, _chat(llm, dataset="handbook", dataset_k=2), "How many days do I have for a refund?"
     )
-    stub.drain(kb_rt)
-    assert run(kb_rt, run_id)["status"] == "completed"
+    stub.drain(any_rt)
+    assert run(any_rt, run_id)["status"] == "completed"
     system, user = _system_and_user(llm)
     assert "Customers may ask for a refund within 30 days of delivery." in system
     assert "[1] Source: handbook.md › Handbook" in system
@@ -290,49 +273,8 @@ def test_a_chat_agent_tool_with_a_dataset_quotes_it(
 # --- hybrid ranking with embeddings --------------------------------------------------------------
 
 
-class _Embeddings:
-    """An OpenAI-compatible /embeddings endpoint: a bag of topic words as the vector."""
-
-    TOPICS = ("refund", "money", "ship", "deliver", "password", "gift")
-
-    def __init__(self) -> None:
-        outer = self
-        self.calls = 0
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                outer.calls += 1
-                data = [
-                    {"index": i, "embedding": outer.vector(t)} for i, t in enumerate(body["input"])
-                ]
-                payload = json.dumps({"data": data, "model": body["model"]}).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def vector(self, text: str) -> list[float]:
-        low = text.lower()
-        synonyms = {"money back": "refund", "reimburse": "refund", "parcel": "ship"}
-        for word, topic in synonyms.items():
-            low = low.replace(word, topic)
-        return [float(low.count(t)) + 0.01 for t in self.TOPICS]
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-
 def test_hybrid_search_finds_passages_without_the_keywords(sqlite_rt: Runtime) -> None:
-    emb = _Embeddings()
+    emb = Embeddings()
     try:
         sqlite_rt.profiles["emb"] = ModelProfile(name="emb", base_url=emb.url, model="bow")
         sqlite_rt.settings.embeddings_profile = "emb"

@@ -19,7 +19,8 @@ from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.errors import Conflict, NotFound
 from shared.llm.fake_server import FakeLLMServer
-from shared.store import repo
+from shared.store import records
+from shared.store import runs as run_store
 from shared.store.tables import messages, runs
 from tests.support import RoundsModel, requests_per_round
 
@@ -57,7 +58,7 @@ def _submit(rt: Runtime, spec: AgentSpec, text: str = "go", thread: str | None =
 
 def _run(rt: Runtime, run_id: str) -> Any:
     with rt.engine.connect() as conn:
-        record = repo.get_run(conn, run_id)
+        record = run_store.get_run(conn, run_id)
     assert record is not None
     return record
 
@@ -72,7 +73,7 @@ def _rows(rt: Runtime, run_id: str | None = None) -> int:
 
 def _roles(rt: Runtime, run_id: str) -> list[str]:
     with rt.engine.connect() as conn:
-        return [m["role"] for m in repo.list_messages(conn, run_id)]
+        return [m["role"] for m in records.list_messages(conn, run_id)]
 
 
 def _valid_transcript(roles: list[str]) -> None:
@@ -108,7 +109,7 @@ def test_outage_with_no_wait_fails_and_resume_completes_without_repeating(
     assert counts[8] == 3 and all(counts[k] == 1 for k in range(9, 21)), counts
     _valid_transcript(_roles(sqlite_rt, run_id))
     with sqlite_rt.engine.connect() as conn:
-        evs = [e for e in repo.list_events(conn, run_id) if e["type"] == "run.resumed"]
+        evs = [e for e in records.list_events(conn, run_id) if e["type"] == "run.resumed"]
     assert evs[0]["data"]["by"] == {"tenant": "default", "key_id": "key_test"}
     assert evs[0]["data"]["from_status"] == "failed"
 
@@ -125,7 +126,7 @@ def test_outage_waits_holding_nothing_and_completes_when_the_provider_returns(
     assert waiting["status"] == "waiting", waiting["error"]
     pending = waiting["pending"]
     assert pending["kind"] == "provider" and pending["profile"] == "inline"
-    assert pending["retry_at"] == waiting["wake_at"] > repo.now()
+    assert pending["retry_at"] == waiting["wake_at"] > run_store.now()
     assert not stub.queue and waiting["lease_owner"] is None  # no message, no lease
     assert reap(sqlite_rt).resent == 0 and not stub.queue  # not due yet: nothing re-sent
 
@@ -137,14 +138,14 @@ def test_outage_waits_holding_nothing_and_completes_when_the_provider_returns(
     assert len(llm.bodies) == before + 1
     assert again["status"] == "waiting" and again["pending"]["tries"] == 2
     assert again["pending"]["since"] == pending["since"]
-    assert again["wake_at"] - repo.now() > outage.retry_delay(sqlite_rt.settings, 1)
+    assert again["wake_at"] - run_store.now() > outage.retry_delay(sqlite_rt.settings, 1)
 
     key = pending["key"]  # a fleet-wide pause of the profile: not tried before it ends
     sqlite_rt.limiter.pause(key, 30)
     _due_now(sqlite_rt, run_id)
     reap(sqlite_rt)
     assert not stub.queue and len(llm.bodies) == before + 1
-    assert _run(sqlite_rt, run_id)["wake_at"] >= repo.now() + 25
+    assert _run(sqlite_rt, run_id)["wake_at"] >= run_store.now() + 25
 
     model.down = False
     sqlite_rt.limiter.pause(key, 0)
@@ -169,9 +170,9 @@ def test_the_wait_ends_failed_after_provider_wait_s(
     stub.drain(sqlite_rt)
     assert _run(sqlite_rt, run_id)["status"] == "waiting"
     with sqlite_rt.engine.begin() as conn:  # the outage began 61 s ago
-        row = repo.load_run(conn, run_id)
+        row = run_store.load_run(conn, run_id)
         assert row is not None and row.pending is not None
-        pending = {**row.pending, "since": repo.now() - 61}
+        pending = {**row.pending, "since": run_store.now() - 61}
         conn.execute(sa.update(runs).where(runs.c.id == run_id).values(pending=pending, wake_at=0))
     reap(sqlite_rt)
     stub.drain(sqlite_rt)
@@ -198,7 +199,7 @@ def _step(rt: Runtime, stub: StubBroker) -> None:
 
 def _due_now(rt: Runtime, run_id: str) -> None:
     with rt.engine.begin() as conn:
-        conn.execute(sa.update(runs).where(runs.c.id == run_id).values(wake_at=repo.now() - 1))
+        conn.execute(sa.update(runs).where(runs.c.id == run_id).values(wake_at=run_store.now() - 1))
 
 
 def test_resume_on_another_profile(stub: StubBroker, sqlite_rt: Runtime) -> None:
@@ -259,7 +260,7 @@ def test_resume_of_a_cancelled_run_repairs_its_open_calls(
     done = _run(sqlite_rt, run_id)
     assert done["status"] == "completed"
     with sqlite_rt.engine.connect() as conn:
-        tools = [m["content"] for m in repo.list_messages(conn, run_id) if m["role"] == "tool"]
+        tools = [m["content"] for m in records.list_messages(conn, run_id) if m["role"] == "tool"]
     assert tools[0] == commands.CANCELLED_TEXT  # the model saw why round 1 had no result
 
 
@@ -296,7 +297,7 @@ def test_fork_shares_the_source_history_by_reference(
     assert own == 1 + 2 * 2 + 1  # its input, rounds 4-5 (assistant + tool), its answer
     assert _rows(sqlite_rt) == source_rows + own
     with sqlite_rt.engine.connect() as conn:
-        shown = repo.list_messages(conn, forked["id"])
+        shown = records.list_messages(conn, forked["id"])
     assert [m["run_id"] for m in shown].count(source) == 1 + 3 * 2
     assert _run(sqlite_rt, source)["version"] == src["version"]  # the source untouched
 
@@ -327,7 +328,7 @@ def test_cancelling_a_fork_leaves_its_source_alone(
     refork = lifecycle.fork_run(sqlite_rt, ME, source, lifecycle.ForkInput(2, answers=["red"]))
     stub.drain(sqlite_rt)  # answered differently after the source's own answer
     with sqlite_rt.engine.connect() as conn:
-        tools = [m for m in repo.list_messages(conn, refork["id"]) if m["role"] == "tool"]
+        tools = [m for m in records.list_messages(conn, refork["id"]) if m["role"] == "tool"]
     assert "red" in tools[1]["content"] and all("blue" not in t["content"] for t in tools)
 
 
@@ -360,7 +361,7 @@ def test_a_fork_of_a_fork_before_its_branch_point(
     grand = lifecycle.fork_run(sqlite_rt, ME, child["id"], lifecycle.ForkInput(1, input="c"))
     stub.drain(sqlite_rt)
     with sqlite_rt.engine.connect() as conn:
-        view = repo.list_messages(conn, grand["id"])
+        view = records.list_messages(conn, grand["id"])
     assert [m["content"] for m in view if m["role"] == "user"] == ["go", "c"]
     assert [m["run_id"] for m in view][:3] == [source] * 3  # round 1 of the source
     assert [m["role"] for m in view][:4] == ["user", "assistant", "tool", "user"]
@@ -447,7 +448,7 @@ def test_a_50_run_thread_stores_each_message_once(sqlite_rt: Runtime, stub: Stub
     assert own == 100
     assert _rows(sqlite_rt) <= 1.1 * own
     with sqlite_rt.engine.connect() as conn:
-        last = repo.list_messages(conn, ids[-1])
+        last = records.list_messages(conn, ids[-1])
     assert len(last) == 100
     assert [m["content"] for m in last if m["role"] == "user"] == [f"turn {i}" for i in range(50)]
     assert {m["kind"] for m in last[:-2]} == {"history"} and last[-1]["kind"] is None

@@ -125,7 +125,7 @@ def test_an_unreachable_server_is_a_warning_event_a_log_line_a_metric_and_a_note
     system text says which server's tools are missing."""
     from shared.engine import metrics
     from shared.llm.fake_server import FakeLLMServer
-    from shared.store import repo
+    from shared.store import records
     from shared.vocab import EventType
 
     before = metrics.MCP_UNAVAILABLE._value.get()
@@ -150,7 +150,7 @@ def test_an_unreachable_server_is_a_warning_event_a_log_line_a_metric_and_a_note
     assert system["role"] == "system" and system["content"].startswith("Book rooms.")
     assert "the tools of the MCP server(s) gone are unavailable" in system["content"]
     with rt.engine.connect() as conn:
-        [event] = repo.list_events_of(conn, run_id, [EventType.TOOL_UNAVAILABLE])
+        [event] = records.list_events_of(conn, run_id, [EventType.TOOL_UNAVAILABLE])
     data = event["data"]
     assert data["level"] == "warning" and data["round"] == 1
     assert data["servers"][0]["server"] == "gone"

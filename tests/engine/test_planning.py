@@ -11,7 +11,7 @@ from shared.engine.reaper import reap
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.errors import Conflict
-from shared.store import repo
+from shared.store import records
 from tests.engine.helpers import agent, call, due_work, model_rounds, run, submit, transcript
 
 ASK = {
@@ -166,7 +166,7 @@ def test_plan_is_part_of_every_checkpoint(sqlite_rt: Runtime, stub: StubBroker) 
     run_id = submit(sqlite_rt, _plan_ask_spec())
     stub.drain(sqlite_rt)
     with sqlite_rt.engine.connect() as conn:
-        evs = [e["type"] for e in repo.list_events(conn, run_id)]
+        evs = [e["type"] for e in records.list_events(conn, run_id)]
     assert "plan.updated" in evs
 
 

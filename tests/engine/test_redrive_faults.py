@@ -13,7 +13,7 @@ from shared.engine.reaper import reap
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.names import REAP_TASK, REAPER_QUEUE, ROUNDS_QUEUE, TASK_QUEUES, TOOLS_QUEUE
-from shared.store import repo
+from shared.store import runs as run_store
 from shared.store.tables import runs
 from tests.engine.helpers import agent, submit
 
@@ -71,7 +71,7 @@ def test_no_resend_while_the_queue_holds_messages(sqlite_rt: Runtime, stub: Stub
     assert _counter("treadle_reaper_redrives_total", what="round") == before + 1
     stub.drain(sqlite_rt)
     with sqlite_rt.engine.connect() as conn:
-        assert repo.load_run(conn, run_id).status.value == "completed"  # type: ignore[union-attr]
+        assert run_store.load_run(conn, run_id).status.value == "completed"  # type: ignore[union-attr]
 
 
 def test_a_lost_dispatch_is_resent_on_time_behind_a_backlog(
@@ -92,7 +92,7 @@ def test_a_lost_dispatch_is_resent_on_time_behind_a_backlog(
     assert reap(backlog).resent == 1 and stub.queue[0].run_id == run_id
     stub.drain(sqlite_rt)
     with sqlite_rt.engine.connect() as conn:
-        assert repo.load_run(conn, run_id).status.value == "completed"  # type: ignore[union-attr]
+        assert run_store.load_run(conn, run_id).status.value == "completed"  # type: ignore[union-attr]
 
 
 def test_resends_follow_the_redrive_interval_then_back_off(
@@ -187,7 +187,7 @@ def test_an_unreachable_fleet_limiter_follows_the_setting(
     opened = dataclasses.replace(sqlite_rt, limiter=down)  # the default: open
     stub.drain(opened)
     with sqlite_rt.engine.connect() as conn:
-        assert repo.load_run(conn, run_id).status.value == "completed"  # type: ignore[union-attr]
+        assert run_store.load_run(conn, run_id).status.value == "completed"  # type: ignore[union-attr]
 
 
 def test_a_commit_behind_a_held_row_is_tried_again_then_given_up() -> None:

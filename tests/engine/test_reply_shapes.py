@@ -13,7 +13,8 @@ import pytest
 from shared.engine import commands
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
-from shared.store import repo
+from shared.store import calls as call_store
+from shared.store import records
 from tests.engine.helpers import agent, call, run, submit
 
 KINDS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -66,8 +67,8 @@ def test_every_call_gets_exactly_one_tool_message(
     r = run(sqlite_rt, run_id)
     assert r["status"] == "completed", (r["status"], r["error"])
     with sqlite_rt.engine.connect() as conn:
-        messages = repo.list_messages(conn, run_id)
-        rows = repo.list_tool_calls(conn, run_id)
+        messages = records.list_messages(conn, run_id)
+        rows = call_store.list_tool_calls(conn, run_id)
     asked = [c["id"] for m in messages for c in m["tool_calls"] or []]
     answered = Counter(m["tool_call_id"] for m in messages if m["role"] == "tool")
     assert sorted(answered) == sorted(asked) and set(answered.values()) == {1}

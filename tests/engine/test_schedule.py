@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from shared.engine import commands, schedule
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
-from shared.store import repo
+from shared.store import runs as run_store
 from shared.store import schedules as store
 from shared.store.tables import crons
 from tests.engine.helpers import agent, run
@@ -23,7 +23,7 @@ def _scheduled(rt: Runtime, at: float) -> str:
 
 
 def test_a_scheduled_run_waits_for_its_time_then_runs(sqlite_rt: Runtime, stub: StubBroker) -> None:
-    now = repo.now()
+    now = run_store.now()
     run_id = _scheduled(sqlite_rt, now + 60)
     assert run(sqlite_rt, run_id)["status"] == "scheduled"
     assert stub.sent == []  # no broker message while scheduled
@@ -37,9 +37,9 @@ def test_a_scheduled_run_waits_for_its_time_then_runs(sqlite_rt: Runtime, stub: 
 
 
 def test_a_scheduled_run_can_be_cancelled(sqlite_rt: Runtime, stub: StubBroker) -> None:
-    run_id = _scheduled(sqlite_rt, repo.now() + 60)
+    run_id = _scheduled(sqlite_rt, run_store.now() + 60)
     assert commands.cancel_run(sqlite_rt, "default", run_id)["status"] == "cancelled"
-    assert schedule.release_due(sqlite_rt, repo.now() + 120) == 0
+    assert schedule.release_due(sqlite_rt, run_store.now() + 120) == 0
     assert stub.sent == []
 
 
@@ -55,12 +55,12 @@ def _cron(rt: Runtime, expr: str = "* * * * *", tz: str = "UTC") -> str:
         "next_fire": first,
     }
     with rt.engine.begin() as conn:
-        return store.insert_cron(conn, row, repo.now()).id
+        return store.insert_cron(conn, row, run_store.now()).id
 
 
 def _fired(rt: Runtime, cron_id: str) -> int:
     with rt.engine.connect() as conn:
-        runs = repo.list_runs(conn, "default", limit=1000)
+        runs = run_store.list_runs(conn, "default", limit=1000)
     return sum(1 for r in runs if (r["meta"] or {}).get("cron_id") == cron_id)
 
 
@@ -134,8 +134,8 @@ def _tenant_crons(rt: Runtime, tenant: str, n: int, first: float) -> list[str]:
             "schedule": "* * * * *",
             "timezone": "UTC",
             "next_fire": first,
-            "created_at": repo.now(),
-            "updated_at": repo.now(),
+            "created_at": run_store.now(),
+            "updated_at": run_store.now(),
         }
         for _ in range(n)
     ]
@@ -146,7 +146,7 @@ def _tenant_crons(rt: Runtime, tenant: str, n: int, first: float) -> list[str]:
 
 def _fired_of(rt: Runtime, tenant: str) -> int:
     with rt.engine.connect() as conn:
-        runs = repo.list_runs(conn, tenant, limit=10_000)
+        runs = run_store.list_runs(conn, tenant, limit=10_000)
     return sum(1 for r in runs if (r["meta"] or {}).get("cron_id"))
 
 

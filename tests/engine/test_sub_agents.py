@@ -14,7 +14,8 @@ from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.errors import Conflict
 from shared.llm.fake_server import FakeLLMServer, ReplySpec
-from shared.store import repo
+from shared.store import calls as call_store
+from shared.store import records
 from shared.store.tables import runs, usage
 from tests.engine.helpers import agent, call, due_work, run, submit, transcript
 
@@ -97,7 +98,7 @@ def test_two_sub_agents_run_as_children_and_join_in_call_order(
     assert transcript(sqlite_rt, kids[0]["id"])[0][:2] == ("user", "look A")
     # the cost rolls up: the parent's own model calls plus each child's whole cost
     with sqlite_rt.engine.connect() as conn:
-        calls = repo.list_tool_calls(conn, run_id)
+        calls = call_store.list_tool_calls(conn, run_id)
     assert [c["cost"] for c in calls] == [k["cost"] for k in kids]
     own = parent["cost"] - sum(k["cost"] for k in kids)
     assert all(k["cost"] > 0 for k in kids) and own > 0
@@ -115,7 +116,7 @@ def test_the_parent_holds_no_message_while_its_children_work(
     parent = run(sqlite_rt, run_id)
     assert (parent["status"], parent["open_calls"]) == ("running", 2)
     with sqlite_rt.engine.connect() as conn:
-        assert [c["status"] for c in repo.list_tool_calls(conn, run_id)] == ["child", "child"]
+        assert [c["status"] for c in call_store.list_tool_calls(conn, run_id)] == ["child", "child"]
     assert due_work(sqlite_rt, run_id) == 0  # only the children have work queued
     assert due_work(sqlite_rt, *[k["id"] for k in _children_of(sqlite_rt, run_id)]) == 2
 
@@ -206,7 +207,7 @@ def test_a_child_question_is_the_parents_pending_ask(sqlite_rt: Runtime, stub: S
     assert _tool_texts(sqlite_rt, run_id) == ["Booked Paris."]
     assert _tool_texts(sqlite_rt, kid["id"]) == ["## Which city?\nAnswer: Paris"]
     with sqlite_rt.engine.connect() as conn:
-        types = [e["type"] for e in repo.list_events(conn, run_id)]
+        types = [e["type"] for e in records.list_events(conn, run_id)]
     assert types.count("run.waiting") == 1 and "run.resumed" in types
 
 
@@ -550,7 +551,7 @@ def test_children_ending_together_on_postgresql(
         kids = _children_of(pg_rt, run_id)
         assert all(k["status"] in ("completed", "cancelled") for k in kids)
         with pg_rt.engine.connect() as conn:
-            statuses = [c["status"] for c in repo.list_tool_calls(conn, run_id)]
+            statuses = [c["status"] for c in call_store.list_tool_calls(conn, run_id)]
         assert statuses == ["done"] * 4
         if parent["status"] == "completed":
             assert _tool_texts(pg_rt, run_id) == ["kid done"] * 4
@@ -595,9 +596,9 @@ def test_a_parent_on_a_thread_ended_by_its_childs_join_releases_the_next_run(
 def test_children_started_together_share_the_parents_budget(
     sqlite_rt: Runtime, stub: StubBroker
 ) -> None:
-    # a child's budget is what its parent has left, reserved when it starts: three children
-    # that each try to spend everything never take the parent past its max_cost by more than
-    # one model call's cost (the call that crosses it)
+    # a child's budget is what its parent has left, reserved when it starts, and each call
+    # reserves its worst case first (docs/cost.md): three children that each try to spend
+    # everything never take the parent past its max_cost
     cheap = {"tiers": [{"input": 0.05, "output": 0.05}]}
     spender = {
         "kind": "agent",
@@ -622,7 +623,7 @@ def test_children_started_together_share_the_parents_budget(
         ],
         tools=[_tool("a", spender), _tool("b", spender), _tool("c", spender)],
         parallel_tools=3,
-        budget={"max_cost": 0.01},
+        budget={"max_cost": 0.2},
         model_extra={"pricing": cheap},
     )
     run_id = submit(sqlite_rt, spec, "go")
@@ -638,6 +639,6 @@ def test_children_started_together_share_the_parents_budget(
         )
     total = sum(costs)
     assert parent["cost"] == pytest.approx(total)
-    assert total <= 0.01 + max(costs) + 1e-9, (total, max(costs))
+    assert total <= 0.2 + 1e-9, total
     assert sum(1 for k in kids if k["stop_reason"] == "budget_cost") >= 2
     assert len(costs) > 4  # the children did spend: the budget, not a bug, stopped them

@@ -17,7 +17,8 @@ from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.errors import Conflict, NotFound
 from shared.llm.fake_server import FakeLLMServer, ReplySpec
-from shared.store import repo
+from shared.store import records
+from shared.store import runs as run_store
 from shared.store.tables import runs
 
 
@@ -58,12 +59,12 @@ def _submit(rt: Runtime, spec: AgentSpec, text: str, thread_id: str | None = Non
 
 def _run(rt: Runtime, run_id: str) -> Any:
     with rt.engine.connect() as conn:
-        return repo.get_run(conn, run_id)
+        return run_store.get_run(conn, run_id)
 
 
 def _messages(rt: Runtime, run_id: str) -> list[tuple[str, str, str | None]]:
     with rt.engine.connect() as conn:
-        rows = repo.list_messages(conn, run_id)
+        rows = records.list_messages(conn, run_id)
     return [(m["role"], str(m["content"]), m["kind"]) for m in rows]
 
 
@@ -158,7 +159,7 @@ def test_enqueue_holds_the_new_run_until_the_active_one_ends(
         ("assistant", "Rome.", None),
     ]
     with sqlite_rt.engine.connect() as conn:
-        types = [e["type"] for e in repo.list_events(conn, second)]
+        types = [e["type"] for e in records.list_events(conn, second)]
     assert types[:2] == ["run.queued", "run.released"]
 
 
@@ -303,7 +304,7 @@ def test_reject_refuses_a_run_on_a_busy_thread(sqlite_rt: Runtime, stub: StubBro
     stub.drain(sqlite_rt)
     assert [m[1] for m in _messages(sqlite_rt, later)] == ["q1", "a1", "q3", "a3"]
     with sqlite_rt.engine.connect() as conn:
-        assert len(repo.list_runs(conn, "default", thread_id=tid)) == 2
+        assert len(run_store.list_runs(conn, "default", thread_id=tid)) == 2
 
 
 # --- multitask: interrupt --------------------------------------------------------------
@@ -345,7 +346,7 @@ def test_interrupt_cancels_the_active_run_and_repairs_its_tool_calls(
         ("assistant", None),
     ]
     with sqlite_rt.engine.connect() as conn:
-        cancelled = [e for e in repo.list_events(conn, first) if e["type"] == "run.cancelled"]
+        cancelled = [e for e in records.list_events(conn, first) if e["type"] == "run.cancelled"]
     assert cancelled[0]["data"] == {"interrupted_by": second}
 
 
@@ -367,7 +368,7 @@ def test_the_reaper_never_starts_a_held_run(sqlite_rt: Runtime, stub: StubBroker
     second = _submit(sqlite_rt, _scripted("a2"), "q2", tid)
     stub.queue.clear()
     with sqlite_rt.engine.begin() as conn:  # long idle: the orphan pass looks at queued runs
-        conn.execute(sa.update(runs).values(updated_at=repo.now() - 3600))
+        conn.execute(sa.update(runs).values(updated_at=run_store.now() - 3600))
     reap(sqlite_rt)
     assert second not in {d.run_id for d in stub.queue}
     assert _run(sqlite_rt, second)["held"]

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
-from shared.store import repo
+from shared.store import records
 from shared.store.tables import messages, tool_calls
 from tests.engine.helpers import agent, call, model_rounds, run, submit, transcript
 
@@ -234,7 +234,9 @@ def test_context_checkpoint_when_history_passes_80_percent(
     assert model_rounds(sqlite_rt, run_id, "compress") >= 1
     assert r["view_start"] > 0
     with sqlite_rt.engine.connect() as conn:
-        ckpts = [m for m in repo.list_messages(conn, run_id) if m["kind"] == "context_checkpoint"]
+        ckpts = [
+            m for m in records.list_messages(conn, run_id) if m["kind"] == "context_checkpoint"
+        ]
     assert ckpts and "<context_checkpoint>" in ckpts[-1]["content"]
     assert model_rounds(sqlite_rt, run_id) == 9
 

@@ -18,7 +18,7 @@ from shared.agent.spec import ModelProfile
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.llm.profiles import make_model
-from shared.store import repo
+from shared.store import runs as run_store
 
 
 @pytest.fixture
@@ -70,7 +70,7 @@ def test_the_run_stores_the_requests_context(
         run = client.post("/v1/runs", json={"agent": "demo", "input": "hi"}).json()
     api = next(s for s in spans.get_finished_spans() if s.name == "POST /v1/runs")
     with sqlite_rt.engine.connect() as conn:
-        stored = repo.run_trace(conn, run["id"])
+        stored = run_store.run_trace(conn, run["id"])
     assert stored is not None
     _, trace_id, span_id, _ = stored["traceparent"].split("-")
     assert (trace_id, span_id) == (_hex(api.context.trace_id, 32), _hex(api.context.span_id))
@@ -154,7 +154,7 @@ def test_a_clients_trace_context_is_joined_only_with_the_trace_scope(
             made = client.post("/v1/runs", json={"agent": "demo", "input": "hi"}, headers=headers)
             assert made.status_code == 201, made.text
             with secure.engine.connect() as conn:
-                stored[who] = repo.run_trace(conn, made.json()["id"])
+                stored[who] = run_store.run_trace(conn, made.json()["id"])
     api = [s for s in spans.get_finished_spans() if s.name == "POST /v1/runs"]
     assert len(api) == 2
     own, joined = api

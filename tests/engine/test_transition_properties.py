@@ -30,7 +30,9 @@ from shared.engine.reaper import reap
 from shared.engine.runtime import Dispatch, Runtime
 from shared.engine.testing import StubBroker
 from shared.errors import Conflict
-from shared.store import repo
+from shared.store import calls as call_store
+from shared.store import records
+from shared.store import runs as run_store
 from shared.store.rows import FINAL, CallStatus, Status
 from shared.store.tables import metadata
 from tests.engine.helpers import agent, call, submit
@@ -141,10 +143,10 @@ def _drain(rt: Runtime, broker: Remembering) -> None:
 def _check(rt: Runtime, run_ids: list[str], ended: bool = False) -> None:
     with rt.engine.connect() as conn:
         for run_id in run_ids:
-            run = repo.load_run(conn, run_id)
+            run = run_store.load_run(conn, run_id)
             assert run is not None
-            msgs = repo.list_messages(conn, run_id)
-            calls = repo.list_tool_calls(conn, run_id)
+            msgs = records.list_messages(conn, run_id)
+            calls = call_store.list_tool_calls(conn, run_id)
             _one_reply_per_round(msgs)
             _open_calls_match(run, calls)
             _every_call_answered_once(msgs, closed=run.status in FINAL)

@@ -22,7 +22,8 @@ from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.engine.webhooks import MAX_GAP, next_attempt_at
 from shared.errors import SpecError
-from shared.store import deliveries, repo
+from shared.store import deliveries
+from shared.store import runs as run_store
 from shared.store.deliveries import Attempt
 from shared.store.tables import events, outbox
 from tests.engine.helpers import agent, call
@@ -249,7 +250,7 @@ def test_a_down_receiver_does_not_slow_the_run(rt: Runtime, stub: StubBroker, mo
         run_id = _submit(rt, spec, webhook=WebhookSpec(url=url, events=["round.started"]))
         elapsed, worker = _run_with_webhook_worker(rt, stub)
         with rt.engine.connect() as conn:
-            assert repo.get_run(conn, run_id)["status"] == "completed"  # type: ignore[index]
+            assert run_store.get_run(conn, run_id)["status"] == "completed"  # type: ignore[index]
         # three deliveries hang 5 s each: a run that waited on them would take 15 s
         assert elapsed < 3.0, f"the run took {elapsed:.2f}s"
         worker.join(timeout=30)

@@ -78,6 +78,26 @@ AGENTS: dict[str, dict[str, Any]] = {
         ),
     },
     "it-slow": {"kind": "chat", "model": _scripted({"text": "too late", "sleep": 4})},
+    # /mcp and /a2a: a model that takes 30 s (a long run), structured output, an approval
+    "it-30s": {"kind": "chat", "model": _scripted({"text": "Finally done.", "sleep": 30})},
+    "it-struct": {
+        "kind": "agent",
+        "output_schema": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "temp_c": {"type": "integer"}},
+            "required": ["city", "temp_c"],
+        },
+        "model": _scripted({"text": '{"city": "Paris", "temp_c": 21}'}),
+    },
+    "it-approve": {
+        "kind": "agent",
+        "guarded": True,
+        "tools": ["write_thing"],
+        "model": _scripted(
+            {"tool_calls": [{"id": "w1", "name": "write_thing", "arguments": {"item": "A"}}]},
+            {"text": "Wrote A."},
+        ),
+    },
     "it-long": {
         "kind": "chat",
         "model": _scripted({"text": " ".join(f"word{i}" for i in range(40)), "sleep": 0.5}),
@@ -113,6 +133,7 @@ def _env(tmp: Path, receiver: Receiver) -> dict[str, str]:
             "TREADLE_WEBHOOK_SECRET_ENV": "INTEROP_HOOK_SECRET",
             "INTEROP_HOOK_SECRET": SECRET,
             "TREADLE_REAPER_INTERVAL": "1",
+            "TREADLE_CALL_WAIT_S": "5",  # /mcp, /a2a: a run still going after 5 s is a handle
         }
     )
     return env

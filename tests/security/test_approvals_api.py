@@ -9,7 +9,8 @@ from fastapi.testclient import TestClient
 
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
-from shared.store import keys, repo
+from shared.store import calls as call_store
+from shared.store import keys, records
 from tests.security.conftest import bearer
 
 GUARDED: dict[str, Any] = {
@@ -61,8 +62,8 @@ def test_decisions_over_the_api_record_the_approvers_key(
     assert ok.status_code == 200, ok.text
     stub.drain(secure_rt)
     with secure_rt.engine.connect() as conn:
-        calls = {c.call_id: c for c in repo.list_tool_calls(conn, run["id"])}
-        resumed = [e for e in repo.list_events(conn, run["id"]) if e["type"] == "run.resumed"]
+        calls = {c.call_id: c for c in call_store.list_tool_calls(conn, run["id"])}
+        resumed = [e for e in records.list_events(conn, run["id"]) if e["type"] == "run.resumed"]
     assert (calls["w1"].data or {})["decision"]["by"] == made.key.id
     assert (calls["w2"].data or {})["decision"]["message"] == "no B"
     assert resumed[0]["data"]["by"] == made.key.id

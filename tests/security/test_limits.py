@@ -14,7 +14,7 @@ from scheduler.app import create_app
 from shared.agent.spec import ModelProfile
 from shared.config import Settings
 from shared.engine.runtime import Runtime
-from shared.store import repo
+from shared.store import runs as run_store
 from tests.security.conftest import MakeKey, bearer, row_counts, with_settings
 
 CHAT = {"kind": "chat", "model": "demo"}
@@ -266,7 +266,7 @@ def test_timeouts_retries_and_budgets_are_bounded(secure_rt: Runtime, make_key: 
         got = client.post("/v1/runs", json={"agent": ok, "input": "x"}, headers=bearer(key))
         assert got.status_code == 201, got.text
     with rt.engine.connect() as conn:
-        stored = repo.get_run(conn, got.json()["id"], "acme")
+        stored = run_store.get_run(conn, got.json()["id"], "acme")
     assert stored is not None
     model = stored["agent"]["model"]  # defaults over a maximum are lowered to it
     assert (model["timeout_read"], model["timeout_total"], model["timeout_connect"]) == (30, 30, 10)
@@ -470,12 +470,12 @@ def test_the_n_plus_first_cron_agent_and_version_are_refused(
             client.put("/v1/agents/a0", json={"spec": CHAT}, headers=bearer(acme)).status_code
             for _ in range(2)
         ]
-    assert third.status_code == 403 and third.json()["error"]["code"] == "quota_exceeded"
+    assert third.status_code == 409 and third.json()["error"]["code"] == "quota_exceeded"
     assert "TREADLE_MAX_CRONS" in third.json()["error"]["message"]
-    assert lg.status_code == 403, lg.text
+    assert lg.status_code == 409, lg.text
     assert often.status_code == 422 and "TREADLE_CRON_MIN_INTERVAL_S" in often.text
-    assert agents == [201, 201, 403]
-    assert versions == [200, 403]  # version 2 is the most an agent may have
+    assert agents == [201, 201, 409]
+    assert versions == [200, 409]  # version 2 is the most an agent may have
 
 
 def test_pdf_readers_wait_for_the_workers_slots() -> None:

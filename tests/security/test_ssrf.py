@@ -22,7 +22,8 @@ from shared.engine.testing import StubBroker
 from shared.errors import FatalModelError
 from shared.llm.fake_server import FakeLLMServer
 from shared.llm.profiles import close_http_clients, make_model
-from shared.store import repo
+from shared.store import calls as call_store
+from shared.store import runs as run_store
 from shared.tools.netguard import check_url
 from tests.engine.helpers import agent, call, submit
 from tests.llm.helpers import request
@@ -49,8 +50,8 @@ def _tool_result(rt: Runtime, stub: StubBroker, spec: Any) -> str:
     run_id = submit(rt, spec)
     stub.drain(rt)
     with rt.engine.connect() as conn:
-        assert repo.get_run(conn, run_id)["status"] == "completed"  # type: ignore[index]
-        [c] = repo.list_tool_calls(conn, run_id)
+        assert run_store.get_run(conn, run_id)["status"] == "completed"  # type: ignore[index]
+        [c] = call_store.list_tool_calls(conn, run_id)
     return str(c["result"])
 
 

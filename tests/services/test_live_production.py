@@ -18,7 +18,7 @@ from shared.engine.reaper import reap
 from shared.engine.runtime import Runtime
 from shared.isotime import epoch
 from shared.llm.fake_server import FakeLLMServer, ReplySpec
-from shared.store import deliveries, repo
+from shared.store import deliveries, records
 from tests.engine.helpers import agent, call
 from tests.live import ApiServer, Frame, read_sse
 from tests.receiver import Receiver
@@ -79,7 +79,7 @@ def test_sse_across_processes_reconnect_exactly_once(
     frames, _ = read_sse(url, last_event_id=seen[-1].id)
     seen += _durable(frames)
     with live_rt.engine.connect() as conn:
-        expected = [(e["seq"], e["type"]) for e in repo.list_events(conn, run_id)]
+        expected = [(e["seq"], e["type"]) for e in records.list_events(conn, run_id)]
     assert seen[-1].event == "run.completed"
     assert [(f.id, f.event) for f in seen] == expected
     assert sum(t == "tool.started" for _, t in expected) == 9

@@ -14,7 +14,7 @@ from shared.config import Settings
 from shared.engine import commands, retention
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
-from shared.store import repo
+from shared.store import runs as run_store
 from shared.store.tables import runs
 from tests.support import knob, references
 
@@ -62,7 +62,7 @@ def test_purging_runs_gives_the_space_back(pg_url: str, pg_engine: sa.engine.Eng
         sample = {str(i) for i in conn.execute(sa.select(runs.c.id).limit(20)).scalars()}
     full = _size(pg_engine)
     started = time.monotonic()
-    report = retention.purge(rt, older_than_s=0.0, now=repo.now() + 1, max_batches=10_000)
+    report = retention.purge(rt, older_than_s=0.0, now=run_store.now() + 1, max_batches=10_000)
     took = time.monotonic() - started
     after = _size(pg_engine)
     print(

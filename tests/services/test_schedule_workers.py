@@ -19,7 +19,7 @@ from scheduler.app import create_app
 from shared.engine import commands, schedule
 from shared.engine.reaper import reap
 from shared.engine.runtime import Runtime
-from shared.store import repo
+from shared.store import runs as run_store
 from shared.store import schedules as store
 from shared.store.tables import cron_fires, events
 from tests.support import WorkerProcs, wait_for
@@ -96,7 +96,7 @@ def _cron(rt: Runtime) -> str:
         "next_fire": 0.0,
     }
     with rt.engine.begin() as conn:
-        return store.insert_cron(conn, row, repo.now()).id
+        return store.insert_cron(conn, row, run_store.now()).id
 
 
 def test_two_processes_never_fire_a_slot_twice(prod_rt: Runtime) -> None:

@@ -17,7 +17,7 @@ from shared.engine.children import child_run_id
 from shared.engine.runtime import Runtime
 from shared.llm.fake_server import FakeLLMServer
 from shared.priorities import queue_keys
-from shared.store import repo
+from shared.store import records
 from shared.store.tables import outbox, usage
 from tests.support import WorkerProcs, wait_for
 
@@ -47,7 +47,7 @@ def _status(client: TestClient, run_id: str, *wanted: str, timeout: float = 40) 
 def _interval(rt: Runtime, run_id: str) -> tuple[float, float]:
     """From the child's first round start to its completion (durable event times)."""
     with rt.engine.connect() as conn:
-        events = repo.list_events(conn, run_id)
+        events = records.list_events(conn, run_id)
     start = min(e["created_at"] for e in events if e["type"] == "round.started")
     end = max(e["created_at"] for e in events if e["type"] == "run.completed")
     return start, end

@@ -15,7 +15,7 @@ from shared.agent.spec import AgentSpec
 from shared.engine import commands, threads
 from shared.engine.runtime import Runtime
 from shared.errors import Conflict
-from shared.store import repo
+from shared.store import records
 from shared.store import threads as thread_store
 from tests.support import WorkerProcs, wait_for
 
@@ -130,7 +130,7 @@ def _check_sequential(rt: Runtime, runs: list[Any]) -> None:
     seen: list[str] = []
     with rt.engine.connect() as conn:
         for run in runs:
-            msgs = repo.list_messages(conn, run["id"])
+            msgs = records.list_messages(conn, run["id"])
             if run["held"]:  # cancelled before it started
                 assert run["status"] == "cancelled" and msgs == []
                 continue

@@ -25,7 +25,7 @@ from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.errors import CallCancelled, ToolError
 from shared.llm.abort import Abort
-from shared.store import repo
+from shared.store import calls as call_store
 from shared.tools import ToolContext, sandbox, seccomp
 from shared.tools.sandbox import RUN_PYTHON, Limits, SandboxResult, format_result, run_sandboxed
 from tests.engine.helpers import call, run, transcript
@@ -404,7 +404,7 @@ def test_a_run_goes_on_after_each_sandbox_failure(sqlite_rt: Runtime, stub: Stub
     assert tools[3].startswith("[exit code 0;") and "--- stdout ---\n6" in tools[3]
     assert "--- file sum.csv (6 bytes) ---\nsum\n6" in tools[3]
     with sqlite_rt.engine.connect() as conn:
-        calls = repo.list_tool_calls(conn, row["id"])
+        calls = call_store.list_tool_calls(conn, row["id"])
     assert [c["read_only"] for c in calls] == [True] * 4
 
 

@@ -13,7 +13,7 @@ DOC = {"type": "run.completed", "data": {"run_id": "r"}}
 
 def test_the_composition_root_installs_the_facade_renderers() -> None:
     install_renderers()
-    assert set(RENDERERS) == {"langgraph", "openai"}
+    assert set(RENDERERS) == {"langgraph", "openai", "a2a"}
     assert all(deliveries._renderers[name] is fn for name, fn in RENDERERS.items())
 
 

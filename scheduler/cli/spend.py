@@ -1,0 +1,94 @@
+"""``treadle spend``: the tenant's spend envelopes (docs/cost.md) over the API.
+
+``treadle spend`` lists them (spent, reserved by calls in flight, left, period);
+``treadle spend set SCOPE KEY --cap 5 --period month [--fail]`` creates or changes one
+(``tenant -``, ``agent NAME``, ``cron ID``); ``treadle spend delete SCOPE KEY`` removes one.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from scheduler.cli.runs import DEFAULT_URL, JsonOpt, KeyOpt, UrlOpt, api
+
+__all__ = ["register", "spend_app"]
+
+console = Console()
+spend_app = typer.Typer(help="Spend envelopes: list, set, delete", invoke_without_command=True)
+Scope = Literal["tenant", "agent", "cron"]
+
+
+def _table(envelopes: list[dict[str, Any]]) -> Table:
+    table = Table("scope", "key", "period", "cap", "spent", "reserved", "left", "ends", "on exceed")
+    for e in envelopes:
+        table.add_row(
+            e["scope"],
+            e["key"],
+            e["period"],
+            f"{e['cap']:g}",
+            f"{e['spent']:.6f}",
+            f"{e['reserved']:.6f}",
+            f"{e['left']:.6f}",
+            e["period_end"],
+            e["on_exceed"],
+        )
+    return table
+
+
+@spend_app.callback()
+def show(
+    ctx: typer.Context,
+    url: UrlOpt = DEFAULT_URL,
+    key: KeyOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List the envelopes with what is spent and reserved in their current period."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with api(url, key) as client:
+        envelopes = client.request("GET", "/v1/spend")["envelopes"]
+    if as_json:
+        typer.echo(json.dumps(envelopes, indent=2))
+    elif not envelopes:
+        console.print("no spend envelopes")
+    else:
+        console.print(_table(envelopes))
+
+
+@spend_app.command("set")
+def set_envelope(
+    scope: Annotated[Scope, typer.Argument(help="tenant, agent or cron")],
+    name: Annotated[str, typer.Argument(help="'-' for the tenant; the agent's name; a cron id")],
+    cap: Annotated[float, typer.Option("--cap", min=0, help="what may be spent a period")],
+    period: Annotated[str, typer.Option("--period", help="day or month")] = "month",
+    fail: Annotated[bool, typer.Option("--fail", help="fail runs at the cap (else: wait)")] = False,
+    url: UrlOpt = DEFAULT_URL,
+    key: KeyOpt = None,
+) -> None:
+    """Create or change an envelope (runs waiting for one go on)."""
+    body = {"cap": cap, "period": period, "on_exceed": "fail" if fail else "wait"}
+    with api(url, key) as client:
+        envelope = client.request("PUT", f"/v1/spend/{scope}/{name}", json=body)
+    console.print(_table([envelope]))
+
+
+@spend_app.command("delete")
+def delete_envelope(
+    scope: Annotated[Scope, typer.Argument(help="tenant, agent or cron")],
+    name: Annotated[str, typer.Argument(help="'-' for the tenant; the agent's name; a cron id")],
+    url: UrlOpt = DEFAULT_URL,
+    key: KeyOpt = None,
+) -> None:
+    """Remove an envelope."""
+    with api(url, key) as client:
+        client.request("DELETE", f"/v1/spend/{scope}/{name}")
+    console.print(f"deleted the {scope} envelope {name}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(spend_app, name="spend")

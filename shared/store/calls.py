@@ -1,0 +1,242 @@
+"""A run's tool calls (``tool_calls``): the rows a round's reply makes, their claims by tool
+tasks (an attempt counted, a lease owned, a fence checked before an effect), the values set
+on them (``set_calls``) and the next pending call of a windowed batch. A row another
+transaction holds is skipped (``SKIP LOCKED``), never waited for."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from shared.store.rows import Call, CallStatus, Run
+from shared.store.runs import live
+from shared.store.tables import runs, tool_calls
+
+__all__ = [
+    "calls_params",
+    "calls_update",
+    "values_shape",
+    "call_and_run",
+    "call_ids_among",
+    "claim_call",
+    "get_call",
+    "holds_call",
+    "insert_calls",
+    "list_tool_calls",
+    "next_pending",
+    "queue_calls",
+    "round_of_call",
+    "set_calls",
+]
+
+
+_INSERT_CALLS = sa.insert(tool_calls)
+
+
+def insert_calls(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    if rows:
+        conn.execute(_INSERT_CALLS, list(rows))
+
+
+_CALLS = (
+    sa.select(tool_calls)
+    .where(tool_calls.c.run_id == sa.bindparam("b_run"))
+    .order_by(tool_calls.c.round, tool_calls.c.idx)
+)
+
+_CALLS_OF_ROUND = _CALLS.where(tool_calls.c.round == sa.bindparam("b_round"))
+
+_CALL = sa.select(tool_calls).where(
+    tool_calls.c.run_id == sa.bindparam("b_run"), tool_calls.c.call_id == sa.bindparam("b_call")
+)
+
+_ROUND_OF_CALL = _CALLS.where(
+    tool_calls.c.round
+    == sa.select(tool_calls.c.round)
+    .where(
+        tool_calls.c.run_id == sa.bindparam("b_run"),
+        tool_calls.c.call_id == sa.bindparam("b_call"),
+    )
+    .scalar_subquery()
+)
+
+
+def list_tool_calls(conn: Connection, run_id: str, round_: int | None = None) -> list[Call]:
+    q = _CALLS if round_ is None else _CALLS_OF_ROUND
+    rows = conn.execute(q, {"b_run": run_id, "b_round": round_}).mappings()
+    return [Call.of(r) for r in rows]
+
+
+_CALL_COLUMNS = [c.label(f"call_{c.name}") for c in tool_calls.c]
+
+
+def call_and_run(conn: Connection, run_id: str, call_id: str) -> tuple[Run, Call] | None:
+    """A tool call and its run, in one read (what a tool task starts from)."""
+    q = (
+        sa.select(runs, *_CALL_COLUMNS)
+        .join(tool_calls, tool_calls.c.run_id == runs.c.id)
+        .where(runs.c.id == run_id, tool_calls.c.call_id == call_id)
+    )
+    row = conn.execute(q).mappings().first()
+    if row is None:
+        return None
+    call = {c.name: row[f"call_{c.name}"] for c in tool_calls.c}
+    return Run.of(row), Call.of(call)
+
+
+def call_ids_among(conn: Connection, run_id: str, ids: Sequence[str]) -> set[str]:
+    """Which of ``ids`` the run's calls already use."""
+    q = sa.select(tool_calls.c.call_id).where(
+        tool_calls.c.run_id == run_id, tool_calls.c.call_id.in_(list(ids))
+    )
+    return {str(i) for i in conn.execute(q).scalars()}
+
+
+def round_of_call(conn: Connection, run_id: str, call_id: str) -> list[Call]:
+    """The calls of the round ``call_id`` belongs to, in order, in one read (empty: no such
+    call)."""
+    rows = conn.execute(_ROUND_OF_CALL, {"b_run": run_id, "b_call": call_id}).mappings()
+    return [Call.of(r) for r in rows]
+
+
+def get_call(conn: Connection, run_id: str, call_id: str) -> Call | None:
+    row = conn.execute(_CALL, {"b_run": run_id, "b_call": call_id}).mappings().first()
+    return Call.of(row) if row is not None else None
+
+
+def claim_call(
+    conn: Connection, run_id: str, call_id: str, owner: str, ts: float, live_after: float
+) -> Call | None:
+    """Take a queued call, or a running one whose worker is gone; counts the attempt. A row
+    another transaction holds is skipped (``SKIP LOCKED``), never waited for."""
+    c = tool_calls.c
+    target = (
+        sa.select(c.call_id)
+        .where(
+            c.run_id == run_id,
+            c.call_id == call_id,
+            sa.or_(
+                c.status == CallStatus.QUEUED.value,
+                sa.and_(
+                    c.status == CallStatus.RUNNING.value, sa.not_(live(c.lease_owner, live_after))
+                ),
+            ),
+        )
+        .with_for_update(skip_locked=True)
+        .scalar_subquery()
+    )
+    stmt = (
+        sa.update(tool_calls)
+        .where(c.run_id == run_id, c.call_id == target)
+        .values(
+            status=CallStatus.RUNNING.value,
+            attempts=c.attempts + 1,
+            lease_owner=owner,
+            started_at=sa.func.coalesce(c.started_at, ts),
+        )
+        .returning(tool_calls)
+    )
+    row = conn.execute(stmt).mappings().first()
+    return Call.of(row) if row is not None else None
+
+
+def holds_call(conn: Connection, run_id: str, call_id: str, owner: str, attempt: int) -> bool:
+    """``owner`` still holds the call's lease at ``attempt`` (nobody took it over)."""
+    c = tool_calls.c
+    q = sa.select(c.call_id).where(
+        c.run_id == run_id,
+        c.call_id == call_id,
+        c.lease_owner == owner,
+        c.attempts == attempt,
+        c.status == CallStatus.RUNNING.value,
+    )
+    return conn.execute(q).first() is not None
+
+
+def set_calls(
+    conn: Connection,
+    run_id: str,
+    call_ids: Sequence[str],
+    values: Mapping[str, Any],
+    *,
+    from_status: Sequence[CallStatus] | None = None,
+    attempts: int | None = None,
+) -> int:
+    """Set ``values`` on calls (guarded by their status and, for a claimed call, its attempt:
+    a fencing token); returns how many rows changed."""
+    statuses = None if from_status is None else tuple(s.value for s in from_status)
+    stmt = _close_statement(values_shape(values), statuses, attempts is not None)
+    params = calls_params(call_ids, values, "v_")
+    params.update(b_run=run_id, b_attempts=attempts)
+    return int(conn.execute(stmt, params).rowcount)
+
+
+def values_shape(values: Mapping[str, Any]) -> tuple[tuple[str, bool], ...]:
+    return tuple((name, v is None) for name, v in values.items())
+
+
+def calls_params(call_ids: Sequence[str], values: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    params = {f"{prefix}{name}": v for name, v in values.items() if v is not None}
+    params[f"{prefix}ids"] = list(call_ids)
+    return params
+
+
+def calls_update(shape: tuple[tuple[str, bool], ...], run: Any, prefix: str) -> Any:
+    """UPDATE tool_calls of run ``run`` whose ids are ``:<prefix>ids``, setting each value of
+    ``shape`` from ``:<prefix><column>`` (a None value is SQL NULL)."""
+    c = tool_calls.c
+    sets = {
+        name: sa.null() if null else sa.bindparam(f"{prefix}{name}", type_=c[name].type)
+        for name, null in shape
+    }
+    ids: Any = sa.bindparam(f"{prefix}ids", expanding=True)
+    return sa.update(tool_calls).where(c.run_id == run, c.call_id.in_(ids)).values(**sets)
+
+
+@lru_cache(maxsize=256)
+def _close_statement(
+    shape: tuple[tuple[str, bool], ...], statuses: tuple[str, ...] | None, fenced: bool
+) -> Any:
+    """``set_calls``' UPDATE for this shape of values (a None value is SQL NULL), status
+    guard and fence: built once per shape (a statement built per call costs more CPU than its
+    round trip)."""
+    c = tool_calls.c
+    stmt = calls_update(shape, sa.bindparam("b_run"), "v_")
+    if statuses is not None:
+        stmt = stmt.where(c.status.in_(statuses))
+    if fenced:
+        stmt = stmt.where(c.attempts == sa.bindparam("b_attempts"))
+    return stmt
+
+
+def queue_calls(conn: Connection, run_id: str, call_ids: Sequence[str], ts: float) -> None:
+    """Mark calls dispatched now (the reaper re-sends a dispatch nobody took)."""
+    set_calls(conn, run_id, call_ids, {"status": CallStatus.QUEUED.value, "queued_at": ts})
+
+
+def next_pending(conn: Connection, run_id: str, round_: int, ts: float) -> str | None:
+    """Serial or windowed batches: mark the next undispatched call queued and return its id.
+    A call another transaction is dispatching right now is skipped (``SKIP LOCKED``), so two
+    finishers queue two different calls and never wait on each other's rows."""
+    c = tool_calls.c
+    nxt = conn.execute(
+        sa.select(c.call_id)
+        .where(c.run_id == run_id, c.round == round_, c.status == CallStatus.PENDING.value)
+        .order_by(c.idx)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+    ).scalar()
+    if nxt is None:
+        return None
+    done = set_calls(
+        conn,
+        run_id,
+        [nxt],
+        {"status": CallStatus.QUEUED.value, "queued_at": ts},
+        from_status=[CallStatus.PENDING],
+    )
+    return str(nxt) if done == 1 else None
