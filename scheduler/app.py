@@ -104,7 +104,9 @@ def create_app(get_rt: Callable[[], Runtime] | None = None, *, auth: str | None 
     app.add_middleware(limits.BodyLimit, limit_for=_body_limit_for(get_rt))
     install_openapi(app, lambda: _settings_of(get_rt))
     _redact_access_logs()
-    tracing.instrument_app(app)  # outermost: the request's span holds everything
+    # outermost: the request's span holds everything; a client's trace context is joined only
+    # for a key with the trace scope
+    tracing.instrument_app(app, trusted=authenticator.trusts_trace)
     return app
 
 

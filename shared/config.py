@@ -158,6 +158,40 @@ class Settings(BaseSettings):
     mcp_max_bytes: int = Field(
         default=1_000_000, ge=1024, description="Largest MCP response (one HTTP body or SSE event)"
     )
+    mcp_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="Wall limit of one MCP exchange (a listing, a call), whatever a spec's "
+        "timeout_s says; the run's deadline shortens it",
+    )
+    mcp_list_wait_s: float = Field(
+        default=10.0,
+        ge=0,
+        le=3600,
+        description="The longest a round waits for an MCP server's tool list; past it the "
+        "round goes on without those tools (the model is told, a tool.unavailable event), the "
+        "listing ends in the background",
+    )
+    mcp_list_max_bytes: int = Field(
+        default=256_000,
+        ge=1024,
+        description="Names, descriptions and schemas kept of one MCP server's tool list (the "
+        "rest is left out, with a warning); its tools count against TREADLE_MAX_TOOLS too",
+    )
+    mcp_cache_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=0,
+        description="Per process: MCP tool lists cached, across all servers, at most (an "
+        "estimate; the least recently used go first)",
+    )
+    mcp_tenant_waiters: int = Field(
+        default=2,
+        ge=0,
+        le=1024,
+        description="Per process: threads of one tenant that wait for MCP listings at once "
+        "(more go on without the tools at once): a slow server holds few of a worker's threads",
+    )
     log_level: str = Field(default="INFO", description="Logging level")
     log_format: str = Field(default="text", description="text, or json (one object a line)")
     task_events: bool = Field(
@@ -194,6 +228,40 @@ class Settings(BaseSettings):
     sandbox_python: str = Field(
         default="", description="run_python: interpreter in the sandbox (default: found in /usr)"
     )
+    sandbox_cgroups: Literal["required", "off"] = Field(
+        default="required",
+        description="run_python: each sandbox in its own cgroup under the worker's group "
+        "(required: without cgroups run_python is unavailable, never limited per process "
+        "only); off: per-process limits alone (a single-tenant machine)",
+    )
+    sandbox_cgroup: str = Field(
+        default="treadle",
+        pattern=r"^[A-Za-z0-9_.-]{1,64}(/[A-Za-z0-9_.-]{1,64}){0,7}$",
+        description="The cgroup (under each hierarchy's root) where workers make theirs, "
+        "worker-<host>-<pid>, one child group per sandbox or PDF reader in it",
+    )
+    sandbox_group_memory_mb: int = Field(
+        default=2048,
+        ge=64,
+        description="Per worker process: memory of all its sandboxes and PDF readers together "
+        "(its cgroup's limit; past it the kernel kills one of them)",
+    )
+    sandbox_max_processes: int = Field(
+        default=32,
+        ge=4,
+        le=4096,
+        description="run_python: processes of one sandbox, its own four included (pids.max)",
+    )
+    sandbox_cpus: float = Field(
+        default=1.0, ge=0, le=256, description="run_python: CPUs of one sandbox (0 = no quota)"
+    )
+    sandbox_slots: int = Field(
+        default=4,
+        ge=0,
+        le=1024,
+        description="Per worker process: sandboxes and PDF readers running at once; more wait "
+        "in line, served tenant by tenant in turn (0 = no limit)",
+    )
     extract_cpu_seconds: float = Field(
         default=5.0, gt=0, description="CPU seconds of parsing one document (PDF, a child process)"
     )
@@ -227,7 +295,29 @@ class Settings(BaseSettings):
         "(0 = no limit). Keeps one tenant's backlog from delaying another's runs",
     )
     submits_per_minute: int = Field(
-        default=6000, description="Run submissions per API key per minute (0 = no limit)"
+        default=6000,
+        description="Run submissions per API key per minute (0 = no limit); a cron's fires "
+        "count against its tenant's",
+    )
+    # quotas on what a tenant stores and schedules (409 quota_exceeded past them; 0 = none)
+    max_crons: int = Field(default=100, ge=0, description="Per tenant: crons, at most")
+    cron_min_interval_s: float = Field(
+        default=60.0,
+        ge=60,
+        le=31 * 86_400,
+        description="The shortest time between two slots of a cron (422 for a schedule "
+        "that fires more often)",
+    )
+    max_agents: int = Field(default=1000, ge=0, description="Per tenant: stored agents, at most")
+    max_agent_versions: int = Field(
+        default=100, ge=0, description="Per stored agent: versions, at most"
+    )
+    cron_fires_per_pass: int = Field(
+        default=200,
+        ge=1,
+        le=100_000,
+        description="Cron slots a reaper pass fires at most, taken tenant by tenant in turn "
+        "(the rest fire on the next pass)",
     )
     spec_env_allow: str = Field(
         default="",

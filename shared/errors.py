@@ -14,6 +14,7 @@
     │   └── FatalModelError       other 4xx, bad responses: fail the run
     │       └── ToolsRejected     HTTP 400 to a request that carried tools (M-6)
     ├── ToolError              a tool failed (becomes the tool's result, SPEC L-5)
+    │   └── BlockedAddress        the SSRF guard refused an address (never worth a retry)
     └── Aborted                a blocking call stopped by its ``Abort`` handle
         ├── DeadlineExceeded      the deadline it was given passed (the run's, a tool's)
         └── CallCancelled         ``cancel()``: the run was cancelled, the tool timed out
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 __all__ = [
     "Aborted",
+    "BlockedAddress",
     "CallCancelled",
     "ConfigError",
     "Conflict",
@@ -80,7 +82,8 @@ class Conflict(TreadleError):
 
 
 class QuotaExceeded(Conflict):
-    """A tenant has as many of something stored as it may (memory items): 409."""
+    """A tenant has as many of something stored as it may (memory items, crons, agents, an
+    agent's versions: an operator setting each, named in the message): 409."""
 
     code = "quota_exceeded"
 
@@ -122,6 +125,13 @@ class ToolsRejected(FatalModelError):
 
 class ToolError(TreadleError):
     code = "tool_error"
+
+
+class BlockedAddress(ToolError):
+    """A URL whose host is (or resolves to) an address the SSRF rules refuse: the same
+    request would be refused again, so it is not retried (a webhook fails at once)."""
+
+    code = "blocked_url"
 
 
 class Aborted(TreadleError):

@@ -24,6 +24,7 @@ conventions: ``gen_ai.request.model``, ``gen_ai.usage.input_tokens``/``output_to
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
@@ -141,15 +142,69 @@ def shutdown() -> None:
         _provider.shutdown()
 
 
-def instrument_app(app: FastAPI) -> None:
-    """Server spans for the API's requests (the FastAPI instrumentation)."""
+def instrument_app(
+    app: FastAPI, trusted: Callable[[Mapping[str, str]], bool] | None = None
+) -> None:
+    """Server spans for the API's requests (the FastAPI instrumentation). A request's own
+    ``traceparent``/``tracestate`` is joined only when ``trusted(headers)`` says so (a key with
+    the ``trace`` scope; None: never): any other request starts a new trace, the client's
+    ``traceparent`` kept on its span as ``treadle.client.traceparent``, so a tenant can
+    neither graft its runs onto another trace nor plant context in the run's stored trace."""
     if _provider is None:
         return
+    import types
+
     from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
     FastAPIInstrumentor.instrument_app(
-        app, tracer_provider=_provider, excluded_urls="healthz,metrics"
+        app,
+        tracer_provider=_provider,
+        excluded_urls="healthz,metrics",
+        server_request_hook=_client_trace_attribute,
     )
+    inner = app.build_middleware_stack
+    gate = trusted or (lambda _headers: False)
+
+    def build(self: Any) -> Any:
+        return _InboundGate(inner(), gate)
+
+    app.build_middleware_stack = types.MethodType(build, app)  # type: ignore[method-assign]
+
+
+_CLIENT_TRACE = "treadle.client_trace"  # the ASGI scope key for a client's refused context
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+
+
+class _InboundGate:
+    """Outside the instrumentation: a request with trace headers from a caller that may not
+    set them loses them (the instrumentation then starts a new trace)."""
+
+    def __init__(self, app: Any, trusted: Callable[[Mapping[str, str]], bool]) -> None:
+        self.app, self.trusted = app, trusted
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        raw = (scope.get("headers") or []) if scope.get("type") == "http" else []
+        names = {k.decode("latin-1").lower() for k, _ in raw}
+        if not names & set(_TRACE_HEADERS):
+            await self.app(scope, receive, send)
+            return
+        from starlette.concurrency import run_in_threadpool
+
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in raw}
+        if await run_in_threadpool(self.trusted, headers):
+            await self.app(scope, receive, send)
+            return
+        kept = [(k, v) for k, v in raw if k.decode("latin-1").lower() not in _TRACE_HEADERS]
+        client = headers.get("traceparent", "").strip().lower()
+        changed = {**scope, "headers": kept, _CLIENT_TRACE: client}
+        await self.app(changed, receive, send)
+
+
+def _client_trace_attribute(span: Any, scope: Mapping[str, Any]) -> None:
+    client = scope.get(_CLIENT_TRACE)
+    if client and span is not None and span.is_recording():
+        valid = bool(_TRACEPARENT.match(client))
+        span.set_attribute("treadle.client.traceparent", client if valid else "(invalid)")
 
 
 # --- context: captured, stored, carried ------------------------------------------------------

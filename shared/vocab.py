@@ -73,6 +73,7 @@ class EventType(StrEnum):
     ROUND_STARTED = "round.started"
     TOOL_STARTED = "tool.started"
     TOOL_FINISHED = "tool.finished"
+    TOOL_UNAVAILABLE = "tool.unavailable"  # a warning: an MCP server's tools are missing
     PLAN_UPDATED = "plan.updated"
     MESSAGE_ADDED = "message.added"
     MEMORY_READ = "memory.read"  # a run's recall read its long-term memory (shared.engine.memory)

@@ -125,10 +125,12 @@ def add_agent_version(
     meta: dict[str, Any] | None = None,
     facade: dict[str, Any] | None = None,
 ) -> AgentVersion:
-    """The agent's first (``new``) or next version, after the checks."""
+    """The agent's first (``new``) or next version, after the checks, within the tenant's
+    quotas (``TREADLE_MAX_AGENTS``, ``TREADLE_MAX_AGENT_VERSIONS``: 403 past them)."""
     if is_registered(name):
         raise Conflict(f"agent {name!r} is registered by the operator and read-only")
     check_agent_spec(rt, caller, spec)
+    quota = store.Quota(rt.settings.max_agents, rt.settings.max_agent_versions)
     with rt.engine.begin() as conn:
         return store.add_version(
             conn,
@@ -140,6 +142,7 @@ def add_agent_version(
             description=description,
             meta=meta,
             facade=facade,
+            quota=quota,
         )
 
 

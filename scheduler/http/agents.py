@@ -201,7 +201,8 @@ def store_lookup(rt: Runtime, tenant: str) -> Lookup:
 class Resolved:
     """A run's agent: its self-contained spec, which named agent it is (``"name"`` for a
     registered agent, ``"name@3"`` for a tenant's: the exact version), and what the spec
-    policy checks (a tenant's spec; a registered agent's name is the operator's)."""
+    policy checks (a tenant's spec, its tool agents that name the tenant's saved agents
+    resolved into it; a registered agent's name is the operator's)."""
 
     spec: AgentSpec
     ref: str | None
@@ -211,11 +212,16 @@ class Resolved:
 def resolve(agent: AgentSpec | str, lookup: Lookup | None = None) -> Resolved:
     """A spec, or a named agent (registered, or the tenant's through ``lookup``). Agent tools
     naming an agent get its spec now: the run stores a self-contained spec (workers read
-    neither the agents file nor the tenant's agents)."""
+    neither the agents file nor the tenant's agents). Saved agents are policed as they run,
+    with the policy in force now: ``policed`` holds their specs, wherever they are named."""
     if isinstance(agent, AgentSpec):
-        return Resolved(_resolve_tool_agents(agent, lookup), None, agent)
+        policed = _resolve_tool_agents(agent, lookup, tenants_only=True)
+        return Resolved(_resolve_tool_agents(agent, lookup), None, policed)
     spec, ref, tenants = _named(agent, lookup)
-    return Resolved(_resolve_tool_agents(spec, lookup), ref, spec if tenants else ref)
+    if not tenants:
+        return Resolved(_resolve_tool_agents(spec, lookup), ref, ref)
+    policed = _resolve_tool_agents(spec, lookup, tenants_only=True)
+    return Resolved(_resolve_tool_agents(spec, lookup), ref, policed)
 
 
 def _named(agent: str, lookup: Lookup | None) -> tuple[AgentSpec, str, bool]:
@@ -241,31 +247,43 @@ def _unknown(agent: str) -> str:
     return f"no agent named {agent!r}; registered: {', '.join(agent_names())}"
 
 
-def _resolve_tool_agents(spec: AgentSpec, lookup: Lookup | None, depth: int = 0) -> AgentSpec:
+def _resolve_tool_agents(
+    spec: AgentSpec, lookup: Lookup | None, depth: int = 0, *, tenants_only: bool = False
+) -> AgentSpec:
     """Agent tools naming an agent get its spec, and a sub-agent's (a tool agent run as a
     child run) own agent tools too, at most ``MAX_DEPTH`` levels down (an agent may name
-    itself)."""
+    itself). ``tenants_only``: a registered agent's name stays a name (the operator's: not
+    policed)."""
     if not any(isinstance(t, InlineTool) and t.agent is not None for t in spec.tools):
         return spec
-    tools = [_resolve_tool(tool, lookup, depth) for tool in spec.tools]
+    tools = [_resolve_tool(tool, lookup, depth, tenants_only) for tool in spec.tools]
     return spec.model_copy(update={"tools": tools})
 
 
-def _resolve_tool(tool: str | InlineTool, lookup: Lookup | None, depth: int) -> str | InlineTool:
+def _resolve_tool(
+    tool: str | InlineTool, lookup: Lookup | None, depth: int, tenants_only: bool
+) -> str | InlineTool:
     if not isinstance(tool, InlineTool) or tool.agent is None:
         return tool
     agent = tool.agent
-    sub = _tool_agent(tool.name, agent, lookup) if isinstance(agent, str) else agent
+    if isinstance(agent, str):
+        sub, tenants = _tool_agent(tool.name, agent, lookup)
+        if tenants_only and not tenants:
+            return tool
+    else:
+        sub = agent
     if sub.kind == "agent":
         if depth >= MAX_DEPTH:
             raise SpecError(f"tool {tool.name!r}: sub-agents nest at most {MAX_DEPTH} levels")
-        sub = _resolve_tool_agents(sub, lookup, depth + 1)
+        sub = _resolve_tool_agents(sub, lookup, depth + 1, tenants_only=tenants_only)
     return tool.model_copy(update={"agent": sub})
 
 
-def _tool_agent(tool: str, name: str, lookup: Lookup | None) -> AgentSpec:
-    """The agent a tool names; 404 like an unknown top-level ``agent`` name."""
+def _tool_agent(tool: str, name: str, lookup: Lookup | None) -> tuple[AgentSpec, bool]:
+    """The agent a tool names and whether it is a tenant's; 404 like an unknown top-level
+    ``agent`` name."""
     try:
-        return _named(name, lookup)[0]
+        spec, _, tenants = _named(name, lookup)
     except NotFound:
         raise NotFound(f"tool {tool!r}: {_unknown(name)}") from None
+    return spec, tenants

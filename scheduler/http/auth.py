@@ -169,6 +169,15 @@ class Authenticator:
             raise _unauthorized("invalid or revoked API key")
         return Caller(key.tenant, frozenset(key.scopes), key.id)
 
+    def trusts_trace(self, headers: Mapping[str, str]) -> bool:
+        """Whether a request's own trace context (``traceparent``, ``tracestate``) may be
+        joined: its key holds the ``trace`` scope (or auth is off). Any other request starts a
+        trace of its own (``shared.tracing``)."""
+        try:
+            return self.identify(headers).allows(keys.TRACE)
+        except ApiError:
+            return False
+
 
 class AuthMiddleware:
     """Every ``/v1/`` request needs a valid key (or, on answer/approval, a resume token) before

@@ -2,7 +2,11 @@
 endpoints it needs: ``GET /v1/agents`` (registered agents) and ``GET /v1/runs/{id}/usage``
 (tokens, cost and latency per model call, for the per-round figures).
 
-No build step: ``scheduler/static/`` holds plain ES modules and one stylesheet.
+No build step: ``scheduler/static/`` holds plain ES modules and one stylesheet. Every console
+file is served with a strict Content-Security-Policy (``CSP``: scripts, styles, images and
+connections from this origin only; no inline script or style, no eval, no frames, no plugins,
+no base or form target elsewhere), ``nosniff`` and no referrer: run data the console shows
+(a tenant's text) cannot run as script even if it got into the page.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from shared.store import agents as agent_store
 from shared.store import runs as run_store
 from shared.store.tables import usage
 
-__all__ = ["STATIC_DIR", "EventsQueryToken", "agent_summary", "console_router"]
+__all__ = ["CSP", "STATIC_DIR", "EventsQueryToken", "agent_summary", "console_router"]
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 _TYPES = {
@@ -34,7 +38,18 @@ _TYPES = {
     ".html": "text/html",
     ".svg": "image/svg+xml",
 }
-_NO_CACHE = {"Cache-Control": "no-cache"}
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'; object-src 'none'"
+)
+_HEADERS = {
+    "Cache-Control": "no-cache",
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+}
 
 
 def agent_summary(name: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -57,7 +72,7 @@ def _static(path: str) -> Response:
     if STATIC_DIR not in file.parents or not file.is_file():
         raise NotFound(f"no console file {path!r}")
     media = _TYPES.get(file.suffix, "application/octet-stream")
-    return FileResponse(file, media_type=media, headers=_NO_CACHE)
+    return FileResponse(file, media_type=media, headers=_HEADERS)
 
 
 def _usage_rows(rt: Runtime, tenant: str, run_id: str) -> list[dict[str, Any]]:

@@ -160,18 +160,27 @@ def store_cron(
     options: dict[str, Any],
 ) -> store.Cron:
     """Check and store a cron: the agent resolved and policed like a run's (404, 403, 413,
-    422), the schedule and timezone (422), the thread (404); nothing is written on a refusal."""
+    422), the schedule and timezone (422), the tenant's quota (403), the thread (404); nothing
+    is written on a refusal. Its fires count against the caller's key's submissions."""
     agent = resolve(agent_ref, store_lookup(rt, caller.tenant))
     limits.check_size(rt.settings, agent.spec, value)
     limits.police_spec(rt, caller, agent.policed)
+    policed = agent.policed
     row = {
-        "agent": {"spec": agent.spec.model_dump(mode="json", exclude_none=True), "ref": agent.ref},
+        "agent": {
+            "spec": agent.spec.model_dump(mode="json", exclude_none=True),
+            "ref": agent.ref,
+            # what each fire polices again (the policy in force then): the tenant's parts
+            "policed": policed.model_dump(mode="json", exclude_none=True)
+            if isinstance(policed, AgentSpec)
+            else None,
+        },
         "input": value,
         "schedule": " ".join(schedule_.split()),
         "timezone": timezone,
         "thread_id": thread_id,
         "meta": metadata,
-        "options": options,
+        "options": {**options, "limit_key": caller.limit_key, "keyed": caller.key_id is not None},
     }
     return schedule.create_cron(rt, row, tenant=caller.tenant)
 

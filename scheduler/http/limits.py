@@ -10,25 +10,16 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import sqlalchemy as sa
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from scheduler.http.auth import Caller
 from scheduler.http.errors import ApiError, error_response, unavailable
-from scheduler.http.spec_policy import (
-    check_profile_names,
-    check_spec_maxima,
-    check_submitted_spec,
-    check_test_models,
-    nested_specs,
-    refuse_local_processes,
-)
 from shared.agent.spec import AgentSpec, WebhookSpec
 from shared.config import Settings
+from shared.engine import quotas
 from shared.engine.runtime import Runtime
-from shared.llm.ratelimit import Limits
-from shared.store.tables import runs
+from shared.engine.spec_policy import nested_specs, police
 
 __all__ = [
     "BODY_LIMIT",
@@ -42,8 +33,6 @@ __all__ = [
 
 log = logging.getLogger("treadle.api")
 BODY_LIMIT = 2_000_000
-IN_FLIGHT = ("scheduled", "queued", "running", "waiting")
-IN_FLIGHT_RETRY_S = 5
 
 
 def too_large(message: str) -> ApiError:
@@ -109,69 +98,35 @@ def check_size(settings: Settings, spec: AgentSpec, value: str | list[dict[str, 
         )
 
 
+def _raise(refused: quotas.Refusal | None) -> None:
+    if refused is None:
+        return
+    if refused.status == 503:
+        raise unavailable(refused.message, max(1, math.ceil(refused.retry_after)))
+    raise too_many(refused.code, refused.message, refused.retry_after)
+
+
 def check_in_flight(rt: Runtime, tenant: str) -> None:
     """429 when the tenant already has its limit of scheduled, queued, running and waiting runs
-    (runs held behind a busy thread's active run are not counted)."""
-    limit = rt.settings.max_runs_in_flight
-    if limit <= 0:
-        return
-    query = (
-        sa.select(sa.func.count())
-        .select_from(runs)
-        .where(
-            runs.c.tenant == tenant,
-            runs.c.status.in_(IN_FLIGHT),
-            # a held run waiting for its thread is not counted; one waiting for admission is
-            sa.or_(runs.c.held.is_(False), runs.c.thread_id.is_(None)),
-        )
-    )
-    with rt.engine.connect() as conn:
-        n = int(conn.execute(query).scalar_one())
-    if n >= limit:
-        raise too_many(
-            "too_many_runs",
-            f"{n} runs in flight for this tenant (scheduled, queued, running or "
-            f"waiting); the limit is {limit}",
-            IN_FLIGHT_RETRY_S,
-        )
+    (runs held behind a busy thread's active run are not counted; ``shared.engine.quotas``)."""
+    _raise(quotas.in_flight(rt, tenant))
 
 
 def check_rate(rt: Runtime, key: str) -> None:
-    """429 after ``TREADLE_SUBMITS_PER_MINUTE`` submissions by one key within a minute (Redis
-    when the runtime's limiter is shared, else in this process). The limiter unreachable:
-    admitted unlimited (a warning logged), or 503 when ``TREADLE_LIMITER_ON_FAILURE=closed``."""
-    per_minute = rt.settings.submits_per_minute
-    if per_minute <= 0:
-        return
-    try:
-        permit = rt.limiter.acquire(
-            f"api:submit:{key}", Limits(requests_per_minute=per_minute), 1, 60.0
-        )
-    except Exception as exc:  # Redis unreachable: TREADLE_LIMITER_ON_FAILURE decides
-        if rt.settings.limiter_on_failure == "closed":
-            raise unavailable("the submission limiter is unavailable; try again shortly") from exc
-        log.warning("submit limiter unavailable (%s); admitting without it", exc)
-        return
-    if not permit.granted:
-        raise too_many(
-            "rate_limited",
-            f"over {per_minute} run submissions a minute for this API key",
-            permit.wait,
-        )
+    """429 after ``TREADLE_SUBMITS_PER_MINUTE`` submissions by one key within a minute; the
+    limiter unreachable: admitted, or 503 when ``TREADLE_LIMITER_ON_FAILURE=closed``
+    (``shared.engine.quotas``)."""
+    _raise(quotas.rate(rt, key))
 
 
 def police_spec(
     rt: Runtime, caller: Caller, submitted: AgentSpec | str, webhook: WebhookSpec | None = None
 ) -> None:
-    """What a tenant's spec may ask for (``scheduler.http.spec_policy``): test models, the
+    """What a tenant's spec may ask for (``shared.engine.spec_policy``): test models, the
     operator's maxima, operator profile names (422), local processes, env names, private hosts
     and webhook URLs (403). For a run, a saved agent and a resumed run's new spec alike."""
-    check_test_models(rt.settings, submitted)
-    check_spec_maxima(rt.settings, submitted)
-    check_profile_names(rt.profiles, submitted)
-    refuse_local_processes(submitted)
-    if caller.key_id is not None:  # a tenant's key (auth required), not the keyless owner
-        check_submitted_spec(rt.settings, submitted, webhook)
+    # keyed: a tenant's key (auth required), not the keyless owner
+    police(rt.settings, rt.profiles, submitted, webhook, keyed=caller.key_id is not None)
 
 
 def admit(
@@ -183,7 +138,7 @@ def admit(
     webhook: WebhookSpec | None = None,
 ) -> None:
     """Every check on a new run, before anything is written: sizes (413), what a tenant's
-    spec may reach (422, ``scheduler.http.spec_policy``), submissions per minute and runs in
+    spec may reach (422, ``shared.engine.spec_policy``), submissions per minute and runs in
     flight (429).
     ``submitted``: the agent as sent (a registered name is not policed), ``spec`` resolved.
     Any route that creates runs for a caller calls this first."""

@@ -15,8 +15,9 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from scheduler.http.schemas import ERROR_RESPONSES, ErrorBody
-from scheduler.http.spec_policy import SCHEMA_MAXIMA
 from shared.config import Settings, get_settings
+from shared.engine.handlers import handler_names
+from shared.engine.spec_policy import SCHEMA_MAXIMA
 from shared.tools.registry import REGISTRY
 
 __all__ = ["REF_TEMPLATE", "component", "install_openapi"]
@@ -85,6 +86,23 @@ def _tool_names(schema: dict[str, Any]) -> None:
     )
 
 
+def _handler_names(schema: dict[str, Any]) -> None:
+    """A router rule that answers locally (a handler, not passed to the model) names a
+    registered handler (``shared.engine.handlers.check_router``): the schema says which."""
+    rule = schema.get("components", {}).get("schemas", {}).get("RouterRule")
+    if rule is None:
+        return
+    local = {
+        "properties": {
+            "pass_to_model": {"const": False},
+            "handler": {"type": "string", "minLength": 1},
+        },
+        "required": ["handler"],
+    }
+    known = {"properties": {"handler": {"enum": handler_names()}}}
+    rule.setdefault("allOf", []).append({"if": local, "then": known})
+
+
 def _assistant_context(schema: dict[str, Any]) -> None:
     """A LangGraph assistant's ``context`` is a set of agent spec fields, checked as a spec
     (``scheduler.interop.lg_assistants``): the schema says so."""
@@ -150,6 +168,7 @@ def install_openapi(app: FastAPI, settings: Callable[[], Settings] | None = None
                         _no_control(operation)
             _components(schema)
             _tool_names(schema)
+            _handler_names(schema)
             _assistant_context(schema)
             _maxima(schema, (settings or get_settings)())
             app.openapi_schema = schema

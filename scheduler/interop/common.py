@@ -9,11 +9,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from scheduler.http import limits
 from scheduler.http.auth import Caller
-from scheduler.http.spec_policy import check_webhook_url
 from shared.agent.spec import AgentSpec, WebhookSpec
 from shared.config import DEFAULT_TENANT, Settings
 from shared.engine.runtime import Runtime
+from shared.engine.spec_policy import check_webhook_url
 from shared.engine.webhooks import TENANT_SECRET
+from shared.errors import Forbidden
 
 __all__ = [
     "DEFAULT_TENANT",
@@ -87,15 +88,22 @@ def facade_webhook(
     keeps treadle's default webhook and body); a tenant's must pass the SSRF rules (422).
     OpenAI: the operator's ``TREADLE_WEBHOOK_URL`` (default tenant), where OpenAI's webhooks
     are project-wide. Signed with the operator's secret (``TREADLE_WEBHOOK_SECRET_ENV``) for
-    the default tenant, with the tenant's own secret derived from it for any other."""
+    the default tenant, with the tenant's own secret derived from it for any other — so a
+    tenant's facade webhook is always signed (Standard Webhooks, like a native one): without
+    that setting it is refused (403), never sent unsigned."""
     own = tenant == DEFAULT_TENANT
     if protocol == "openai":
         url = str(settings.webhook_url) if settings.webhook_url and own else None
     if url is None:
         return None
+    secret = settings.webhook_secret_env
     if not own:
         check_webhook_url(settings, url)
-    secret = settings.webhook_secret_env
+        if not secret:
+            raise Forbidden(
+                "webhook: a tenant's webhooks are signed with its own secret, derived from "
+                "the operator's (TREADLE_WEBHOOK_SECRET_ENV), which this server does not set"
+            )
     return FacadeWebhook(
         url=url,
         secret_env=secret if own or not secret else TENANT_SECRET + secret,

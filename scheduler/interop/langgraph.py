@@ -391,10 +391,10 @@ class _Facade:
         agent = resolve(body.assistant_id, store_lookup(self.rt, tenant))
         msgs = input_messages(_input_list(body.input))
         admit(self.rt, caller, agent.policed, agent.spec, msgs)
+        hook = facade_webhook(PROTOCOL, self.rt.settings, tenant, body.assistant_id, body.webhook)
         if thread_id is None:
             thread_id = str(self.create_thread(tenant, ThreadBody())["id"])
         self._make_room(tenant, thread_id, active, queued, strategy)
-        hook = facade_webhook(PROTOCOL, self.rt.settings, tenant, body.assistant_id, body.webhook)
         row, _ = commands.submit_run(
             self.rt,
             commands.RunInput(

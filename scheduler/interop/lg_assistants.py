@@ -14,11 +14,12 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body
-from pydantic import BaseModel, ConfigDict
+from fastapi import APIRouter, Body, Path
+from pydantic import BaseModel, ConfigDict, Field
 
 from scheduler.http.agent_routes import add_agent_version
 from scheduler.http.agents import (
+    AGENT_NAME,
     BUILTIN_AGENTS,
     agent_names,
     is_registered,
@@ -26,6 +27,7 @@ from scheduler.http.agents import (
     registered_agents,
 )
 from scheduler.http.auth import Caller, ReadCaller, WriteCaller
+from scheduler.http.schemas import JsonInt
 from shared.agent.spec import AgentSpec
 from shared.engine.runtime import Runtime
 from shared.errors import Conflict, NotFound
@@ -39,19 +41,39 @@ _SPEC_FIELDS = frozenset(AgentSpec.model_fields)
 _SEARCH_MAX = 1000
 
 
+# an assistant as a path parameter: an agent's name, maybe with "@<version>" (422 past it)
+AssistantId = Annotated[
+    str,
+    Path(min_length=1, max_length=74, pattern=r"^[^@\x00-\x1f\x7f]{1,64}(@[0-9]{1,9})?$"),
+]
+GraphId = Annotated[str, Field(min_length=1, max_length=74)]
+
+
 class AssistantBody(BaseModel):
     """``POST /assistants`` and ``PATCH /assistants/{id}``; unknown keys are ignored."""
 
     model_config = ConfigDict(extra="ignore")
 
-    graph_id: str | None = None
+    graph_id: GraphId | None = None
     config: dict[str, Any] | None = None
     context: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
-    assistant_id: str | None = None
-    if_exists: str | None = None
-    name: str | None = None
-    description: str | None = None
+    assistant_id: str | None = Field(default=None, pattern=AGENT_NAME)
+    if_exists: str | None = Field(default=None, max_length=32)
+    name: str | None = Field(default=None, max_length=200)
+    description: str | None = Field(default=None, max_length=2000)
+
+
+class AssistantPage(BaseModel):
+    """``POST /assistants/search`` and ``/assistants/{id}/versions``: a page of matches."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    graph_id: str | None = Field(default=None, max_length=200)
+    name: str | None = Field(default=None, max_length=200)
+    metadata: dict[str, Any] | None = None
+    limit: JsonInt = Field(default=10, ge=1, le=1000)
+    offset: JsonInt = Field(default=0, ge=0, le=1_000_000)
 
 
 def _registered_view(name: str) -> dict[str, Any]:
@@ -191,8 +213,8 @@ class _Assistants:
             raise NotFound(f"assistant {assistant_id!r} not found")
         return _version_view(found)
 
-    def versions(self, tenant: str, assistant_id: str, body: dict[str, Any]) -> list[Any]:
-        limit, offset = _page(body)
+    def versions(self, tenant: str, assistant_id: str, body: AssistantPage) -> list[Any]:
+        limit, offset = body.limit, body.offset
         if is_registered(assistant_id):
             views = [_registered_view(assistant_id)]
         else:
@@ -201,20 +223,15 @@ class _Assistants:
             if not found:
                 raise NotFound(f"assistant {assistant_id!r} not found")
             views = [_version_view(v) for v in found]
-        views = [v for v in views if _matches(v, {"metadata": body.get("metadata")})]
+        views = [v for v in views if _matches(v, {"metadata": body.metadata})]
         return views[offset : offset + limit]
 
-    def search(self, tenant: str, body: dict[str, Any]) -> list[dict[str, Any]]:
-        limit, offset = _page(body)
+    def search(self, tenant: str, body: AssistantPage) -> list[dict[str, Any]]:
         with self.get_rt().engine.connect() as conn:
             own = store.latest_versions(conn, tenant, limit=_SEARCH_MAX)
         views = [_registered_view(n) for n in agent_names()] + [_version_view(v) for v in own]
-        return [v for v in views if _matches(v, body)][offset : offset + limit]
-
-
-def _page(body: Mapping[str, Any]) -> tuple[int, int]:
-    limit = max(1, min(int(body.get("limit") or 10), _SEARCH_MAX))
-    return limit, max(0, int(body.get("offset") or 0))
+        found = [v for v in views if _matches(v, body.model_dump())]
+        return found[body.offset : body.offset + body.limit]
 
 
 def assistant_routes(r: APIRouter, get_rt: Callable[[], Runtime]) -> None:
@@ -227,24 +244,24 @@ def assistant_routes(r: APIRouter, get_rt: Callable[[], Runtime]) -> None:
 
     @r.patch("/assistants/{assistant_id}")
     def update_assistant(
-        assistant_id: str, body: AssistantBody, caller: WriteCaller
+        assistant_id: AssistantId, body: AssistantBody, caller: WriteCaller
     ) -> dict[str, Any]:
         return a.update(caller, assistant_id, body)
 
     @r.get("/assistants/{assistant_id}")
-    def get_assistant(assistant_id: str, caller: ReadCaller) -> dict[str, Any]:
+    def get_assistant(assistant_id: AssistantId, caller: ReadCaller) -> dict[str, Any]:
         return a.get(caller.tenant, assistant_id)
 
     @r.post("/assistants/{assistant_id}/versions")
     def assistant_versions(
-        assistant_id: str,
+        assistant_id: AssistantId,
         caller: ReadCaller,
-        body: Annotated[dict[str, Any] | None, Body()] = None,
+        body: Annotated[AssistantPage | None, Body()] = None,
     ) -> list[Any]:
-        return a.versions(caller.tenant, assistant_id, body or {})
+        return a.versions(caller.tenant, assistant_id, body or AssistantPage())
 
     @r.post("/assistants/search")
     def search_assistants(
-        caller: ReadCaller, body: Annotated[dict[str, Any] | None, Body()] = None
+        caller: ReadCaller, body: Annotated[AssistantPage | None, Body()] = None
     ) -> list[dict[str, Any]]:
-        return a.search(caller.tenant, body or {})
+        return a.search(caller.tenant, body or AssistantPage())

@@ -1,4 +1,4 @@
-// A tiny DOM builder: h("div", {class: "x", onclick: fn}, "text", child, [more]).
+// A tiny DOM builder: h("div", {class: "x", onclick: fn, style: {width: "5%"}}, "text", child).
 // Text always goes in as text nodes (never HTML), so run data cannot inject markup.
 
 export function h(tag, attrs, ...children) {
@@ -6,6 +6,10 @@ export function h(tag, attrs, ...children) {
   for (const [key, value] of Object.entries(attrs || {})) {
     if (value === null || value === undefined || value === false) continue;
     if (key === "class") el.className = value;
+    else if (key === "style" && typeof value === "object") {
+      // through the CSSOM: the Content-Security-Policy refuses inline style attributes
+      for (const [prop, v] of Object.entries(value)) el.style.setProperty(prop, String(v));
+    }
     else if (key.startsWith("on") && typeof value === "function") {
       el.addEventListener(key.slice(2), value);
     } else if (key === "value" || key === "checked" || key === "disabled" || key === "open") {

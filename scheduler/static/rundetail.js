@@ -529,7 +529,7 @@ export class RunDetail {
     return h("section", { class: "side-card plan", "data-testid": "plan-board" },
       h("h3", {}, "Plan", h("span", { class: "muted" }, ` · ${done}/${steps.length}`)),
       h("div", { class: "plan-name" }, plan.name),
-      h("div", { class: "progress" }, h("div", { class: "bar", style: `width:${steps.length ? (100 * done) / steps.length : 0}%` })),
+      h("div", { class: "progress" }, h("div", { class: "bar", style: { width: `${steps.length ? (100 * done) / steps.length : 0}%` } })),
       h("ol", { class: "steps" }, steps.map((s) => h("li", { class: `step step-${s.status}`, "data-status": s.status },
         h("span", { class: "step-mark" }, PLAN_MARK[s.status] || "○"),
         h("span", { class: "step-name" }, s.name),

@@ -35,6 +35,7 @@ __all__ = [
     "check_output_schema",
     "output_instruction",
     "parse_output",
+    "json_depth",
     "repair_message",
     "response_format",
 ]
@@ -47,12 +48,18 @@ _MAX_ERRORS_SHOWN = 3
 _MAX_PROBLEM_CHARS = 600
 
 
-def _depth(value: Any) -> int:
-    if isinstance(value, dict):
-        return 1 + max((_depth(v) for v in value.values()), default=0)
-    if isinstance(value, list):
-        return 1 + max((_depth(v) for v in value), default=0)
-    return 0
+def json_depth(value: Any) -> int:
+    """How deeply ``value`` nests objects and arrays (a scalar: 0), without recursion: the
+    value may come from a hostile server."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            deepest = max(deepest, depth + 1)
+            stack += [(child, depth + 1) for child in item if isinstance(child, dict | list)]
+    return deepest
 
 
 def _refs(value: Any) -> list[str]:
@@ -71,7 +78,7 @@ def check_output_schema(schema: Mapping[str, Any]) -> None:
     size = len(json.dumps(schema, ensure_ascii=False))
     if size > MAX_SCHEMA_BYTES:
         raise ValueError(f"output_schema is {size} bytes; at most {MAX_SCHEMA_BYTES}")
-    if _depth(schema) > MAX_SCHEMA_DEPTH:
+    if json_depth(schema) > MAX_SCHEMA_DEPTH:
         raise ValueError(f"output_schema nests deeper than {MAX_SCHEMA_DEPTH} levels")
     if schema.get("type") != "object":
         raise ValueError('output_schema must describe an object ("type": "object")')

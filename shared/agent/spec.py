@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -17,6 +18,8 @@ from pydantic import (
 from shared.agent.output import check_output_schema
 
 __all__ = [
+    "ENV_NAME",
+    "HEADER_NAME",
     "HTTP_URL",
     "NOT_BLANK",
     "SPACE",
@@ -57,6 +60,62 @@ def _whole(value: Any) -> Any:
 _WHOLE = BeforeValidator(_whole)
 Int = Annotated[int, _WHOLE]  # an integer as JSON means it (5 or 5.0; not "5")
 
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+"""An environment variable's name, as a spec may name one (a letter or ``_``, then letters,
+digits and ``_``)."""
+HEADER_NAME = r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$"
+"""An HTTP header's name, as a spec may set one from an environment variable."""
+_RESERVED_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "upgrade",
+        "te",
+        "trailer",
+        "expect",
+        "proxy-authorization",
+        "proxy-connection",
+    }
+)
+
+
+def _settable(name: str) -> str:
+    """A header a spec may set: not one that frames or routes the request."""
+    if name.lower() in _RESERVED_HEADERS:
+        raise ValueError(f"header {name!r} is set by the client itself, not by a spec")
+    return name
+
+
+def _any_case(word: str) -> str:
+    """``word`` as a regular expression of any letter case (JSON Schema has no ``(?i)``)."""
+    return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else c for c in word)
+
+
+_EnvName = Annotated[str, Field(pattern=ENV_NAME)]
+_HeaderName = Annotated[str, Field(pattern=HEADER_NAME), AfterValidator(_settable)]
+_HeadersEnv = Annotated[
+    dict[_HeaderName, _EnvName],
+    Field(
+        max_length=32,
+        json_schema_extra={  # what the validators check, stated for the schema's readers
+            "additionalProperties": False,
+            "propertyNames": {
+                "pattern": HEADER_NAME,
+                "not": {
+                    "pattern": "^("
+                    + "|".join(_any_case(h) for h in sorted(_RESERVED_HEADERS))
+                    + ")$"
+                },
+                "description": "A header's name; not one that frames or routes the request "
+                "(Host, Content-Length, Transfer-Encoding, Connection, ...)",
+            },
+        },
+    ),
+]
+
 
 class _Strict(BaseModel):
     """Unknown fields refused; numbers finite (JSON parsers accept NaN and ``1e999``); no
@@ -88,7 +147,7 @@ class ModelProfile(_Strict):
     provider: Literal["openai", "scripted", "demo"] = "openai"
     base_url: str = Field(default="", max_length=2048)
     model: str = Field(default="", max_length=256)
-    api_key_env: str | None = None
+    api_key_env: _EnvName | None = None
     tool_mode: Literal["auto", "native", "function", "prompt"] = "auto"
     vision: bool = False
     context_window: Int = Field(default=128_000, ge=256, le=100_000_000)
@@ -141,7 +200,7 @@ class ModelProfile(_Strict):
 class HttpToolSpec(_Strict):
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
     url: str = Field(max_length=2048, pattern=HTTP_TEMPLATE)
-    headers_env: dict[str, str] = Field(default_factory=dict)
+    headers_env: _HeadersEnv = Field(default_factory=dict)
     timeout_s: float = Field(default=30.0, gt=0)
 
 
@@ -197,7 +256,6 @@ class InlineTool(_Strict):
         return None
 
 
-_EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
 _ToolName = Annotated[str, Field(min_length=1, max_length=128)]
 
 
@@ -238,10 +296,12 @@ class McpServerSpec(_Strict):
     command: list[Annotated[str, Field(max_length=4096)]] | None = Field(
         default=None, min_length=1, max_length=64
     )
-    env: dict[_EnvName, _EnvName] = Field(default_factory=dict, max_length=32)  # stdio only
-    headers_env: dict[Annotated[str, Field(max_length=128)], _EnvName] = Field(
-        default_factory=dict, max_length=32
+    env: dict[_EnvName, _EnvName] = Field(  # stdio only
+        default_factory=dict,
+        max_length=32,
+        json_schema_extra={"additionalProperties": False, "propertyNames": {"pattern": ENV_NAME}},
     )
+    headers_env: _HeadersEnv = Field(default_factory=dict)
     allow: list[_ToolName] | None = Field(default=None, max_length=256)
     read_only: list[_ToolName] = Field(default_factory=list, max_length=256)
     timeout_s: float = Field(default=30.0, gt=0, le=300)
@@ -325,7 +385,7 @@ class WebhookSpec(_Strict):
     # no whitespace or control characters: the URL is stored as text (PostgreSQL refuses NUL)
     url: str = Field(max_length=2048, pattern=f"^{URL_TEXT}$")
     events: list[Annotated[str, Field(max_length=64)]] | None = Field(default=None, max_length=64)
-    secret_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+    secret_env: str | None = Field(default=None, pattern=ENV_NAME)
 
 
 _Label = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^.\x00-\x1f\x7f]+$")]

@@ -12,11 +12,12 @@ them (``forget``): a waiting run holds no memory in any worker, however many wai
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy.engine import Connection
@@ -25,6 +26,8 @@ from shared.agent.compression import tool_result_budget
 from shared.agent.messages import Message
 from shared.agent.spec import AgentSpec
 from shared.agent.tokens import estimate_tokens
+from shared.config import DEFAULT_TENANT
+from shared.engine import metrics
 from shared.engine.catalog import Catalog, build_catalog
 from shared.engine.gate import Stage
 from shared.engine.runtime import Runtime
@@ -55,6 +58,7 @@ __all__ = [
 
 K = TypeVar("K")
 V = TypeVar("V")
+log = logging.getLogger("treadle.mcp")
 
 SPECS_BYTES = 16 * 1024 * 1024
 CATALOG_BYTES = 16 * 1024 * 1024
@@ -159,25 +163,56 @@ def spec_of(conn: Connection, run_id: str, rev: int | None = None) -> AgentSpec:
 _catalogs: ByteLRU[str, tuple[AgentSpec, Catalog, int]] = ByteLRU(CATALOG_BYTES)
 
 
-def catalog(rt: Runtime, run_id: str, spec: AgentSpec, attachments: Sequence[Any]) -> Catalog:
+def catalog(
+    rt: Runtime,
+    run_id: str,
+    spec: AgentSpec,
+    attachments: Sequence[Any],
+    *,
+    tenant: str = DEFAULT_TENANT,
+    deadline: float | None = None,
+) -> Catalog:
     """The run's tool catalog, built once per process for this very ``spec`` (``given``); a
-    catalog missing an MCP server that could not be listed is built again next time."""
+    catalog missing an MCP server that could not be listed is built again next time (its
+    listing waits at most until the run's ``deadline``, and counts against ``tenant``)."""
     found = _catalogs.get(run_id)
     if found is None or found[0] is not spec:
-        mcp = mcp_access(rt) if spec.mcp else None
+        mcp = replace(mcp_access(rt), tenant=tenant, deadline=deadline) if spec.mcp else None
         with rt.gate.outside(Stage.CLAIM) if mcp else nullcontext():  # MCP listing: I/O
-            built = build_catalog(spec, rt.profiles, attachments=attachments, mcp=mcp)
-        found = (spec, built, _schema_tokens(built))
-        if not built.partial:
-            _catalogs.put(run_id, found, CATALOG_ENTRY_BYTES)
+            built = build_catalog(
+                spec, rt.profiles, attachments=attachments, mcp=mcp, mcp_lists=rt.mcp_lists
+            )
+        tokens = _schema_tokens(built)
+        found = (spec, built, tokens)
+        if built.partial:
+            if not built.deferred:  # a deferred round comes back: counted when it gives up
+                _unavailable(run_id, built)
+        else:  # its tools' schemas, as Python objects: about 4 bytes a character, 4 a token
+            _catalogs.put(run_id, found, CATALOG_ENTRY_BYTES + 16 * tokens)
     return found[1]
+
+
+def _unavailable(run_id: str, built: Catalog) -> None:
+    """A log line and the metric for each MCP server a catalog lacks (the round that uses
+    the catalog records a ``tool.unavailable`` event and tells the model)."""
+    for server, why in built.unreachable.items():
+        metrics.MCP_UNAVAILABLE.inc()
+        log.warning("run %s: the tools of MCP server %r are unavailable: %s", run_id, server, why)
 
 
 def mcp_access(rt: Runtime) -> McpAccess:
     """How this process reaches MCP servers (its settings)."""
     s = rt.settings
     hosts = tuple(h.strip() for h in s.allow_hosts.split(",") if h.strip())
-    return McpAccess(allow_hosts=hosts, ttl=s.mcp_tools_ttl, max_bytes=s.mcp_max_bytes)
+    return McpAccess(
+        allow_hosts=hosts,
+        ttl=s.mcp_tools_ttl,
+        max_bytes=s.mcp_max_bytes,
+        timeout_s=s.mcp_timeout_s,
+        max_tools=s.max_tools,
+        list_bytes=s.mcp_list_max_bytes,
+        wait_s=s.mcp_list_wait_s,
+    )
 
 
 _budgets: ByteLRU[str, tuple[AgentSpec, int]] = ByteLRU(1024 * 1024)

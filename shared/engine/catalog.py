@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shared.agent import ask as ask_mod
 from shared.agent import plan as plan_mod
 from shared.agent.attachments import is_image
+from shared.agent.messages import Message
+from shared.agent.request import RequestPlan
 from shared.agent.spec import AgentSpec, InlineTool, ModelProfile
 from shared.agent.state import CatalogEntry
 from shared.agent.step import INTERNAL_TOOLS
@@ -18,9 +20,12 @@ from shared.tools import Tool, ToolContext, ToolResult, resolve
 from shared.tools.agent_tool import AgentTool, SubAgentTool
 from shared.tools.files import READ_FILES, describe_files
 from shared.tools.knowledge import KnowledgeTool
+from shared.tools.mcp_lists import ToolLists
 from shared.tools.mcp_tools import McpAccess, list_mcp_tools
 
-__all__ = ["Catalog", "build_catalog"]
+__all__ = ["DEFER_S", "Catalog", "build_catalog", "with_unavailable_note"]
+
+DEFER_S = 1.0
 
 _STOP = CatalogEntry(
     name="stop",
@@ -40,6 +45,9 @@ class Catalog:
     tools: dict[str, Tool]  # executables for external entries
     warnings: tuple[str, ...] = ()
     unreachable: dict[str, str] = field(default_factory=dict)  # MCP servers not listed: why
+    # an MCP server is still listing and this build did not wait (its tenant's threads
+    # already wait): a round gives itself back and comes again in ``DEFER_S``
+    deferred: bool = False
 
     def tool(self, name: str) -> Tool | None:
         """The executable for ``name``; while an MCP server could not be listed, a tool this
@@ -53,6 +61,32 @@ class Catalog:
     def partial(self) -> bool:
         """Some MCP server could not be listed (build again later rather than keep this)."""
         return bool(self.unreachable)
+
+    def unavailable_event(self) -> dict[str, Any] | None:
+        """The data of the round's ``tool.unavailable`` warning (None: nothing is missing)."""
+        if not self.unreachable:
+            return None
+        servers = [{"server": name, "reason": why[:500]} for name, why in self.unreachable.items()]
+        return {"level": "warning", "servers": servers}
+
+
+def with_unavailable_note(req: RequestPlan, catalog: Catalog) -> RequestPlan:
+    """``req`` with a line in its system text that tells the model which MCP servers' tools
+    are missing this round (their servers could not be listed): it should not expect them,
+    nor make them up."""
+    if not catalog.unreachable:
+        return req
+    names = ", ".join(sorted(catalog.unreachable))
+    note = (
+        f"Note: the tools of the MCP server(s) {names} are unavailable right now (the server "
+        "could not be reached or did not list its tools in time); do not call them."
+    )
+    msgs = list(req.messages)
+    if msgs and msgs[0].role == "system" and isinstance(msgs[0].content, str):
+        msgs[0] = msgs[0].with_content(f"{msgs[0].content}\n\n{note}".lstrip())
+    else:
+        msgs.insert(0, Message(role="system", content=note))
+    return replace(req, messages=tuple(msgs))
 
 
 @dataclass(frozen=True)
@@ -104,6 +138,7 @@ def build_catalog(
     *,
     attachments: Sequence[Mapping[str, Any]] = (),
     mcp: McpAccess | None = None,
+    mcp_lists: ToolLists | None = None,
 ) -> Catalog:
     """SPEC P-5: a business tool named like an internal one is dropped, with a warning.
     Inline tools with ``agent:`` become ``AgentTool``s (a chat or helper agent: one call;
@@ -112,7 +147,8 @@ def build_catalog(
     A tool that cannot run here (``unavailable``: run_python without bubblewrap) is left
     out, with a warning. A run with documents among its ``attachments`` gets ``read_files``
     (SPEC M-11). The tools of the spec's MCP servers are listed only given ``mcp`` (how to
-    reach them: the engine's rounds and tool calls, never a submission)."""
+    reach them: the engine's rounds and tool calls, never a submission; ``mcp_lists``: the
+    process's cached lists), as many as the tool limit leaves room for."""
     if spec.kind != "agent":
         return Catalog(entries={}, tools={})
     check_router(spec)  # a rule naming an unknown handler: an error now, not each round
@@ -131,20 +167,22 @@ def build_catalog(
             entries[tool.name] = _entry(tool)
             tools[tool.name] = tool
     unreachable: dict[str, str] = {}
+    deferred = False
     if spec.mcp and mcp is not None:
         taken = [*entries, *internal, *_RESERVED]
-        listing = list_mcp_tools(spec.mcp, mcp, taken=taken)
+        room = mcp.max_tools - len(entries)
+        listing = list_mcp_tools(spec.mcp, mcp, mcp_lists, taken=taken, room=room)
         for remote in listing.tools:
             entries[remote.name] = _entry(remote)
             tools[remote.name] = remote
         warnings += listing.warnings
-        unreachable = listing.unreachable
+        unreachable, deferred = listing.unreachable, listing.deferred
     entries.update(internal)
     docs = [a for a in attachments if not is_image(a)]  # images go to the model directly
     if docs:
         entries[READ_FILES.name] = _read_files_entry(docs)
         tools[READ_FILES.name] = READ_FILES
-    return Catalog(entries, tools, tuple(warnings), unreachable)
+    return Catalog(entries, tools, tuple(warnings), unreachable, deferred)
 
 
 def _entry(tool: Tool) -> CatalogEntry:

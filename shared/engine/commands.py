@@ -560,7 +560,8 @@ def _resolve(
     tx: Tx, run: Run, items: Sequence[Mapping[str, Any]], chosen: Sequence[ItemDecision]
 ) -> tuple[Resolved, ...]:
     given = cache.given(tx.conn, run.id)
-    catalog = cache.catalog(tx.rt, run.id, given.spec, attachment_refs(given.inputs))
+    refs = attachment_refs(given.inputs)
+    catalog = cache.catalog(tx.rt, run.id, given.spec, refs, tenant=run.tenant)
     schemas = {name: entry.parameters for name, entry in catalog.entries.items()}
     try:
         return resolve_approval(items, chosen, schemas)

@@ -120,7 +120,7 @@ def add_document(
     kind = content_type or sniff_content_type(data, name)
     limits = DocumentLimits.from_settings(rt.settings)
     try:
-        found = extract(data, kind, name, limits)
+        found = extract(data, kind, name, limits, None, rt.confinement, tenant)
     except ToolError as exc:
         raise SpecError(str(exc)) from None
     if found.truncated:

@@ -53,6 +53,10 @@ MODEL_TOKENS = Counter("treadle_model_tokens", "Model tokens", ["profile", "dire
 MODEL_COST = Counter("treadle_model_cost", "Model cost (profile currency units)", ["profile"])
 RETRIES = Counter("treadle_retries", "Retries by cause", ["cause"])
 REAPER = Counter("treadle_reaper_redrives", "Reaper re-drives", ["what"])
+MCP_UNAVAILABLE = Counter(
+    "treadle_mcp_unavailable",
+    "MCP servers whose tools a run's catalog lacks (unreachable, slow to list, refused)",
+)
 TAKEOVERS = Counter(
     "treadle_takeovers", "Rounds and tool calls taken over from a dead worker", ["what"]
 )

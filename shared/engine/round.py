@@ -40,7 +40,7 @@ from shared.agent.step import StepResult, step
 from shared.engine import cache, children, failover, failure, metrics, outage, spend
 from shared.engine.attachments import request_inputs
 from shared.engine.busy import when_free
-from shared.engine.catalog import Catalog
+from shared.engine.catalog import DEFER_S, Catalog, with_unavailable_note
 from shared.engine.change import Change, encode_after, finish_events, flush, settle
 from shared.engine.gate import Stage
 from shared.engine.handlers import run_handler
@@ -63,6 +63,7 @@ from shared.store.rows import Call, CallStatus, Run
 from shared.store.spend import Envelope
 from shared.store.write import ROUND_STARTED, Inc, round_started
 from shared.tools import ToolResult
+from shared.vocab import EventType
 
 __all__ = ["RoundResult", "rounds_in_place", "run_round"]
 
@@ -462,7 +463,10 @@ def _drive(rt: Runtime, claim: _Claim, attempt_no: int) -> RoundResult:
         routed = _try_route(rt, claim)
         if routed is not None:
             return routed
-    catalog = cache.catalog(rt, run.id, spec, attachment_refs(claim.inputs))
+    refs = attachment_refs(claim.inputs)
+    catalog = cache.catalog(rt, run.id, spec, refs, tenant=run.tenant, deadline=run.deadline_at)
+    if catalog.deferred:  # an MCP listing in flight: come back for it, holding no thread
+        raise _Retry(DEFER_S, "mcp listing", counts=False)
     checkpoint = _maybe_checkpoint(rt, claim, catalog, attempt_no)
     history = claim.history + ([checkpoint.message] if checkpoint else [])
     req_spec, inputs = with_dataset_quotes(
@@ -483,6 +487,7 @@ def _drive(rt: Runtime, claim: _Claim, attempt_no: int) -> RoundResult:
         inputs=inputs,
         known_tokens=None if checkpoint else run.view_tokens,
     )
+    req = with_unavailable_note(req, catalog)  # MCP servers not listed: the model is told
     reply, latency = _call_model(rt, claim, req, attempt_no)
     cached = cache.call_ids(run.id, run.view_start, run.msg_seq)
     used = set(cached) if cached is not None else _call_ids(history)
@@ -828,6 +833,8 @@ def _commit(
     run = claim.run
     round_ = result.state.round
     change = Change.by_holder(run, claim.owner)
+    if (missing := catalog.unavailable_event()) is not None:
+        change.event(EventType.TOOL_UNAVAILABLE, round=round_, **missing)
     if checkpoint is not None:
         change.message(checkpoint.message, round_)
         change.usage.append(checkpoint.usage)

@@ -20,6 +20,8 @@ from shared.engine.stopper import Stopper
 from shared.llm.ratelimit import LocalLimiter, RateLimiter
 from shared.store import store_for
 from shared.store.write import Store
+from shared.tools.confinement import Confinement
+from shared.tools.mcp_lists import ToolLists
 
 __all__ = ["Dispatch", "Publisher", "Runtime"]
 
@@ -75,11 +77,20 @@ class Runtime:
     envelopes: Envelopes = field(default_factory=Envelopes)  # tenants with spend envelopes
     stopper: Stopper = field(default_factory=Stopper)  # this process's work in flight, by run
     pacer: Pacer = field(default_factory=Pacer)  # what this process does at most every so often
-    _gate: Gate | None = field(default=None, repr=False)  # shared by copies (``replace``)
+    # process state shared by copies (``replace``): engine admission, MCP tool lists (bounded
+    # in bytes), the slots and cgroups of tenants' child processes
+    _gate: Gate | None = field(default=None, repr=False)
+    _mcp_lists: ToolLists | None = field(default=None, repr=False)
+    _confinement: Confinement | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        s = self.settings
         if self._gate is None:
-            self._gate = Gate(self.settings.worker_engine_slots)
+            self._gate = Gate(s.worker_engine_slots)
+        if self._mcp_lists is None:
+            self._mcp_lists = ToolLists(s.mcp_cache_bytes, tenant_waiters=s.mcp_tenant_waiters)
+        if self._confinement is None:
+            self._confinement = Confinement.from_settings(s)
 
     @property
     def store(self) -> Store:
@@ -91,6 +102,18 @@ class Runtime:
         """Engine work admission of a worker process (``shared.engine.gate``)."""
         assert self._gate is not None
         return self._gate
+
+    @property
+    def mcp_lists(self) -> ToolLists:
+        """MCP servers' tool lists this process holds (``shared.tools.mcp_lists``)."""
+        assert self._mcp_lists is not None
+        return self._mcp_lists
+
+    @property
+    def confinement(self) -> Confinement:
+        """Sandboxes' and PDF readers' slots and cgroups (``shared.tools.confinement``)."""
+        assert self._confinement is not None
+        return self._confinement
 
     @property
     def heartbeat(self) -> Heartbeat:

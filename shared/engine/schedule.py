@@ -10,6 +10,16 @@ after now, once: the transaction that creates the slot's run first inserts
 ``cron_fires(cron_id, slot)``; a concurrent process inserting the same slot waits for it and
 then conflicts, and fires nothing. After downtime, the missed slots are not replayed: the
 latest one fires once, then the cron continues from now (documented in the README).
+
+A pass fires at most ``TREADLE_CRON_FIRES_PER_PASS`` slots, taken tenant by tenant in turn
+(``store.due_crons``): one tenant's thousand due crons wait for later passes, another tenant's
+one fires in this one. A fire is a new run like any other: it passes the tenant's limit on runs
+in flight and the submissions per minute of the key that made the cron
+(``shared.engine.quotas``); refused, the slot does not fire (a warning is logged) and the cron
+goes on at its next one. Its spec meets the tenant's spec policy again at each fire (the
+policy in force then, ``shared.engine.spec_policy``): a spec the policy now refuses pauses
+the cron. A tenant has at most ``TREADLE_MAX_CRONS`` crons, none firing more often than every
+``TREADLE_CRON_MIN_INTERVAL_S``.
 """
 
 from __future__ import annotations
@@ -24,12 +34,12 @@ from cronsim import CronSim, CronSimError
 from pydantic import ValidationError
 
 from shared.agent.spec import AgentSpec
-from shared.engine import admission, commands
+from shared.engine import admission, commands, quotas, spec_policy
 from shared.engine.change import Change
 from shared.engine.runtime import Runtime
 from shared.engine.transition import attempt
 from shared.engine.tx import Tx
-from shared.errors import NotFound, SpecError, TreadleError
+from shared.errors import Forbidden, NotFound, QuotaExceeded, SpecError, TreadleError
 from shared.store import runs as run_store
 from shared.store import schedules as store
 from shared.store import threads as thread_store
@@ -79,15 +89,42 @@ def _zone(name: str) -> ZoneInfo:
         raise SpecError(f"unknown timezone {name!r}") from exc
 
 
-def check_schedule(schedule: str, timezone: str) -> float:
-    """A cron expression and timezone, checked (SpecError); returns the first slot from now."""
+def check_schedule(schedule: str, timezone: str, min_interval: float = 60.0) -> float:
+    """A cron expression and timezone, checked (SpecError; also for a schedule with two slots
+    closer than ``min_interval`` seconds); returns the first slot from now."""
     zone = _zone(timezone)
     if len(schedule.split()) != 5:
         raise SpecError("schedule: a cron expression has five fields")
     try:
-        return next_slot(schedule, zone, run_store.now())
+        first = next_slot(schedule, zone, run_store.now())
+        gap = shortest_gap(schedule, zone, first, min_interval)
     except (CronSimError, StopIteration) as exc:
         raise SpecError(f"schedule: invalid cron expression {schedule!r} ({exc})") from exc
+    if gap < min_interval:
+        raise SpecError(
+            f"schedule: {schedule!r} fires {gap:g}s apart; a cron fires at most every "
+            f"{min_interval:g}s (TREADLE_CRON_MIN_INTERVAL_S)"
+        )
+    return first
+
+
+_GAP_SLOTS = 20_000  # slots looked at for the shortest gap (a year of a sparse schedule)
+
+
+def shortest_gap(schedule: str, zone: ZoneInfo, start: float, floor: float) -> float:
+    """The shortest time between two slots within a year of ``start`` (a minute, the finest
+    a cron can do, ends the search; so does a gap under ``floor``: it is refused anyway)."""
+    if floor <= 60:
+        return floor
+    slots = CronSim(schedule, datetime.fromtimestamp(int(start) - 1, zone))
+    last, shortest, until = next(slots).timestamp(), float("inf"), start + 366 * 86_400
+    for _, when in zip(range(_GAP_SLOTS), slots, strict=False):
+        ts = when.timestamp()
+        shortest = min(shortest, ts - last)
+        if shortest < floor or ts > until:
+            break
+        last = ts
+    return shortest
 
 
 def next_slot(schedule: str, zone: ZoneInfo | str, after: float) -> float:
@@ -141,12 +178,20 @@ def _release(tx: Tx, run_id: str) -> bool:
     return True
 
 
-def fire_crons(rt: Runtime, now: float | None = None, limit: int = 100) -> int:
-    """Fire each due cron's latest slot once (fleet-wide); returns the runs created here."""
+def fire_crons(rt: Runtime, now: float | None = None, limit: int | None = None) -> int:
+    """Fire each due cron's latest slot once (fleet-wide), at most ``limit`` (default
+    ``TREADLE_CRON_FIRES_PER_PASS``), tenant by tenant in turn; returns the runs created
+    here."""
     ts = run_store.now() if now is None else now
     with rt.engine.connect() as conn:
-        due = store.due_crons(conn, ts, limit)
+        due = store.due_crons(conn, ts, limit or rt.settings.cron_fires_per_pass)
     return sum(1 for cron in due if _fire(rt, cron, ts))
+
+
+def _refused(rt: Runtime, cron: store.Cron) -> quotas.Refusal | None:
+    """Why the tenant may not start a run now (its runs in flight, its creator key's rate)."""
+    key = str((cron.options or {}).get("limit_key") or f"tenant:{cron.tenant}")
+    return quotas.in_flight(rt, cron.tenant) or quotas.rate(rt, key)
 
 
 def _fire(rt: Runtime, cron: store.Cron, ts: float) -> bool:
@@ -160,6 +205,14 @@ def _fire(rt: Runtime, cron: store.Cron, ts: float) -> bool:
     if cron.last_slot is not None and slot <= cron.last_slot:
         _advance(rt, cron.id, following, ts)  # this slot already fired
         return False
+    if (why := _policy_refusal(rt, cron)) is not None:
+        log.warning("cron %s: paused: the spec policy refuses its spec now: %s", cron.id, why)
+        _advance(rt, cron.id, None, ts)
+        return False
+    if (refused := _refused(rt, cron)) is not None:
+        log.warning("cron %s: slot %s not fired: %s", cron.id, _iso(slot), refused.message)
+        _advance(rt, cron.id, following, ts)
+        return False
     try:
         record, _ = commands.submit_run(rt, _run_input(cron, slot), also=_claim(cron, slot))
     except AlreadyFired:
@@ -171,6 +224,21 @@ def _fire(rt: Runtime, cron: store.Cron, ts: float) -> bool:
     with rt.engine.begin() as conn:
         store.set_next(conn, cron.id, following, ts, slot=slot, run_id=record.run.id)
     return True
+
+
+def _policy_refusal(rt: Runtime, cron: store.Cron) -> str | None:
+    """Why the spec policy refuses the cron's spec now (its tenant's parts, stored when it was
+    made; None: allowed, or an operator's agent)."""
+    policed = cron.agent.get("policed")
+    if not isinstance(policed, dict):
+        return None
+    keyed = bool((cron.options or {}).get("keyed", True))
+    try:
+        spec = AgentSpec.model_validate(policed)
+        spec_policy.police(rt.settings, rt.profiles, spec, keyed=keyed)
+    except (SpecError, Forbidden, ValidationError) as exc:
+        return str(exc)
+    return None
 
 
 def _claim(cron: store.Cron, slot: float) -> Callable[[Tx, str], None]:
@@ -216,9 +284,15 @@ def create_cron(
     tenant: str,
 ) -> store.Cron:
     """A new cron (``row``: the ``crons`` columns but times); checks the schedule, the timezone
-    (SpecError) and the thread (NotFound) first: a refused cron writes nothing."""
-    first = check_schedule(row["schedule"], row["timezone"])
+    (SpecError), the tenant's quota (QuotaExceeded) and the thread (NotFound) first: a refused
+    cron writes nothing."""
+    first = check_schedule(row["schedule"], row["timezone"], rt.settings.cron_min_interval_s)
+    quota = rt.settings.max_crons
     with rt.engine.begin() as conn:
+        if quota and store.count_crons(conn, tenant) >= quota:
+            raise QuotaExceeded(
+                f"this tenant has {quota} crons, the most it may have (TREADLE_MAX_CRONS)"
+            )
         if row.get("thread_id") and not thread_store.get_thread(conn, row["thread_id"], tenant):
             raise NotFound(f"thread {row['thread_id']} not found")
         values = {**row, "id": commands.new_id("cron"), "tenant": tenant, "next_fire": first}

@@ -66,7 +66,8 @@ def _run_tool(rt: Runtime, run_id: str, call_id: str, version: int) -> str:
     if run.version != version or call.status not in (CallStatus.QUEUED, CallStatus.RUNNING):
         return "stale"
     spec = given.spec
-    catalog = cache.catalog(rt, run_id, spec, attachment_refs(given.inputs))
+    refs = attachment_refs(given.inputs)
+    catalog = cache.catalog(rt, run_id, spec, refs, tenant=run.tenant, deadline=run.deadline_at)
     tool = catalog.tool(call.name)
     sub = children.sub_agent_of(spec, call.name)
     if sub is None and call.status == CallStatus.QUEUED and quick(tool):
@@ -181,6 +182,7 @@ def execute_tool(
         files=run_files(rt, run.tenant, inputs) if refs else None,
         knowledge=Knowledge(rt, run.tenant),
         memory=RunMemory(rt, run),
+        confinement=rt.confinement,
     )
     try:  # strict JSON first: json5 is pure Python (~100 ms for 500 characters)
         args = parse_arguments(call.arguments or "{}")

@@ -10,7 +10,9 @@ the reaper re-sends it when due, so no Celery countdown comes near the visibilit
 
 The POST goes through the SSRF guard (``shared.tools.netguard``): a run's webhook may not
 reach private addresses unless allow-listed (``TREADLE_ALLOW_HOSTS``); the operator's default
-webhook host (``TREADLE_WEBHOOK_URL``) is allowed. Deliveries run on their own queue
+webhook host (``TREADLE_WEBHOOK_URL``) is allowed. Each redirect hop is checked before it is
+followed: a redirect to a refused address is never followed, and the delivery fails at once
+(the same try would be refused again; no retries). Deliveries run on their own queue
 (``treadle.webhooks``), never inside a round: a slow or dead receiver does not slow a run.
 """
 
@@ -32,7 +34,7 @@ from standardwebhooks import Webhook
 
 from shared.config import Settings
 from shared.engine.runtime import Runtime
-from shared.errors import ToolError
+from shared.errors import BlockedAddress, ToolError
 from shared.store import deliveries
 from shared.store import runs as run_store
 from shared.store.deliveries import Attempt, Row
@@ -96,7 +98,7 @@ def _drop_if_settled(conn: Connection, delivery_id: str, outbox_id: int | None) 
 def next_attempt_at(d: Row, attempt: Attempt, settings: Settings, ts: float) -> float | None:
     """When to try again after try number ``d["attempts"]``; None = done (delivered, or out of
     time: ``webhook_retry_for`` after the delivery was created)."""
-    if attempt.ok:
+    if attempt.ok or attempt.final:
         return None
     delay = min(settings.webhook_retry_base * 3 ** max(0, d["attempts"] - 1), MAX_GAP)
     at = ts + delay * random.uniform(0.9, 1.1)
@@ -163,6 +165,8 @@ def send(d: Row, settings: Settings, body: str | None = None) -> Attempt:
             max_bytes=4096,
             allow_hosts=_allow_hosts(settings),
         )
+    except BlockedAddress as exc:  # the URL, or a redirect of it: refused again next time
+        return Attempt(started, _ms(t0), error=str(exc), final=True)
     except (ToolError, ValueError) as exc:
         return Attempt(started, _ms(t0), error=str(exc) or type(exc).__name__)
     return Attempt(started, _ms(t0), status_code=resp.status_code, response=resp.text[:500])

@@ -9,10 +9,27 @@ from sqlalchemy.engine import Connection
 
 from shared.store.rows import Run, Status
 from shared.store.tables import runs
+from shared.vocab import IN_FLIGHT
 
-__all__ = ["gated_tenants", "has_gated", "in_flight", "lock_gated"]
+__all__ = ["gated_tenants", "has_gated", "in_flight", "lock_gated", "open_runs"]
 
 _IN_FLIGHT = (Status.QUEUED.value, Status.RUNNING.value)
+
+
+def open_runs(conn: Connection, tenant: str) -> int:
+    """The tenant's runs in flight as its limit on open runs counts them: scheduled, queued,
+    running and waiting, but a run held behind its thread's active run (one held for
+    admission counts)."""
+    q = (
+        sa.select(sa.func.count())
+        .select_from(runs)
+        .where(
+            runs.c.tenant == tenant,
+            runs.c.status.in_([s.value for s in IN_FLIGHT]),
+            sa.or_(runs.c.held.is_(False), runs.c.thread_id.is_(None)),
+        )
+    )
+    return int(conn.execute(q).scalar_one())
 
 
 def _gated() -> sa.ColumnElement[bool]:

@@ -15,12 +15,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from shared.errors import Conflict, NotFound
+from shared.errors import Conflict, NotFound, QuotaExceeded
 from shared.store.tables import agent_versions as av
 
 __all__ = [
     "AgentVersion",
+    "Quota",
     "add_version",
+    "count_agents",
     "get_version",
     "latest_versions",
     "list_versions",
@@ -103,6 +105,34 @@ def latest_versions(
     return [AgentVersion.of(r) for r in conn.execute(q).mappings()]
 
 
+def count_agents(conn: Connection, tenant: str) -> int:
+    """How many agents (names) the tenant has."""
+    q = sa.select(sa.func.count(sa.distinct(av.c.name))).where(av.c.tenant == tenant)
+    return int(conn.execute(q).scalar_one())
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """The most agents a tenant and versions an agent may have (0: no limit)."""
+
+    agents: int = 0
+    versions: int = 0
+
+
+def _check_quota(
+    conn: Connection, tenant: str, name: str, current: AgentVersion | None, quota: Quota
+) -> None:
+    if current is None and quota.agents and count_agents(conn, tenant) >= quota.agents:
+        raise QuotaExceeded(
+            f"this tenant has {quota.agents} agents, the most it may have (TREADLE_MAX_AGENTS)"
+        )
+    if current is not None and quota.versions and current.version >= quota.versions:
+        raise QuotaExceeded(
+            f"agent {name!r} has {current.version} versions, the most an agent may have "
+            "(TREADLE_MAX_AGENT_VERSIONS)"
+        )
+
+
 def add_version(
     conn: Connection,
     tenant: str,
@@ -114,16 +144,18 @@ def add_version(
     description: str | None = None,
     meta: dict[str, Any] | None = None,
     facade: dict[str, Any] | None = None,
+    quota: Quota = Quota(),  # noqa: B008 - frozen
 ) -> AgentVersion:
     """Add the next version. ``new``: the agent must not exist yet (Conflict), else it must
-    (NotFound). Runs in savepoints so a lost race on the number retries in the same
-    transaction."""
+    (NotFound); either way within ``quota`` (QuotaExceeded). Runs in savepoints so a lost
+    race on the number retries in the same transaction."""
     for _ in range(_TRIES):
         current = get_version(conn, tenant, name)
         if new and current is not None:
             raise Conflict(f"agent {name!r} exists; PUT /v1/agents/{name} adds a version")
         if not new and current is None:
             raise NotFound(f"agent {name!r} not found")
+        _check_quota(conn, tenant, name, current, quota)
         row = {
             "tenant": tenant,
             "name": name,

@@ -27,7 +27,7 @@ from sqlalchemy.engine import Connection, RowMapping
 
 from shared.isotime import epoch, iso, iso_times
 from shared.store.tables import outbox, resume_tokens, webhook_attempts, webhook_deliveries
-from shared.vocab import MEMORY_EVENTS
+from shared.vocab import MEMORY_EVENTS, EventType
 
 __all__ = [
     "DEFAULT_EVENTS",
@@ -67,6 +67,7 @@ DURABLE_EVENTS = frozenset(
         "run.cancelled",
         "run.released",
         *(e.value for e in MEMORY_EVENTS),
+        EventType.TOOL_UNAVAILABLE.value,
     }
 )
 DEFAULT_EVENTS = frozenset({"run.waiting", "run.completed", "run.failed", "run.cancelled"})
@@ -304,6 +305,7 @@ class Attempt:
     status_code: int | None = None
     error: str | None = None
     response: str | None = None
+    final: bool = False  # a failure that would recur: not retried (a refused redirect)
 
     @property
     def ok(self) -> bool:

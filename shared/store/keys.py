@@ -3,8 +3,9 @@
 A key is ``trd_`` + 43 URL-safe characters (256 random bits). It is shown once, when it is
 created; only its SHA-256 is stored (a fast hash is enough for a high-entropy secret: there is
 nothing to guess). A key belongs to one tenant and has scopes: ``runs:read`` (GET), ``runs:write``
-(submit, cancel, answer, approve, create threads, upload files) and ``admin`` (everything,
-``/metrics`` when it is not public).
+(submit, cancel, answer, approve, create threads, upload files), ``trace`` (the request's
+``traceparent``/``tracestate`` is joined; without it a request starts a trace of its own) and
+``admin`` (everything, ``/metrics`` when it is not public).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ __all__ = [
     "KEY_PREFIX",
     "READ",
     "SCOPES",
+    "TRACE",
     "WRITE",
     "ApiKey",
     "NewKey",
@@ -44,7 +46,8 @@ __all__ = [
 
 KEY_PREFIX = "trd_"
 READ, WRITE, ADMIN = "runs:read", "runs:write", "admin"
-SCOPES = (READ, WRITE, ADMIN)
+TRACE = "trace"  # a client's trace context is adopted (a trusted caller: the operator's own)
+SCOPES = (READ, WRITE, TRACE, ADMIN)
 DEFAULT_SCOPES = (READ, WRITE)
 _TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _SHOWN = 12  # characters of a key kept in clear (``prefix``) so people can tell keys apart

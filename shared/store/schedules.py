@@ -20,6 +20,7 @@ from shared.store.tables import cron_fires, crons, runs
 __all__ = [
     "Cron",
     "claim_slot",
+    "count_crons",
     "delete_cron",
     "due_crons",
     "due_scheduled",
@@ -129,15 +130,27 @@ def set_paused(
     return Cron.of(row) if row is not None else None
 
 
+def count_crons(conn: Connection, tenant: str) -> int:
+    q = sa.select(sa.func.count()).select_from(crons).where(crons.c.tenant == tenant)
+    return int(conn.execute(q).scalar_one())
+
+
 def due_crons(conn: Connection, ts: float, limit: int = 100) -> list[Cron]:
-    """Unpaused crons whose next slot has come."""
-    q = (
-        sa.select(crons)
-        .where(crons.c.paused == sa.false(), crons.c.next_fire <= ts)
-        .order_by(crons.c.next_fire)
-        .limit(limit)
+    """Unpaused crons whose next slot has come, at most ``limit``, tenant by tenant in turn:
+    every tenant's earliest first, then every tenant's second, ... (one tenant's thousand due
+    crons do not push another tenant's one to a later pass)."""
+    turn = (
+        sa.func.row_number()
+        .over(partition_by=crons.c.tenant, order_by=(crons.c.next_fire, crons.c.id))
+        .label("turn")
     )
-    return [Cron.of(r) for r in conn.execute(q).mappings()]
+    due = (
+        sa.select(crons, turn)
+        .where(crons.c.paused == sa.false(), crons.c.next_fire <= ts)
+        .subquery()
+    )
+    q = sa.select(*[due.c[c.name] for c in crons.c]).order_by(due.c.turn, due.c.next_fire, due.c.id)
+    return [Cron.of(r) for r in conn.execute(q.limit(limit)).mappings()]
 
 
 def claim_slot(conn: Connection, cron_id: str, slot: float, ts: float) -> bool:

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-__all__ = ["LoopTimeout", "run_async"]
+__all__ = ["LoopTimeout", "run_async", "submit"]
 
 T = TypeVar("T")
 _lock = threading.Lock()
@@ -59,3 +59,17 @@ def run_async(make: Callable[[], Awaitable[T]], timeout: float) -> T:
     except concurrent.futures.TimeoutError:
         future.cancel()
         raise LoopTimeout(f"timed out after {timeout:g}s") from None
+
+
+def submit(make: Callable[[], Awaitable[T]], timeout: float) -> concurrent.futures.Future[T]:
+    """Start ``make()`` on the process's loop without waiting for it: the future it returns
+    ends with its result, its error, or ``LoopTimeout`` after ``timeout`` seconds (the
+    coroutine is cancelled then). Nobody has to wait for it: it ends on its own."""
+
+    async def call() -> T:
+        try:
+            return await asyncio.wait_for(make(), timeout)
+        except TimeoutError:
+            raise LoopTimeout(f"timed out after {timeout:g}s") from None
+
+    return asyncio.run_coroutine_threadsafe(call(), _running_loop())

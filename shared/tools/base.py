@@ -27,6 +27,7 @@ from shared.errors import ToolError
 
 if TYPE_CHECKING:
     from shared.llm.abort import Abort
+    from shared.tools.confinement import Confinement
 
 __all__ = [
     "FileSource",
@@ -83,7 +84,9 @@ class ToolContext:
     bytes ``files`` reads (None: the run has no readable attachments). ``knowledge`` searches
     the tenant's datasets (None: not available here). ``abort`` stops a call that blocks
     (``shared.llm.abort``): tools that wait on the network or a child process obey it, so a
-    timed-out or cancelled call really ends instead of running on in an abandoned thread."""
+    timed-out or cancelled call really ends instead of running on in an abandoned thread.
+    ``confinement``: the process's slots and cgroups for child processes (None: a call made
+    outside the engine gets its own)."""
 
     run_id: str
     call_id: str
@@ -96,6 +99,7 @@ class ToolContext:
     knowledge: KnowledgeSource | None = None  # the tenant's datasets (knowledge_search)
     memory: MemorySource | None = None  # the run's long-term memory (remember, recall)
     abort: Abort | None = None
+    confinement: Confinement | None = None  # the worker's sandbox slots and cgroups
 
     @property
     def idempotency_key(self) -> str:

@@ -4,6 +4,11 @@ and memory, stops at a page and a character limit, and is killed at a wall limit
 caller's ``Abort`` fires. A 12 KB PDF whose 30 pages share one 2 MB content stream costs a
 few seconds of one child's CPU, never minutes of a worker's or the API's.
 
+Given the process's ``Confinement`` (``shared.tools.confinement``), a PDF child takes one of
+the worker's sandbox slots (queued fairly by tenant: at most ``TREADLE_SANDBOX_SLOTS`` children
+at once) and runs in its own cgroup under the worker's group, so however many documents arrive
+at once their readers hold at most the group's memory together.
+
 Text and markdown are decoded in process (cheap: bounded by the byte limit, the upload
 limit). ``Extracted.truncated`` says a PDF limit cut the text short: ``read_files`` tells the
 model, a dataset refuses the document.
@@ -19,10 +24,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shared.errors import ToolError
 from shared.llm.abort import Abort
+from shared.tools.cgroups import Cgroup, GroupLimits, joining
+
+if TYPE_CHECKING:
+    from shared.tools.confinement import Confinement
 
 __all__ = ["IMAGE_TYPES", "DocumentLimits", "Extracted", "extract"]
 
@@ -31,6 +40,8 @@ IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 _CHILD = Path(__file__).with_name("pdf_child.py")
 _WALL_GRACE_S = 5.0
 _REPORT_MAX_BYTES = 64 * MB
+_SLOT_WAIT_S = 60.0  # a reader waits this long for a slot at most (less with a deadline)
+_CHILD_PROCESSES = 8  # a reader is one process; a few threads of it count too
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,14 +82,28 @@ def extract(
     name: str,
     limits: DocumentLimits | None = None,
     abort: Abort | None = None,
+    confinement: Confinement | None = None,
+    tenant: str = "default",
 ) -> Extracted:
     """A document's text: PDF pages (``--- page N ---`` markers), text as UTF-8. ToolError
-    for an image, a binary or unreadable file, or one over the byte limit."""
+    for an image, a binary or unreadable file, or one over the byte limit. ``confinement``:
+    the process's slots and cgroups, where the PDF child waits its turn (as ``tenant``)."""
     lim = limits or DocumentLimits()
     if len(data) > lim.max_bytes:
         raise ToolError(f"{name} is over the {lim.max_bytes}-byte limit for documents")
     if content_type == "application/pdf":
-        return _pdf(data, name, lim, abort)
+        handle = abort or Abort()
+        if confinement is None:
+            return _pdf(data, name, lim, handle, None)
+        group_limits = GroupLimits(lim.memory_mb * MB, pids=_CHILD_PROCESSES)
+        with confinement.child(
+            tenant,
+            group_limits,
+            timeout=handle.limit(_SLOT_WAIT_S),
+            abort=handle,
+            needs_group=False,
+        ) as group:
+            return _pdf(data, name, lim, handle, group)
     if content_type.startswith("text/"):
         return Extracted(data.decode("utf-8", errors="replace").removeprefix("\ufeff"))
     if content_type in IMAGE_TYPES:
@@ -101,8 +126,10 @@ def _config(lim: DocumentLimits) -> str:
     )
 
 
-def _pdf(data: bytes, name: str, lim: DocumentLimits, abort: Abort | None) -> Extracted:
-    report = _run_child(data, name, lim, abort or Abort())
+def _pdf(
+    data: bytes, name: str, lim: DocumentLimits, abort: Abort, group: Cgroup | None
+) -> Extracted:
+    report = _run_child(data, name, lim, abort, group)
     if "error" in report:
         raise ToolError(f"cannot read PDF {name}: {report['error']}")
     pages = [str(p) for p in report.get("pages") or []]
@@ -112,11 +139,15 @@ def _pdf(data: bytes, name: str, lim: DocumentLimits, abort: Abort | None) -> Ex
     return Extracted(text, truncated=bool(report.get("truncated")))
 
 
-def _run_child(data: bytes, name: str, lim: DocumentLimits, abort: Abort) -> dict[str, Any]:
-    """Run the extractor; kill it at the wall limit or when ``abort`` fires."""
+def _run_child(
+    data: bytes, name: str, lim: DocumentLimits, abort: Abort, group: Cgroup | None
+) -> dict[str, Any]:
+    """Run the extractor (in ``group``, joined before it starts); kill it at the wall limit or
+    when ``abort`` fires."""
     started = time.monotonic()
+    command = [sys.executable, "-I", str(_CHILD), _config(lim)]
     proc = subprocess.Popen(
-        [sys.executable, "-I", str(_CHILD), _config(lim)],
+        joining(group, command) if group is not None else command,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -134,6 +165,8 @@ def _run_child(data: bytes, name: str, lim: DocumentLimits, abort: Abort) -> dic
             raise ToolError(f"reading PDF {name} took over {lim.wall_s:g}s; gave up") from None
     abort.check()
     if proc.returncode != 0:
+        if group is not None and group.oom_kills():
+            raise ToolError(f"reading PDF {name} needs over {lim.memory_mb} MB; gave up")
         raise ToolError(_died(name, proc.returncode, lim, time.monotonic() - started))
     return _parse(out[:_REPORT_MAX_BYTES])
 

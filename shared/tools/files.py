@@ -83,11 +83,17 @@ _CACHE = _TextCache(_TEXT_CACHE_SIZE)
 
 
 def extract_text(
-    data: bytes, content_type: str, name: str = "file", abort: Abort | None = None
+    data: bytes,
+    content_type: str,
+    name: str = "file",
+    abort: Abort | None = None,
+    ctx: ToolContext | None = None,
 ) -> str:
     """A file's text within the operator's document limits (``shared.tools.documents``); a
-    note at the end when a limit cut it short."""
-    found = extract(data, content_type, name, _limits(), abort)
+    note at the end when a limit cut it short. ``ctx``: the call's (its tenant waits for one
+    of the process's slots, ``ctx.confinement``)."""
+    confinement, tenant = (ctx.confinement, ctx.tenant) if ctx is not None else (None, "default")
+    found = extract(data, content_type, name, _limits(), abort, confinement, tenant)
     if not found.truncated:
         return found.text
     return f"{found.text}\n\n[... the rest of {name} is past the reading limits and not shown]"
@@ -140,7 +146,7 @@ def _text_of(ref: Mapping[str, Any], ctx: ToolContext) -> str:
     except FileNotFoundError as exc:
         raise ToolError(str(exc)) from None
     kind, name = str(ref.get("content_type") or ""), str(ref.get("name") or "")
-    text = extract_text(data, kind, name, ctx.abort)
+    text = extract_text(data, kind, name, ctx.abort, ctx)
     _CACHE.put(key, text)
     return text
 

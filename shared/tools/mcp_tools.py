@@ -7,22 +7,29 @@ through the SSRF guard: the host is checked once per connection and every reques
 sent to that checked address (``netguard.pinned_address``), with the real name in ``Host``
 and for TLS; a response body or SSE event over ``max_bytes`` ends the exchange.
 
-The tool list of a server is fetched per process and cached ``ttl`` seconds (a failed fetch
-for a short while, so a dead server is not asked again every round; a stale list serves while
-the server is down). Each call opens its own session (connect, call, close) on the process's
-event loop thread (``shared.tools.aioloop``), bounded by the server's ``timeout_s`` and the
-run's deadline, and carries the call's ``Idempotency-Key`` (``<run_id>:<call_id>``) in
-``_meta``. A failure of any kind (unreachable server, protocol error, the tool's own
-``isError``) is a ``ToolError``: the call's result, never a failed run.
+Bounded like every other input: a server's list keeps at most ``max_tools`` tools and
+``list_bytes`` bytes of names, descriptions and schemas (the rest is left out, with a warning),
+a schema over ``MAX_SCHEMA_BYTES`` or nested deeper than ``MAX_DEPTH`` leaves its tool out, and
+the run's catalog as a whole holds at most ``max_tools`` tools (``TREADLE_MAX_TOOLS``: the spec's
+own first). A result's structured content deeper than ``MAX_DEPTH`` or over
+``MAX_STRUCTURED_BYTES`` is dropped (its text stays). Every exchange has the wall limit
+``min(timeout_s, TREADLE_MCP_TIMEOUT_S)`` and the run's deadline.
+
+The tool lists are cached per process in a byte-bounded ``ToolLists`` the runtime holds
+(``shared.tools.mcp_lists``): listings run on the process's event loop thread
+(``shared.tools.aioloop``) and a round waits for them a bounded while. Each call opens its own
+session (connect, call, close) on that loop, and carries the call's ``Idempotency-Key``
+(``<run_id>:<call_id>``) in ``_meta``. A failure of any kind (unreachable server, protocol
+error, the tool's own ``isError``) is a ``ToolError``: the call's result, never a failed run.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import os
 import re
-import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -37,54 +44,63 @@ from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from shared.agent.output import json_depth
 from shared.agent.spec import McpServerSpec
 from shared.errors import ToolError
-from shared.tools.aioloop import LoopTimeout, run_async
+from shared.tools.aioloop import LoopTimeout, run_async, submit
 from shared.tools.base import InvalidToolArguments, ToolContext, ToolResult
+from shared.tools.mcp_lists import Fetched, Job, Listing, RemoteTool, ToolLists
 from shared.tools.netguard import pinned_address, tls_server_name
 
 __all__ = [
     "IDEMPOTENCY_META",
+    "MAX_DEPTH",
     "McpAccess",
     "McpListing",
     "McpServer",
     "McpTool",
     "RemoteTool",
-    "clear_tool_lists",
+    "ToolLists",
     "list_mcp_tools",
 ]
 
 log = logging.getLogger("treadle.mcp")
 T = TypeVar("T")
 IDEMPOTENCY_META = "Idempotency-Key"
-MAX_TOOLS_PER_SERVER = 256
 MAX_SCHEMA_BYTES = 32_000
 MAX_DESCRIPTION_CHARS = 2_000
+MAX_DEPTH = 32  # of a tool's input schema, and of a result's structured content
+MAX_STRUCTURED_BYTES = 64_000  # a result's structured content kept with the call's data
 _MAX_PAGES = 20
-_FAILURE_TTL = 15.0  # a failed listing is not retried sooner than this (nor later than ttl)
 _GRACE = 5.0  # the loop's own limit, past the session's: it cancels a session that hangs
-_STALE_FOR = 24 * 3600.0  # a list that could not be refreshed serves this long
 _CLIENT_INFO = mcp_types.Implementation(name="treadle", version="0.1.0")
 _NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
 
 
 @dataclass(frozen=True, slots=True)
 class McpAccess:
-    """What reaching MCP servers takes in this process (from the settings)."""
+    """What reaching MCP servers takes in this process (from the settings), and for whom:
+    ``tenant`` and its run's ``deadline`` (epoch seconds) bound the wait for a listing."""
 
     allow_hosts: tuple[str, ...] = ()
     ttl: float = 300.0
-    max_bytes: int = 1_000_000
+    max_bytes: int = 1_000_000  # one HTTP body or SSE event
+    timeout_s: float = 30.0  # the operator's cap on a server's timeout_s
+    max_tools: int = 64  # per server, and per run (the spec's own tools included)
+    list_bytes: int = 256_000  # names, descriptions and schemas kept of one server's list
+    wait_s: float = 10.0  # the longest a round waits for a listing
+    tenant: str = "default"
+    deadline: float | None = None
 
+    def timeout(self, spec: McpServerSpec) -> float:
+        """The wall limit of one exchange with the server (a tenant cannot raise it)."""
+        return min(spec.timeout_s, self.timeout_s)
 
-@dataclass(frozen=True, slots=True)
-class RemoteTool:
-    """One tool as the server lists it."""
-
-    name: str
-    description: str
-    parameters: dict[str, Any]
-    read_only_hint: bool = False
+    def wait(self) -> float:
+        """How long a round may wait for listings now: ``wait_s``, and half the time left
+        before the deadline at most (the other half is the model's), 0 past it."""
+        left = self.wait_s if self.deadline is None else (self.deadline - time.time()) / 2
+        return max(0.0, min(self.wait_s, left))
 
 
 # --- HTTP: pinned to the checked address, bounded ---------------------------------------------
@@ -172,41 +188,61 @@ class McpServer:
         env = tuple(sorted(self.spec.env.items()))
         return (self.spec.kind, target, secrets, env, self.access.allow_hosts)
 
-    def list_tools(self, environ: Mapping[str, str]) -> list[RemoteTool]:
-        """Every tool the server lists (at most ``MAX_TOOLS_PER_SERVER``); ToolError."""
-        return self._run(_list, environ, self.spec.timeout_s)
+    def start_listing(self, environ: Mapping[str, str]) -> concurrent.futures.Future[Fetched]:
+        """The server's tools, fetched on the event loop (a future; ToolError inside). The
+        SSRF check's DNS lookup runs in a helper thread of the loop, within the limit."""
+        timeout, access = self.access.timeout(self.spec), self.access
+
+        async def prepare() -> Callable[[], Any]:
+            return await anyio.to_thread.run_sync(
+                self._transport, environ, timeout, abandon_on_cancel=True
+            )
+
+        return submit(
+            lambda: self._session(lambda c: _list(c, access), prepare, timeout),
+            timeout + _GRACE,
+        )
 
     def call(
         self, tool: str, args: dict[str, Any], ctx: ToolContext, timeout: float
     ) -> mcp_types.CallToolResult:
         meta = cast(mcp_types.RequestParamsMeta, {IDEMPOTENCY_META: ctx.idempotency_key})
-        return self._run(lambda c: c.call_tool(tool, args, meta=meta), ctx.environ, timeout)
-
-    def _run(
-        self, op: Callable[[Client], Awaitable[T]], environ: Mapping[str, str], timeout: float
-    ) -> T:
         try:
-            make_transport = self._transport(environ, timeout)  # the SSRF check, here
+            maker = self._transport(ctx.environ, timeout)  # the SSRF check, in this thread
         except ToolError as exc:
             raise ToolError(f"MCP server {self.name!r}: {exc}") from None
 
-        async def session() -> T:
-            with anyio.fail_after(timeout):
-                client = Client(
-                    make_transport(), read_timeout_seconds=timeout, client_info=_CLIENT_INFO
-                )
-                async with client:
-                    return await op(client)
+        async def prepare() -> Callable[[], Any]:
+            return maker
+
+        def session() -> Awaitable[mcp_types.CallToolResult]:
+            return self._session(lambda c: c.call_tool(tool, args, meta=meta), prepare, timeout)
 
         try:
             return run_async(session, timeout + _GRACE)
         except LoopTimeout:
             raise ToolError(f"MCP server {self.name!r}: timed out after {timeout:g}s") from None
+
+    async def _session(
+        self,
+        op: Callable[[Client], Awaitable[T]],
+        prepare: Callable[[], Awaitable[Callable[[], Any]]],
+        timeout: float,
+    ) -> T:
+        """One session within ``timeout``: the transport made (``prepare``), connect, ``op``,
+        close. Any failure is a ToolError naming the server."""
+        try:
+            with anyio.fail_after(timeout):
+                make_transport = await prepare()
+                client = Client(
+                    make_transport(), read_timeout_seconds=timeout, client_info=_CLIENT_INFO
+                )
+                async with client:
+                    return await op(client)
         except BaseException as exc:  # anyio wraps failures in exception groups
-            if isinstance(exc, KeyboardInterrupt | SystemExit):
+            if _cancelled(exc) or isinstance(exc, KeyboardInterrupt | SystemExit):
                 raise
-            reason = _reason(exc, timeout)
-            raise ToolError(f"MCP server {self.name!r}: {reason}") from None
+            raise ToolError(f"MCP server {self.name!r}: {_reason(exc, timeout)}") from None
 
     def _transport(self, environ: Mapping[str, str], timeout: float) -> Callable[[], Any]:
         """A maker of the session's transport, to call on the loop; what can fail before
@@ -276,26 +312,45 @@ def _env(environ: Mapping[str, str], var: str, what: str) -> str:
     return value
 
 
-async def _list(client: Client) -> list[RemoteTool]:
+async def _list(client: Client, access: McpAccess) -> Fetched:
+    """The server's tools, pages followed, within ``access``'s count and byte limits."""
     found: list[RemoteTool] = []
-    cursor: str | None = None
+    size, note, cursor = 0, "", None
     for _ in range(_MAX_PAGES):
         page = await client.list_tools(cursor=cursor)
-        found += [_remote(t) for t in page.tools]
+        for listed in page.tools:
+            tool = _remote(listed)
+            if len(found) >= access.max_tools:
+                note = f"lists more than {access.max_tools} tools (TREADLE_MAX_TOOLS)"
+            elif size + tool.size > access.list_bytes:
+                note = f"lists over {access.list_bytes} bytes (TREADLE_MCP_LIST_MAX_BYTES)"
+            else:
+                found.append(tool)
+                size += tool.size
+                continue
+            return Fetched(tuple(found), f"{note}: the first {len(found)} kept")
         cursor = page.next_cursor
-        if cursor is None or len(found) >= MAX_TOOLS_PER_SERVER:
+        if cursor is None:
             break
-    return found[:MAX_TOOLS_PER_SERVER]
+    return Fetched(tuple(found), note)
 
 
 def _remote(tool: mcp_types.Tool) -> RemoteTool:
     hint = tool.annotations.read_only_hint if tool.annotations is not None else None
     return RemoteTool(
-        name=tool.name,
+        name=tool.name[:256],
         description=(tool.description or tool.title or "")[:MAX_DESCRIPTION_CHARS],
         parameters=dict(tool.input_schema),
         read_only_hint=bool(hint),
     )
+
+
+def _cancelled(exc: BaseException) -> bool:
+    """A cancellation (of the session by its caller's limit): to pass on, not to report."""
+    import asyncio
+
+    leaves = list(_leaves(exc))
+    return bool(leaves) and all(isinstance(leaf, asyncio.CancelledError) for leaf in leaves)
 
 
 def _reason(exc: BaseException, timeout: float) -> str:
@@ -327,75 +382,6 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text and not isinstance(exc, ToolError) else text
 
 
-# --- the tool list cache ------------------------------------------------------------------------
-
-
-@dataclass
-class _Listed:
-    tools: list[RemoteTool] | None
-    fetched_at: float
-    fresh_until: float
-    error: str = ""
-
-
-class _ToolLists:
-    """Tool lists by server identity: fresh for ``ttl``, a failure for a short while; a list
-    that cannot be refreshed serves stale (a day at most)."""
-
-    def __init__(self) -> None:
-        self._lists: dict[tuple[Any, ...], _Listed] = {}
-        self._lock = threading.Lock()
-
-    def get(self, server: McpServer, environ: Mapping[str, str]) -> list[RemoteTool]:
-        key = server.key(environ)
-        now = time.monotonic()
-        with self._lock:
-            known = self._lists.get(key)
-        if known is not None and now < known.fresh_until:
-            return _or_raise(known)
-        try:
-            tools = server.list_tools(environ)
-        except ToolError as exc:
-            return self._failed(key, known, str(exc), now, server.access.ttl)
-        with self._lock:
-            self._lists[key] = _Listed(tools, now, now + server.access.ttl)
-        return tools
-
-    def _failed(
-        self, key: tuple[Any, ...], known: _Listed | None, error: str, now: float, ttl: float
-    ) -> list[RemoteTool]:
-        retry_at = now + min(ttl, _FAILURE_TTL)
-        stale = (
-            known is not None and known.tools is not None and now - known.fetched_at < _STALE_FOR
-        )
-        if stale and known is not None:
-            log.warning("MCP tool list refresh failed (serving the last list): %s", error)
-            entry = _Listed(known.tools, known.fetched_at, retry_at)
-        else:
-            entry = _Listed(None, now, retry_at, error)
-        with self._lock:
-            self._lists[key] = entry
-        return _or_raise(entry)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._lists.clear()
-
-
-def _or_raise(listed: _Listed) -> list[RemoteTool]:
-    if listed.tools is None:
-        raise ToolError(listed.error)
-    return listed.tools
-
-
-_TOOL_LISTS = _ToolLists()
-
-
-def clear_tool_lists() -> None:
-    """Forget every cached tool list (tests)."""
-    _TOOL_LISTS.clear()
-
-
 # --- the tools ------------------------------------------------------------------------------------
 
 
@@ -415,21 +401,39 @@ class McpTool:
     def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         if not isinstance(args, dict):
             raise InvalidToolArguments(f"Invalid arguments for {self.name}: expected an object")
-        timeout = ctx.time_left(self.server.spec.timeout_s)
+        timeout = ctx.time_left(self.server.access.timeout(self.server.spec))
         result = self.server.call(self.remote, args, ctx, timeout)
         text = _result_text(result)
         if result.is_error:
             raise ToolError(text or "the tool reported an error")
         data: dict[str, Any] = {"mcp_server": self.server.name}
-        if result.structured_content is not None:
-            data["structured"] = result.structured_content
+        structured = result.structured_content
+        if structured is not None:
+            why = _unkept(structured)
+            if why:
+                data["structured_dropped"] = why
+            else:
+                data["structured"] = structured
         return ToolResult(text=text or "(empty result)", data=data)
+
+
+def _unkept(structured: Any) -> str:
+    """Why a result's structured content is not kept with the call ("" when it is)."""
+    if json_depth(structured) > MAX_DEPTH:
+        return f"nested deeper than {MAX_DEPTH} levels"
+    size = len(json.dumps(structured, ensure_ascii=False))
+    if size > MAX_STRUCTURED_BYTES:
+        return f"{size} bytes, over {MAX_STRUCTURED_BYTES}"
+    return ""
 
 
 def _result_text(result: mcp_types.CallToolResult) -> str:
     parts = [_block_text(b) for b in result.content]
-    if not any(parts) and result.structured_content is not None:
-        return json.dumps(result.structured_content, ensure_ascii=False)
+    structured = result.structured_content
+    if not any(parts) and structured is not None:
+        if json_depth(structured) > MAX_DEPTH:
+            return f"(structured content nested deeper than {MAX_DEPTH} levels: not shown)"
+        return json.dumps(structured, ensure_ascii=False)
     return "\n".join(p for p in parts if p)
 
 
@@ -454,30 +458,66 @@ class McpListing:
     tools: list[McpTool] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     unreachable: dict[str, str] = field(default_factory=dict)
+    deferred: bool = False  # a server is still listing, not waited for: ask again shortly
 
 
 def list_mcp_tools(
     specs: Sequence[McpServerSpec],
     access: McpAccess,
+    lists: ToolLists | None = None,
+    *,
     taken: Iterable[str] = (),
+    room: int | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> McpListing:
     """The tools of ``specs``' servers, as the model sees them: the server's name (made of
     ``[A-Za-z0-9_-]``), or ``<server>__<name>`` for a name that occurs more than once among
     them and ``taken`` (the spec's other tools) — the same names on every worker for the same
-    lists. ``allow`` filters; ``read_only`` and ``readOnlyHint`` make reads."""
+    lists. ``allow`` filters; ``read_only`` and ``readOnlyHint`` make reads. At most ``room``
+    tools in all (default ``access.max_tools``). ``lists``: the process's cached lists (None:
+    fetched now, not kept); servers are listed at once, waited for ``access.wait()``."""
     env = os.environ if environ is None else environ
     out = McpListing()
+    servers = [McpServer(spec, access) for spec in specs]
+    jobs = [Job(s.key(env), _starter(s, env), access.ttl) for s in servers]
+    cache = lists if lists is not None else ToolLists()
+    found = cache.find(jobs, access.tenant, access.wait())
     listed: list[tuple[McpServer, RemoteTool]] = []
-    for spec in specs:
-        server = McpServer(spec, access)
-        try:
-            found = _TOOL_LISTS.get(server, env)
-        except ToolError as exc:
-            out.unreachable[spec.name] = str(exc)
-            out.warnings.append(f"MCP server {spec.name!r} could not be listed: {exc}")
-            continue
-        listed += [(server, t) for t in _allowed(spec, found, out.warnings)]
+    for server, listing in zip(servers, found, strict=True):
+        listed += [(server, t) for t in _usable(server, listing, out)]
+    _name_tools(listed, taken, out)
+    _fit(out, access.max_tools if room is None else room)
+    return out
+
+
+def _starter(
+    server: McpServer, environ: Mapping[str, str]
+) -> Callable[[], concurrent.futures.Future[Fetched]]:
+    return lambda: server.start_listing(environ)
+
+
+def _usable(server: McpServer, listing: Listing, out: McpListing) -> list[RemoteTool]:
+    """The tools of one server's listing that may go into the catalog; what is missing goes
+    into ``out`` (its warnings, the unreachable servers)."""
+    name = server.name
+    out.deferred = out.deferred or listing.deferred
+    if listing.tools is None:
+        out.unreachable[name] = listing.error
+        out.warnings.append(f"MCP server {name!r} could not be listed: {listing.error}")
+        return []
+    if listing.stale:
+        log.warning(
+            "MCP tool list of %r not refreshed (serving the last one): %s", name, listing.error
+        )
+    if listing.note:
+        out.warnings.append(f"MCP server {name!r} {listing.note}")
+    return _allowed(server.spec, list(listing.tools), out.warnings)
+
+
+def _name_tools(
+    listed: list[tuple[McpServer, RemoteTool]], taken: Iterable[str], out: McpListing
+) -> None:
+    taken = list(taken)
     counts: dict[str, int] = {}
     for name in [*taken, *(_plain(t.name) for _, t in listed)]:
         counts[name] = counts.get(name, 0) + 1
@@ -491,7 +531,20 @@ def list_mcp_tools(
             continue
         seen.add(name)
         out.tools.append(_tool(server, tool, name))
-    return out
+
+
+def _fit(out: McpListing, room: int) -> None:
+    """At most ``room`` MCP tools: the run's tool limit counts them (the first ones kept)."""
+    room = max(0, room)
+    if len(out.tools) <= room:
+        return
+    left = [t.name for t in out.tools[room:]]
+    del out.tools[room:]
+    out.warnings.append(
+        f"{len(left)} MCP tool(s) left out ({', '.join(left[:5])}"
+        f"{', ...' if len(left) > 5 else ''}): a run has at most its tool limit "
+        "(TREADLE_MAX_TOOLS), its spec's own tools first"
+    )
 
 
 def _allowed(spec: McpServerSpec, tools: list[RemoteTool], warnings: list[str]) -> list[RemoteTool]:
@@ -506,6 +559,8 @@ def _allowed(spec: McpServerSpec, tools: list[RemoteTool], warnings: list[str]) 
     for t in kept:
         if len(json.dumps(t.parameters)) > MAX_SCHEMA_BYTES:
             warnings.append(f"MCP tool {t.name!r} of {spec.name!r}: schema too large, left out")
+        elif json_depth(t.parameters) > MAX_DEPTH:
+            warnings.append(f"MCP tool {t.name!r} of {spec.name!r}: schema too deep, left out")
         else:
             out.append(t)
     return out

@@ -39,7 +39,7 @@ from typing import Any
 import httpcore
 import httpx
 
-from shared.errors import ToolError
+from shared.errors import BlockedAddress, ToolError
 from shared.llm.abort import Abort, abortable_transport
 from shared.llm.abort import current as current_abort
 
@@ -180,7 +180,7 @@ def _checked_host(host: str, port: int, allow_hosts: Sequence[str]) -> str:
             reason = deny_reason(ip)
             if reason is not None:
                 where = host if host == str(ip) else f"{host} resolves to {ip}"
-                raise ToolError(f"blocked URL: {where} ({reason} address; not allow-listed)")
+                raise BlockedAddress(f"blocked URL: {where} ({reason} address; not allow-listed)")
     return str(addresses[0])
 
 

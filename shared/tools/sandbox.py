@@ -12,15 +12,20 @@ it; the code gets only the fixed ``_ENV``. A seccomp filter (``shared.tools.secc
 the kernel calls it can make. A worker running as root starts the sandbox under a throw-away
 uid, so the kernel's process limit applies (root is exempt from it).
 
-Limits: the in-sandbox driver (``sandbox_driver.py``) runs the code with rlimits on CPU
-time, address space, processes, file size and open files, and kills it at the wall limit;
+Limits: each sandbox runs in its own cgroup (memory, processes, CPU) under its worker's
+group, whose memory limit bounds every sandbox of the worker together, and at most
+``TREADLE_SANDBOX_SLOTS`` run at once per worker, queued fairly by tenant
+(``shared.tools.confinement``); it joins its group before bubblewrap starts, so every process
+it forks is counted. Inside, the driver (``sandbox_driver.py``) runs the code with rlimits on
+CPU time, address space, processes, file size and open files, and kills it at the wall limit;
 the host caps stdout and stderr (head and tail kept; far too much output kills the sandbox)
-and kills the whole process group if the sandbox outlives its wall limit. Files the code
-created in ``/work`` come back listed, small text files inlined.
+and kills the whole group if the sandbox outlives its wall limit. Files the code created in
+``/work`` come back listed, small text files inlined.
 
-Without bubblewrap (or where it cannot create namespaces) the tool is unavailable: the
-catalog leaves it out with a warning, and it is never run unsandboxed. From the run's point
-of view it is read-only: nothing outside the sandbox changes.
+Without bubblewrap (or where it cannot create namespaces), or without cgroups while
+``TREADLE_SANDBOX_CGROUPS=required`` (the default), the tool is unavailable: the catalog
+leaves it out with a warning, and it is never run unsandboxed or limited per process only.
+From the run's point of view it is read-only: nothing outside the sandbox changes.
 """
 
 from __future__ import annotations
@@ -46,8 +51,10 @@ from pydantic import BaseModel, Field
 
 from shared.errors import ToolError
 from shared.llm.abort import Abort
-from shared.tools import seccomp
+from shared.tools import cgroups, seccomp
 from shared.tools.base import FunctionTool, ToolContext, ToolResult
+from shared.tools.cgroups import Cgroup
+from shared.tools.confinement import Confinement
 from shared.tools.registry import REGISTRY
 
 __all__ = [
@@ -164,8 +171,11 @@ def unavailable_reason() -> str | None:
         seccomp.program()
     except seccomp.UnsupportedArch as exc:
         return str(exc)
-    if _interpreter(_settings().sandbox_python) is None:
+    settings = _settings()
+    if _interpreter(settings.sandbox_python) is None:
         return "no Python interpreter for the sandbox (set TREADLE_SANDBOX_PYTHON)"
+    if settings.sandbox_cgroups == "required" and isinstance(found := cgroups.detect(), str):
+        return f"cgroups are unavailable ({found}); TREADLE_SANDBOX_CGROUPS=off to run without"
     try:
         probe = run_sandboxed("print('ok')", [], Limits(wall_s=10, cpu_s=10))
     except (OSError, ToolError) as exc:
@@ -322,6 +332,19 @@ def _identity() -> dict[str, Any]:
     return {"user": uid, "group": uid, "extra_groups": []}
 
 
+def _command(args: list[str], group: Cgroup | None) -> tuple[list[str], dict[str, Any]]:
+    """How to start bubblewrap: in ``group`` (joined first, as root; then the throw-away uid
+    by ``setpriv``), or, without a group, as ``_identity`` says."""
+    if group is None:
+        return args, _identity()
+    who = _identity()
+    setpriv = shutil.which("setpriv", path="/usr/bin:/bin")
+    if who and setpriv:
+        uid = who["user"]
+        args = [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *args]
+    return cgroups.joining(group, args), {}
+
+
 def _driver_config(limits: Limits, report_fd: int) -> dict[str, Any]:
     return {
         "report_fd": report_fd,
@@ -343,9 +366,11 @@ def run_sandboxed(
     limits: Limits,
     python: str | None = None,
     abort: Abort | None = None,
+    group: Cgroup | None = None,
 ) -> SandboxResult:
     """Run ``code`` with ``files`` copied into its work dir; wait for it within the limits.
-    ``abort`` firing kills the sandbox and raises its ``Aborted`` error."""
+    ``abort`` firing kills the sandbox and raises its ``Aborted`` error. ``group``: the
+    cgroup it runs in (None: per-process limits only)."""
     found = _interpreter(python if python is not None else _settings().sandbox_python)
     if found is None:
         raise ToolError("no Python interpreter for the sandbox")
@@ -364,7 +389,7 @@ def run_sandboxed(
         work = limits.work_mb * MB + sum(len(d) for _, d in files)
         args = _bwrap_args(found[0], found[1], file_fds, code_fd, driver_fd, filter_fd, work)
         args.append(json.dumps(_driver_config(limits, report_w)))
-        return _supervise(args, tuple(fds), report_r, report_w, limits, abort or Abort())
+        return _supervise(args, tuple(fds), report_r, report_w, limits, abort or Abort(), group)
     finally:
         for fd in fds:
             try:
@@ -380,10 +405,12 @@ def _supervise(
     report_w: int,
     limits: Limits,
     abort: Abort,
+    group: Cgroup | None = None,
 ) -> SandboxResult:
     started = time.monotonic()
+    command, who = _command(args, group)
     proc = subprocess.Popen(
-        args,
+        command,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -391,7 +418,7 @@ def _supervise(
         start_new_session=True,
         env={},  # PID 1 inside is bwrap: its environ is readable there (see the module doc)
         cwd="/",
-        **_identity(),
+        **who,
     )
     os.close(report_w)  # the sandbox holds the only writer now: EOF when it is gone
     killed: list[str] = []
@@ -403,6 +430,8 @@ def _supervise(
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        if group is not None:
+            group.kill()
 
     out, err = _Capture(limits.output_chars), _Capture(limits.output_chars)
     flood = functools.partial(kill, f"output over {limits.output_kill_bytes // MB} MB")
@@ -424,6 +453,8 @@ def _supervise(
     for t in threads:
         t.join(timeout=5)
     abort.check()
+    if group is not None and group.oom_kills() and not killed:
+        killed.append("out of memory (the sandbox's memory limit)")
     return _result(
         b"".join(report), proc.returncode, out, err, killed, time.monotonic() - started, limits
     )
@@ -559,12 +590,15 @@ def _attachments(ctx: ToolContext) -> list[tuple[str, bytes]]:
         raise ToolError(str(exc)) from None
 
 
-def _limits(args: RunPythonArgs, ctx: ToolContext) -> Limits:
+def _limits(args: RunPythonArgs, ctx: ToolContext, host: Confinement) -> Limits:
     settings = _settings()
     cap = float(settings.sandbox_timeout)
     wall = ctx.time_left(min(args.timeout_s or cap, cap))
     return Limits(
-        wall_s=wall, cpu_s=max(1, math.ceil(wall)), memory_mb=int(settings.sandbox_memory_mb)
+        wall_s=wall,
+        cpu_s=max(1, math.ceil(wall)),
+        memory_mb=host.memory_mb,
+        nproc=host.max_processes,
     )
 
 
@@ -572,11 +606,15 @@ def run_python(args: RunPythonArgs, ctx: ToolContext) -> ToolResult:
     """Run Python 3 code in an isolated sandbox: no network (no package installs), the run's
     attached files in the working directory, time, memory and output limits. Returns the
     exit status, stdout, stderr and the files the code created (small text files inline)."""
-    reason = unavailable_reason()
+    host = ctx.confinement or Confinement.from_settings(_settings())
+    reason = unavailable_reason() or host.unavailable
     if reason:
         raise ToolError(f"run_python is unavailable: {reason}")
-    limits = _limits(args, ctx)
-    result = run_sandboxed(args.code, _attachments(ctx), limits, abort=ctx.abort)
+    files = _attachments(ctx)
+    wait = ctx.time_left(float(_settings().sandbox_timeout))  # for a slot, at most
+    with host.child(ctx.tenant, host.limits(), timeout=wait, abort=ctx.abort) as group:
+        limits = _limits(args, ctx, host)  # the time left after the wait for a slot
+        result = run_sandboxed(args.code, files, limits, abort=ctx.abort, group=group)
     return ToolResult(text=format_result(result, limits), data=result.as_data())
 
 

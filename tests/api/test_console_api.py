@@ -25,6 +25,13 @@ def test_console_files(client: TestClient) -> None:
     ):
         r = client.get(f"/console/{name}")
         assert r.status_code == 200 and r.headers["content-type"].startswith(kind), name
+    for path in ("/", "/console/app.js", "/console/style.css"):
+        headers = client.get(path).headers
+        csp = headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "default-src 'none'" in csp
+        assert "unsafe-inline" not in csp and "unsafe-eval" not in csp
+        assert "frame-ancestors 'none'" in csp
+        assert headers["x-content-type-options"] == "nosniff"
     assert client.get("/console/nope.js").status_code == 404
     assert client.get("/console/..%2Fapi.py").status_code == 404
     assert client.get("/console/../api.py").status_code == 404

@@ -76,9 +76,15 @@ def page(browser: Any) -> Iterator[Any]:
     page = browser.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    refused: list[str] = []  # what the Content-Security-Policy blocked: nothing may be
+    page.on(
+        "console",
+        lambda msg: refused.append(msg.text) if "Content Security Policy" in msg.text else None,
+    )
     yield page
     page.close()
     assert not errors, f"JavaScript errors on the page: {errors}"
+    assert not refused, f"the console broke its own Content-Security-Policy: {refused}"
 
 
 def shot(page: Any, name: str) -> Path:

@@ -10,19 +10,17 @@ import pytest
 from fastapi.testclient import TestClient
 
 from scheduler.app import create_app
+from shared.agent.spec import AgentSpec
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
-from shared.tools.mcp_tools import clear_tool_lists
 from tests.engine.helpers import agent, call, run, submit, transcript
 from tests.mcp_server import McpTestServer
 
 
 @pytest.fixture
 def mcp() -> Iterator[McpTestServer]:
-    clear_tool_lists()
     with McpTestServer() as server:
         yield server
-    clear_tool_lists()
 
 
 @pytest.fixture
@@ -117,3 +115,45 @@ def test_api_refuses_stdio_servers(sqlite_rt: Runtime) -> None:
         res = client.post("/v1/runs", json={"agent": body, "input": "hi"})
     assert res.status_code == 403
     assert "stdio servers (`command`) are for agents the operator registers" in res.text
+
+
+def test_an_unreachable_server_is_a_warning_event_a_log_line_a_metric_and_a_note(
+    sqlite_rt: Runtime, stub: StubBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The tools of a server that cannot be listed do not vanish silently: the
+    round records ``tool.unavailable`` (a warning), logs it, counts it, and the model's
+    system text says which server's tools are missing."""
+    from shared.engine import metrics
+    from shared.llm.fake_server import FakeLLMServer
+    from shared.store import records
+    from shared.vocab import EventType
+
+    before = metrics.MCP_UNAVAILABLE._value.get()
+    with FakeLLMServer() as llm:
+        llm.script({"text": "I cannot book now."})
+        model = {"provider": "openai", "base_url": llm.base_url, "model": "fake-1"}
+        spec = AgentSpec.model_validate(
+            {
+                "kind": "agent",
+                "model": model,
+                "system_prompt": "Book rooms.",
+                "mcp": [{"name": "gone", "url": "http://127.0.0.1:9/mcp"}],
+            }
+        )
+        settings = sqlite_rt.settings.model_copy(update={"allow_hosts": "127.0.0.1"})
+        rt = Runtime(engine=sqlite_rt.engine, settings=settings, publish=sqlite_rt.publish)
+        with caplog.at_level("WARNING", logger="treadle.mcp"):
+            run_id = submit(rt, spec)
+            stub.drain(rt)
+        system = llm.bodies[0]["messages"][0]
+    assert run(rt, run_id)["status"] == "completed"
+    assert system["role"] == "system" and system["content"].startswith("Book rooms.")
+    assert "the tools of the MCP server(s) gone are unavailable" in system["content"]
+    with rt.engine.connect() as conn:
+        [event] = records.list_events_of(conn, run_id, [EventType.TOOL_UNAVAILABLE])
+    data = event["data"]
+    assert data["level"] == "warning" and data["round"] == 1
+    assert data["servers"][0]["server"] == "gone"
+    assert "unreachable" in data["servers"][0]["reason"]
+    assert metrics.MCP_UNAVAILABLE._value.get() >= before + 1
+    assert any("MCP server 'gone' are unavailable" in r.getMessage() for r in caplog.records)

@@ -127,3 +127,41 @@ def test_a_dispatch_without_headers_joins_the_stored_context(
     span = next(s for s in spans.get_finished_spans() if s.name == "treadle.round")
     assert span.parent is not None and span.parent.span_id == api.get_span_context().span_id
     assert dict(span.attributes or {})["treadle.run_id"] == "run_2"
+
+
+def test_a_clients_trace_context_is_joined_only_with_the_trace_scope(
+    sqlite_rt: Runtime, spans: InMemorySpanExporter
+) -> None:
+    """A tenant's ``traceparent`` is not adopted (nor stored with its run): the
+    request starts a trace of its own and keeps the client's header as an attribute. A key
+    with the ``trace`` scope (the operator's own systems) joins the client's trace."""
+    from shared.store import keys
+
+    secure = Runtime(
+        engine=sqlite_rt.engine,
+        settings=sqlite_rt.settings.model_copy(update={"auth": "required"}),
+        publish=sqlite_rt.publish,
+    )
+    with secure.engine.begin() as conn:
+        plain = keys.create_key(conn, "acme").secret
+        traced = keys.create_key(conn, "ops", [*keys.DEFAULT_SCOPES, keys.TRACE]).secret
+    client_trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    parent = f"00-{client_trace}-00f067aa0ba902b7-01"
+    stored = {}
+    with TestClient(create_app(lambda: secure)) as client:
+        for who, key in (("plain", plain), ("traced", traced)):
+            headers = {"Authorization": f"Bearer {key}", "traceparent": parent, "tracestate": "a=b"}
+            made = client.post("/v1/runs", json={"agent": "demo", "input": "hi"}, headers=headers)
+            assert made.status_code == 201, made.text
+            with secure.engine.connect() as conn:
+                stored[who] = run_store.run_trace(conn, made.json()["id"])
+    api = [s for s in spans.get_finished_spans() if s.name == "POST /v1/runs"]
+    assert len(api) == 2
+    own, joined = api
+    assert _hex(own.context.trace_id, 32) != client_trace
+    assert own.attributes is not None
+    assert own.attributes["treadle.client.traceparent"] == parent
+    assert stored["plain"] is not None and client_trace not in stored["plain"]["traceparent"]
+    assert "tracestate" not in stored["plain"]
+    assert _hex(joined.context.trace_id, 32) == client_trace
+    assert stored["traced"] is not None and client_trace in stored["traced"]["traceparent"]

@@ -28,6 +28,7 @@ from shared.store.deliveries import Attempt
 from shared.store.tables import events, outbox
 from tests.engine.helpers import agent, call
 from tests.receiver import Receiver, closed_port_url
+from tests.tools import conftest as local_servers
 
 SECRET = "whsec_" + base64.b64encode(b"treadle-test-webhook-secret-0123").decode()
 SECRET_ENV = "TREADLE_TEST_WEBHOOK_SECRET"
@@ -192,7 +193,8 @@ def test_tenant_default_webhook(rt: Runtime, stub: StubBroker, receiver: Receive
     assert Webhook(SECRET).verify(receiver.received[0].body, receiver.received[0].headers)
     assert _deliveries(dflt, child) == []  # a sub-run does not inherit the default
     [blocked] = _deliveries(dflt, own)  # a run's own URL still meets the SSRF guard
-    assert blocked["status"] == "pending" and "blocked URL" in blocked["last_error"]
+    assert blocked["status"] == "failed" and "blocked URL" in blocked["last_error"]
+    assert blocked["attempts"] == 1  # a refusal would recur: not retried
 
 
 def test_missing_secret_is_an_attempt_error(
@@ -258,3 +260,29 @@ def test_a_down_receiver_does_not_slow_the_run(rt: Runtime, stub: StubBroker, mo
     finally:
         if receiver:
             receiver.stop()
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["http://localhost:{other}/secret", "http://169.254.169.254/latest/meta-data/"],
+)
+def test_a_redirect_to_a_refused_address_is_not_followed_nor_retried(
+    rt: Runtime, stub: StubBroker, target: str
+) -> None:
+    """The webhook's own host is allowed, its redirect's is not: the hop is never
+    sent, and the delivery fails at its first try (a refusal would recur: 1 try, not 7)."""
+    server = next(servers := local_servers._serve())
+    other_server = next(others := local_servers._serve())
+    allowed = rt.settings.model_copy(update={"allow_hosts": server.host_port})
+    rt = Runtime(engine=rt.engine, settings=allowed, publish=stub)
+    to = target.format(other=other_server.port)
+    run_id = _submit(rt, webhook=WebhookSpec(url=server.url(f"/redirect?code=307&to={to}")))
+    stub.drain(rt)
+    [d] = _deliveries(rt, run_id)
+    assert (d["status"], d["attempts"]) == ("failed", 1), d
+    assert "blocked URL" in d["last_error"]
+    assert [r.path for r in server.requests] == ["/redirect"]
+    assert other_server.requests == []
+    assert reap(rt).webhooks == 0 and _outbox_kinds(rt) == []
+    servers.close()
+    others.close()

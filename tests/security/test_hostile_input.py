@@ -259,3 +259,82 @@ def test_limits_count_sub_agents_and_system_prompts(
         )
         assert got.status_code == 413 and words in got.text, got.text
     assert _snapshot(secure_rt) == before
+
+
+# --- the LangGraph facade's parameters ----------------------------------------------
+
+LONG_ID = "a" * 65
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("post", "/langgraph/assistants/search", {"limit": "abc"}),
+        ("post", "/langgraph/assistants/search", {"offset": "x"}),
+        ("post", "/langgraph/assistants/search", {"limit": 1.5}),
+        ("post", "/langgraph/assistants/search", {"limit": True}),
+        ("post", "/langgraph/assistants/search", {"offset": -1}),
+        ("post", "/langgraph/assistants/demo/versions", {"limit": "abc"}),
+        ("post", "/langgraph/assistants/demo/versions", {"offset": [1]}),
+        ("post", "/langgraph/assistants", {"assistant_id": LONG_ID, "graph_id": "demo"}),
+        ("post", "/langgraph/assistants", {"assistant_id": "bad name", "graph_id": "demo"}),
+        ("get", f"/langgraph/assistants/{LONG_ID}", None),
+        ("get", f"/langgraph/assistants/{LONG_ID}@1", None),
+        ("post", f"/langgraph/assistants/{LONG_ID}/versions", {}),
+        ("patch", f"/langgraph/assistants/{LONG_ID}", {"graph_id": "demo"}),
+        ("get", "/langgraph/assistants/demo@99999999999", None),
+    ],
+)
+def test_langgraph_assistant_parameters_are_checked(
+    api: TestClient, key: str, secure_rt: Runtime, method: str, path: str, body: Any
+) -> None:
+    before = _snapshot(secure_rt)
+    kwargs = {"json": body} if body is not None else {}
+    got = getattr(api, method)(path, headers=bearer(key), **kwargs)
+    assert got.status_code in (404, 422), (got.status_code, got.text[:300])
+    assert set(got.json()) == {"error"}
+    assert _snapshot(secure_rt) == before
+
+
+# --- env and header names a spec may give -------------------------------------------
+
+
+def _http_tool(headers_env: dict[str, str]) -> dict[str, Any]:
+    return {"name": "t", "http": {"url": "https://93.184.216.34/x", "headers_env": headers_env}}
+
+
+ODD_NAMES: list[tuple[str, dict[str, Any]]] = [
+    ("api_key_env with a dash", {"model": {"provider": "openai", "api_key_env": "MY-KEY"}}),
+    ("api_key_env with $()", {"model": {"provider": "openai", "api_key_env": "$(id)"}}),
+    ("api_key_env with a newline", {"model": {"provider": "openai", "api_key_env": "K\nX"}}),
+    ("a header with a space", {"tools": [_http_tool({"Bad Header": "TOKEN"})]}),
+    ("a header with CRLF", {"tools": [_http_tool({"X\r\nEvil": "TOKEN"})]}),
+    ("Host", {"tools": [_http_tool({"Host": "TOKEN"})]}),
+    ("Transfer-Encoding", {"tools": [_http_tool({"transfer-encoding": "TOKEN"})]}),
+    ("an env name with a dot", {"tools": [_http_tool({"X-Token": "A.B"})]}),
+    ("33 headers", {"tools": [_http_tool({f"X-H{i}": "TOKEN" for i in range(33)})]}),
+    (
+        "an MCP Content-Length",
+        {
+            "mcp": [
+                {
+                    "name": "m",
+                    "url": "https://93.184.216.34/mcp",
+                    "headers_env": {"Content-Length": "T"},
+                }
+            ]
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("what", "spec"), ODD_NAMES, ids=[w for w, _ in ODD_NAMES])
+def test_odd_env_and_header_names_are_refused(
+    api: TestClient, secure_rt: Runtime, make_key: MakeKey, what: str, spec: dict[str, Any]
+) -> None:
+    key = make_key("acme")
+    body = {"kind": "agent", "model": "demo", **spec}
+    before = _snapshot(secure_rt)
+    got = api.post("/v1/runs", json={"agent": body, "input": "hi"}, headers=bearer(key))
+    assert got.status_code == 422, (what, got.text[:300])
+    assert _snapshot(secure_rt) == before

@@ -39,6 +39,7 @@ from shared.store.tables import metadata
 from shared.tools import sandbox
 from tests.conftest import SESSION
 from tests.files_support import pdf_bomb
+from tests.mcp_hostile import HostileMcp
 from tests.receiver import Receiver
 from tests.security.test_hostile_input import EDGE
 from tests.support import ROOT, WorkerProcs, need_service, wait_for
@@ -548,3 +549,100 @@ def test_8_a_tenants_langgraph_webhook_is_signed_with_its_own_secret(fleet: Flee
     verified = Webhook(tenant_secret(HOOK_SECRET, "globex")).verify(sent.body, sent.headers)
     assert verified["thread_id"] == thread["thread_id"]
     assert "webhook-signature" in sent.headers
+
+
+# --- 9. a hostile MCP server ---------------------------------------------------------------------
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def _victim_seconds(fleet: Fleet, llm: FakeLLMServer, n: int = 3) -> float:
+    """The median time of ``n`` of the victim's one-round runs, one after the other."""
+    took = []
+    for _ in range(n):
+        started = time.monotonic()
+        made = fleet.submit("acme", {"kind": "chat", "model": _model(llm)}).json()
+        assert fleet.finish("acme", made["id"], 60)["status"] == "completed"
+        took.append(time.monotonic() - started)
+    return sorted(took)[n // 2]
+
+
+def _mcp_agent(llm: FakeLLMServer, urls: list[str], **kw: Any) -> dict[str, Any]:
+    servers = [{"name": f"s{i}", "url": url} for i, url in enumerate(urls)]
+    return {**_agent(llm), "mcp": servers, **kw}
+
+
+def test_9_a_hostile_mcp_server_costs_only_its_own_runs(fleet: Fleet) -> None:
+    """A minute-long listing, sixteen of them in one run, a thousand tools, schemas nested 40
+    deep, a 10 MB result: each hostile run ends within its deadline, trimmed or with a clear
+    error, and the other tenant's runs take at most twice their time alone meanwhile."""
+    fleet.start(concurrency=4)
+    with (
+        FakeLLMServer() as good,
+        HostileMcp(tools=3, list_delay=60) as slow,
+        HostileMcp(tools=1000) as many,
+        HostileMcp(tools=3, depth=40) as deep,
+        HostileMcp(tools=1, result_bytes=10_000_000) as huge,
+        FakeLLMServer(_by_round({"tool_calls": [_call("tool_0", {}, "big")]}, "done")) as bad,
+    ):
+        _victim_seconds(fleet, good, 1)  # the worker warms up
+        alone = _victim_seconds(fleet, good)
+        slow_urls = [f"{slow.url}?n={i}" for i in range(16)]
+        hostile = [
+            fleet.submit("globex", _mcp_agent(bad, slow_urls, budget={"deadline_s": 5}))
+            for _ in range(4)
+        ]
+        hostile += [
+            fleet.submit("globex", _mcp_agent(bad, [many.url])),
+            fleet.submit("globex", _mcp_agent(bad, [deep.url])),
+            fleet.submit("globex", _mcp_agent(bad, [huge.url])),
+        ]
+        assert all(h.status_code == 201 for h in hostile), [h.text for h in hostile]
+        started = time.monotonic()
+        wait_for(lambda: slow.requests("tools/list") >= 1, 20, what="a slow listing")
+        meanwhile = _victim_seconds(fleet, good)
+        ended = [fleet.finish("globex", h.json()["id"], 60) for h in hostile]
+        hostile_s = time.monotonic() - started
+        requests = list(bad.bodies)
+    print(f"victim run {meanwhile:.2f}s while attacked, {alone:.2f}s alone")
+    assert meanwhile <= 2 * alone + 0.2, f"victim {meanwhile:.2f}s, alone {alone:.2f}s"
+    assert hostile_s < 30, f"the hostile runs took {hostile_s:.1f}s (deadlines of 5 s)"
+    assert all(r["status"] in ("completed", "failed") for r in ended), ended
+    globex = fleet.headers("globex")
+    events = [fleet.api.get(f"/v1/runs/{r['id']}/events", headers=globex).text for r in ended[:4]]
+    assert any("tool.unavailable" in e and "did not list its tools within" in e for e in events)
+    assert max(len(b.get("tools") or []) for b in requests) <= 64  # 1,000 listed, 64 sent
+    assert max(len(json.dumps(b)) for b in requests) < 3_000_000
+    calls = fleet.api.get(f"/v1/runs/{ended[-1]['id']}/tool-calls", headers=globex).json()
+    [big] = calls["tool_calls"]
+    assert "too large" in str(big["result"])
+
+
+def test_9_two_hundred_mcp_urls_leave_the_workers_memory_bounded(fleet: Fleet) -> None:
+    """Each distinct URL's tool list is cached per process, in a byte-bounded cache: after
+    200 distinct URLs (64 tools each, 2 KB descriptions) the worker holds within 50 MB of what
+    it held before them. Before: once its caches are full (100 distinct URLs: on this machine
+    the worker grows ~45 MB over them, then stays flat within ~10 MB over 600 more)."""
+    pid = fleet.start(concurrency=8)
+    with HostileMcp(tools=64, description_bytes=2_000) as mcp, FakeLLMServer() as llm:
+
+        def runs(first: int, n: int) -> None:
+            made = [
+                fleet.submit("globex", _mcp_agent(llm, [f"{mcp.url}?u={i}"])).json()["id"]
+                for i in range(first, first + n)
+            ]
+            for run_id in made:
+                assert fleet.finish("globex", run_id, 120)["status"] == "completed"
+
+        runs(0, 100)  # warm: pools, imports, the bounded caches filled
+        before = _rss_mb(pid)
+        runs(100, 200)
+        after = _rss_mb(pid)
+        assert mcp.requests("tools/list") >= 300
+    print(f"worker RSS {before:.0f} MB -> {after:.0f} MB after 200 MCP URLs")
+    assert after - before <= 50, f"worker RSS {before:.0f} MB -> {after:.0f} MB"

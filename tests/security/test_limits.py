@@ -314,3 +314,191 @@ def test_a_blocked_webhook_url_is_refused_at_submit(secure_rt: Runtime, make_key
             )
             assert got.status_code == 403 and "webhook.url" in got.text, got.text
         assert row_counts(secure_rt) == before
+
+
+# --- sandboxes bounded as a group -------------------------------------------------
+
+
+@pytest.fixture
+def sandboxes() -> Iterator[Any]:
+    """A ``Confinement`` of its own cgroup parent (this test's), removed afterwards; skipped
+    without bubblewrap or writable cgroups."""
+    import uuid
+
+    from shared.tools import cgroups, sandbox
+    from shared.tools.confinement import Confinement
+    from tests.support import need_service
+
+    reason = sandbox.unavailable_reason()
+    found = cgroups.detect()
+    if reason or isinstance(found, str):
+        need_service("bubblewrap and cgroups", RuntimeError(reason or str(found)))
+    assert not isinstance(found, str)
+    parent = f"treadle-test-{uuid.uuid4().hex[:8]}"
+    settings = Settings(
+        sandbox_cgroup=parent,
+        sandbox_group_memory_mb=1024,
+        sandbox_memory_mb=2048,  # each sandbox may ask more than the group holds
+        sandbox_slots=16,
+    )
+    confinement = Confinement.from_settings(settings, found)
+    yield confinement
+    assert confinement.groups is not None
+    confinement.groups.close()
+    cgroups.Cgroup(found.version, found.roots).child(parent).remove()
+
+
+def _run_python(confinement: Any, code: str, tenant: str = "acme") -> Any:
+    from shared.tools import ToolContext
+    from shared.tools.sandbox import RunPythonArgs, run_python
+
+    ctx = ToolContext(run_id="run_1", call_id="c", tenant=tenant, confinement=confinement)
+    return run_python(RunPythonArgs(code=code, timeout_s=20), ctx)
+
+
+def test_sixteen_sandboxes_of_a_gigabyte_each_stay_within_the_group_limit(sandboxes: Any) -> None:
+    """16 concurrent run_python, each allocating (and touching) 1 GB, under a 1 GB group:
+    what they hold together stays within the group's limit — the kernel kills some — and the
+    worker lives on."""
+    import threading
+
+    code = "b = bytearray(1024 ** 3)\nprint('allocated', len(b))\n"
+    results: list[Any] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(_run_python(sandboxes, code)))
+        for _ in range(16)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert len(results) == 16
+    peak = sandboxes.peak_memory()
+    assert 0 < peak <= 1024 * 1024 * 1024, f"the sandboxes held {peak / 2**20:.0f} MB together"
+    killed = [r for r in results if "allocated" not in r.text]
+    assert len(killed) >= 8, [r.text[:100] for r in results]
+    assert any("out of memory" in r.text for r in killed), [r.text[:300] for r in killed]
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+        "import subprocess, sys\n"
+        "ps = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(5)'])"
+        " for _ in range(64)]\n"
+        "print('spawned', len(ps))\n",
+    ],
+    ids=["fork bomb", "64 processes"],
+)
+def test_a_fork_bomb_and_a_64_process_spawn_are_refused(sandboxes: Any, code: str) -> None:
+    result = _run_python(sandboxes, code)
+    assert "spawned 64" not in result.text
+    assert result.data["exit_code"] != 0 or result.data["timed_out"] or result.data["killed"]
+    if "subprocess" in code:
+        assert "Resource temporarily unavailable" in result.text or "BlockingIOError" in result.text
+
+
+def test_a_tenants_burst_waits_behind_itself_not_in_front_of_others() -> None:
+    """The slots are shared round robin: with one slot taken, a tenant's three queued calls
+    and another tenant's one are served alternately, not in arrival order."""
+    import threading
+    import time
+
+    from shared.tools.slots import FairSlots
+
+    slots = FairSlots(1)
+    order: list[str] = []
+    hold = threading.Event()
+
+    def take(tenant: str) -> None:
+        with slots.slot(tenant, timeout=10):
+            order.append(tenant)
+            hold.wait(10)
+
+    first = threading.Thread(target=take, args=("globex",))
+    first.start()
+    time.sleep(0.1)
+    waiters = []
+    for tenant in ("globex", "globex", "globex", "acme"):
+        waiters.append(threading.Thread(target=take, args=(tenant,)))
+        waiters[-1].start()
+        time.sleep(0.05)
+    hold.set()
+    for t in [first, *waiters]:
+        t.join(10)
+    assert order == ["globex", "globex", "acme", "globex", "globex"]
+
+
+# --- quotas on what a tenant stores and schedules -----------------------------------
+
+
+def test_the_n_plus_first_cron_agent_and_version_are_refused(
+    secure_rt: Runtime, make_key: MakeKey
+) -> None:
+    rt = with_settings(
+        secure_rt, max_crons=2, max_agents=2, max_agent_versions=2, cron_min_interval_s=300
+    )
+    acme, globex = make_key("acme"), make_key("globex")
+    cron = {"agent": CHAT, "input": "tick", "schedule": "*/5 * * * *"}
+    with TestClient(create_app(lambda: rt)) as client:
+        for _ in range(2):
+            assert client.post("/v1/crons", json=cron, headers=bearer(acme)).status_code == 201
+        before = row_counts(rt)
+        third = client.post("/v1/crons", json=cron, headers=bearer(acme))
+        lg = client.post(
+            "/langgraph/runs/crons",
+            json={
+                "assistant_id": "demo-chat",
+                "schedule": "*/5 * * * *",
+                "input": {"messages": [{"role": "user", "content": "tick"}]},
+            },
+            headers=bearer(acme),
+        )
+        often = client.post(
+            "/v1/crons", json={**cron, "schedule": "* * * * *"}, headers=bearer(globex)
+        )
+        assert row_counts(rt) == before
+        assert client.post("/v1/crons", json=cron, headers=bearer(globex)).status_code == 201
+        agents = [
+            client.post(
+                "/v1/agents", json={"name": f"a{i}", "spec": CHAT}, headers=bearer(acme)
+            ).status_code
+            for i in range(3)
+        ]
+        versions = [
+            client.put("/v1/agents/a0", json={"spec": CHAT}, headers=bearer(acme)).status_code
+            for _ in range(2)
+        ]
+    assert third.status_code == 409 and third.json()["error"]["code"] == "quota_exceeded"
+    assert "TREADLE_MAX_CRONS" in third.json()["error"]["message"]
+    assert lg.status_code == 409, lg.text
+    assert often.status_code == 422 and "TREADLE_CRON_MIN_INTERVAL_S" in often.text
+    assert agents == [201, 201, 409]
+    assert versions == [200, 409]  # version 2 is the most an agent may have
+
+
+def test_pdf_readers_wait_for_the_workers_slots() -> None:
+    """PDF readers take the sandboxes' slots: with the worker's one slot taken, a document
+    waits for it (eight at once no longer run eight readers)."""
+    import threading
+    import time
+
+    from shared.tools.confinement import Confinement
+    from shared.tools.documents import extract
+    from tests.files_support import tiny_pdf
+
+    confinement = Confinement.from_settings(Settings(sandbox_slots=1), "no cgroups here")
+    done: list[Any] = []
+
+    def read() -> None:
+        pdf = tiny_pdf([["hello"]])
+        done.append(extract(pdf, "application/pdf", "a.pdf", None, None, confinement, "acme"))
+
+    reader = threading.Thread(target=read)
+    with confinement.slots.slot("globex"):
+        reader.start()
+        time.sleep(1.0)
+        assert done == [] and confinement.slots.waiting() == 1
+    reader.join(30)
+    assert done and "hello" in done[0].text

@@ -333,3 +333,34 @@ def test_only_the_hash_is_stored(secure_rt: Runtime, make_key: MakeKey) -> None:
     with secure_rt.engine.connect() as conn:
         stored = json.dumps([dict(r._mapping) for r in conn.execute(sa.select(api_keys))])
     assert secret not in stored and keys.hash_key(secret) in stored
+
+
+# --- facade webhooks are signed like native ones ------------------------------------
+
+
+def test_a_tenants_langgraph_webhook_is_never_sent_unsigned(
+    secure_rt: Runtime, make_key: MakeKey
+) -> None:
+    """Without the operator's secret a tenant's webhook could only go out unsigned: it is
+    refused (403) and nothing is written; with it, the run's webhook signs with the tenant's
+    own secret, derived from the operator's (Standard Webhooks)."""
+    import sqlalchemy as sa
+
+    from shared.store.tables import runs
+    from tests.security.conftest import row_counts
+
+    key = make_key("acme")
+    body = {"assistant_id": "demo-chat", "input": {"messages": [{"role": "user", "content": "hi"}]}}
+    body["webhook"] = HOOK
+    with TestClient(create_app(lambda: secure_rt)) as client:
+        before = row_counts(secure_rt)
+        refused = client.post("/langgraph/runs", json=body, headers=bearer(key))
+        assert row_counts(secure_rt) == before
+    assert refused.status_code == 403 and "TREADLE_WEBHOOK_SECRET_ENV" in refused.text
+    signed = with_settings(secure_rt, webhook_secret_env="OPERATOR_HOOK_SECRET")
+    with TestClient(create_app(lambda: signed)) as client:
+        made = client.post("/langgraph/runs", json=body, headers=bearer(key))
+        assert made.status_code == 200, made.text
+    with signed.engine.connect() as conn:
+        hooks = [h for h in conn.execute(sa.select(runs.c.webhook)).scalars() if h]
+    assert [h["secret_env"] for h in hooks] == ["tenant:OPERATOR_HOOK_SECRET"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,15 +15,9 @@ import pytest
 from shared.agent.spec import McpServerSpec
 from shared.errors import ToolError
 from shared.tools import ToolContext
-from shared.tools.mcp_tools import McpAccess, McpServer, clear_tool_lists, list_mcp_tools
+from shared.tools.mcp_tools import McpAccess, McpListing, McpServer, ToolLists, list_mcp_tools
+from tests.mcp_hostile import HostileMcp
 from tests.mcp_server import McpTestServer
-
-
-@pytest.fixture(autouse=True)
-def _fresh_lists() -> Iterator[None]:
-    clear_tool_lists()
-    yield
-    clear_tool_lists()
 
 
 @pytest.fixture(scope="module")
@@ -127,11 +122,13 @@ def test_response_size_is_bounded(mcp: McpTestServer) -> None:
 
 
 def test_tool_list_cached_and_stale_list_serves(mcp: McpTestServer) -> None:
+    lists = ToolLists()
     with McpTestServer() as server:
         spec = _spec(server.url)
-        first = list_mcp_tools([spec], McpAccess(allow_hosts=(server.host,), ttl=0.01))
-    second = list_mcp_tools([spec], McpAccess(allow_hosts=(server.host,), ttl=0.01))
+        first = list_mcp_tools([spec], McpAccess(allow_hosts=(server.host,), ttl=0.01), lists)
+    second = list_mcp_tools([spec], McpAccess(allow_hosts=(server.host,), ttl=0.01), lists)
     assert [t.name for t in second.tools] == [t.name for t in first.tools]  # stale, down
+    assert not second.unreachable
 
 
 def test_sse_transport() -> None:
@@ -178,3 +175,107 @@ def test_transport_by_url() -> None:
     assert McpServerSpec(name="a", url="https://h.example/mcp").kind == "streamable_http"
     forced = McpServerSpec(name="a", url="https://h.example/sse", transport="streamable_http")
     assert forced.kind == "streamable_http"
+
+
+# --- a hostile server: bounded lists, results, waits and memory -------------------
+
+
+def _hostile(server: HostileMcp, lists: ToolLists | None = None, **kw: Any) -> McpListing:
+    access = McpAccess(allow_hosts=(server.host,), **kw)
+    return list_mcp_tools([_spec(server.url)], access, lists)
+
+
+def test_a_huge_list_is_cut_at_the_tool_limit() -> None:
+    with HostileMcp(tools=1000) as server:
+        listing = _hostile(server, max_tools=64)
+        assert len(listing.tools) == 64
+        assert any("lists more than 64 tools" in w for w in listing.warnings)
+        access = McpAccess(allow_hosts=(server.host,), max_tools=64)
+        roomy = list_mcp_tools([_spec(server.url)], access, room=10)
+        assert len(roomy.tools) == 10  # the run's limit: its spec's own tools came first
+        assert any("TREADLE_MAX_TOOLS" in w for w in roomy.warnings)
+
+
+def test_a_list_is_bounded_in_bytes_and_schemas_in_depth() -> None:
+    with HostileMcp(tools=50, description_bytes=1_500) as server:
+        listing = _hostile(server, list_bytes=20_000)
+        assert 5 <= len(listing.tools) < 20
+        assert any("TREADLE_MCP_LIST_MAX_BYTES" in w for w in listing.warnings)
+    with HostileMcp(tools=3, depth=40) as server:
+        listing = _hostile(server)
+        assert listing.tools == []
+        assert any("schema too deep" in w for w in listing.warnings)
+
+
+def test_a_huge_or_deep_result_is_refused_or_trimmed() -> None:
+    with HostileMcp(tools=1, result_bytes=10_000_000) as server:
+        [tool] = _hostile(server).tools
+        started = time.monotonic()
+        with pytest.raises(ToolError, match="too large"):
+            tool.execute({}, _ctx())
+        assert time.monotonic() - started < 10
+    with HostileMcp(tools=1, structured_depth=60) as server:
+        [tool] = _hostile(server).tools
+        result = tool.execute({}, _ctx())
+        assert result.data is not None and "structured" not in result.data
+        assert "deeper than" in result.data["structured_dropped"]
+        server.how.structured_depth = 300  # past what the SDK's parser reads: refused
+        with pytest.raises(ToolError, match="recursion limit"):
+            tool.execute({}, _ctx())
+
+
+def test_a_slow_listing_is_waited_for_a_bounded_while_and_only_once() -> None:
+    lists = ToolLists()
+    with HostileMcp(tools=3, list_delay=60) as server:
+        started = time.monotonic()
+        first = _hostile(server, lists, wait_s=0.5)
+        second = _hostile(server, lists, wait_s=0.5)
+        assert time.monotonic() - started < 5
+        for listing in (first, second):
+            assert listing.tools == []
+            assert "did not list its tools within 0.5s" in listing.unreachable["bookings"]
+        assert server.requests("tools/list") == 1  # one listing in flight, not one a round
+
+
+def test_the_deadline_and_the_operator_cap_bound_waits_and_calls() -> None:
+    with HostileMcp(tools=1, list_delay=60) as server:
+        started = time.monotonic()
+        listing = _hostile(server, deadline=time.time() + 0.3)
+        assert listing.unreachable and time.monotonic() - started < 3
+    with HostileMcp(tools=1, call_delay=60) as server:
+        spec = _spec(server.url, timeout_s=300)  # the spec asks 5 minutes
+        access = McpAccess(allow_hosts=(server.host,), timeout_s=1.0)  # the operator: 1 s
+        [tool] = list_mcp_tools([spec], access).tools
+        started = time.monotonic()
+        with pytest.raises(ToolError, match="timed out after 1s"):
+            tool.execute({}, _ctx())
+        assert time.monotonic() - started < 8
+
+
+def test_a_tenant_has_a_bounded_number_of_waiting_threads() -> None:
+    lists = ToolLists(tenant_waiters=1)
+    with HostileMcp(tools=1, list_delay=60) as server:
+        waiting = threading.Thread(target=_hostile, args=(server, lists), kwargs={"wait_s": 3})
+        waiting.start()
+        time.sleep(0.3)
+        started = time.monotonic()
+        access = McpAccess(allow_hosts=(server.host,), wait_s=3, tenant="default")
+        busy = list_mcp_tools([_spec(server.url)], access, lists)
+        assert busy.unreachable and time.monotonic() - started < 1  # no second waiter
+        assert busy.deferred  # the round comes back for it, holding no thread meanwhile
+        other = McpAccess(allow_hosts=(server.host,), wait_s=0.5, tenant="acme")
+        started = time.monotonic()
+        list_mcp_tools([_spec(server.url)], other, lists)
+        assert 0.4 < time.monotonic() - started < 2  # another tenant's thread may wait
+        waiting.join()
+
+
+def test_the_tool_list_cache_is_bounded_in_bytes_across_servers() -> None:
+    lists = ToolLists(limit_bytes=200_000)
+    with HostileMcp(tools=20, description_bytes=1_000) as server:
+        access = McpAccess(allow_hosts=(server.host,))
+        for i in range(40):
+            spec = _spec(f"{server.url}?n={i}")
+            assert len(list_mcp_tools([spec], access, lists).tools) == 20
+        assert lists.bytes <= 200_000
+        assert 1 <= len(lists) < 40  # the oldest lists were evicted

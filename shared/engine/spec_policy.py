@@ -21,6 +21,11 @@ on by default in embedded mode only), whoever the caller is.
 
 Whatever the auth mode, a submitted spec (a run's, or an agent created over the API) may not
 start local processes: MCP servers over stdio (``command``) are for the operator's agents file.
+
+The policy is the one in force when a run starts, not when its spec was saved: a run naming a
+tenant's saved agent (or a spec whose tool agents name one) is checked with that agent's spec
+(``scheduler.http.agents.resolve``), and a cron's fire checks its stored spec again (``police``;
+a cron whose spec the policy now refuses is paused).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from shared.tools.netguard import check_url
 
 __all__ = [
     "SCHEMA_MAXIMA",
+    "police",
     "check_profile_names",
     "check_spec_maxima",
     "check_submitted_spec",
@@ -242,3 +248,22 @@ def check_submitted_spec(
         names += list(_env_names(spec))
         _check_base_urls(settings, spec)
     _check_env(settings, names)
+
+
+def police(
+    settings: Settings,
+    profiles: Iterable[str],
+    submitted: AgentSpec | str,
+    webhook: WebhookSpec | None = None,
+    *,
+    keyed: bool,
+) -> None:
+    """Every check above on a spec a tenant submitted (or saved): test models, the operator's
+    maxima, operator profile names (422), local processes (403); for a tenant's key
+    (``keyed``, not the keyless owner) env names, private hosts and webhook URLs (403)."""
+    check_test_models(settings, submitted)
+    check_spec_maxima(settings, submitted)
+    check_profile_names(profiles, submitted)
+    refuse_local_processes(submitted)
+    if keyed:
+        check_submitted_spec(settings, submitted, webhook)
