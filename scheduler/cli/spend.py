@@ -1,8 +1,8 @@
 """``treadle spend``: the tenant's spend envelopes (docs/cost.md) over the API.
 
 ``treadle spend`` lists them (spent, reserved by calls in flight, left, period);
-``treadle spend set SCOPE KEY --cap 5 --period month [--fail]`` creates or changes one
-(``tenant -``, ``agent NAME``, ``cron ID``); ``treadle spend delete SCOPE KEY`` removes one.
+``treadle spend set SCOPE [NAME] --cap 5 --period month [--fail]`` creates or changes one
+(``tenant``, ``agent NAME``, ``cron ID``); ``treadle spend delete SCOPE [NAME]`` removes one.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _table(envelopes: list[dict[str, Any]]) -> Table:
     for e in envelopes:
         table.add_row(
             e["scope"],
-            e["key"],
+            e["key"] or "-",
             e["period"],
             f"{e['cap']:g}",
             f"{e['spent']:.6f}",
@@ -63,7 +63,8 @@ def show(
 @spend_app.command("set")
 def set_envelope(
     scope: Annotated[Scope, typer.Argument(help="tenant, agent or cron")],
-    name: Annotated[str, typer.Argument(help="'-' for the tenant; the agent's name; a cron id")],
+    name: Annotated[str | None, typer.Argument(help="the agent's name; the cron's id")] = None,
+    *,
     cap: Annotated[float, typer.Option("--cap", min=0, help="what may be spent a period")],
     period: Annotated[str, typer.Option("--period", help="day or month")] = "month",
     fail: Annotated[bool, typer.Option("--fail", help="fail runs at the cap (else: wait)")] = False,
@@ -73,21 +74,32 @@ def set_envelope(
     """Create or change an envelope (runs waiting for one go on)."""
     body = {"cap": cap, "period": period, "on_exceed": "fail" if fail else "wait"}
     with api(url, key) as client:
-        envelope = client.request("PUT", f"/v1/spend/{scope}/{name}", json=body)
+        envelope = client.request("PUT", _path(scope, name), json=body)
     console.print(_table([envelope]))
 
 
 @spend_app.command("delete")
 def delete_envelope(
     scope: Annotated[Scope, typer.Argument(help="tenant, agent or cron")],
-    name: Annotated[str, typer.Argument(help="'-' for the tenant; the agent's name; a cron id")],
+    name: Annotated[str | None, typer.Argument(help="the agent's name; the cron's id")] = None,
     url: UrlOpt = DEFAULT_URL,
     key: KeyOpt = None,
 ) -> None:
     """Remove an envelope."""
     with api(url, key) as client:
-        client.request("DELETE", f"/v1/spend/{scope}/{name}")
-    console.print(f"deleted the {scope} envelope {name}")
+        client.request("DELETE", _path(scope, name))
+    console.print(f"deleted the {scope} envelope {name or ''}".rstrip())
+
+
+def _path(scope: Scope, name: str | None) -> str:
+    """The envelope's route: ``/v1/spend/tenant``, ``/v1/spend/agents/NAME``, ``…/crons/ID``."""
+    if scope == "tenant":
+        if name:
+            raise typer.BadParameter("the tenant's own envelope takes no name")
+        return "/v1/spend/tenant"
+    if not name:
+        raise typer.BadParameter(f"a {scope} envelope needs the {scope}'s name or id")
+    return f"/v1/spend/{scope}s/{name}"
 
 
 def register(app: typer.Typer) -> None:

@@ -5,7 +5,6 @@ wait for it go on at the reaper's next pass."""
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Response
@@ -16,7 +15,7 @@ from scheduler.http.auth import ReadCaller, WriteCaller
 from scheduler.http.deps import RuntimeDep
 from shared.agent.spend import Period
 from shared.engine.runtime import Runtime
-from shared.errors import NotFound, SpecError
+from shared.errors import NotFound
 from shared.isotime import iso
 from shared.store import runs as run_store
 from shared.store import schedules
@@ -26,7 +25,6 @@ __all__ = ["EnvelopeBody", "EnvelopeList", "EnvelopeView", "router"]
 
 router = APIRouter(tags=["spend"])
 Scope = Literal["tenant", "agent", "cron"]
-TENANT_KEY = "-"  # the path key of a tenant's own envelope
 
 
 class EnvelopeBody(BaseModel):
@@ -45,7 +43,7 @@ class EnvelopeBody(BaseModel):
 
 class EnvelopeView(BaseModel):
     scope: Scope
-    key: str
+    key: str | None = Field(description="The agent's name or the cron's id; null: the tenant's")
     period: Period
     cap: float
     on_exceed: str
@@ -63,7 +61,7 @@ class EnvelopeList(BaseModel):
 def _view(e: store.Envelope) -> EnvelopeView:
     return EnvelopeView(
         scope=e.scope,  # type: ignore[arg-type]
-        key=e.key or TENANT_KEY,
+        key=e.key or None,
         period=e.period,  # type: ignore[arg-type]
         cap=e.cap,
         on_exceed=e.on_exceed,
@@ -75,23 +73,8 @@ def _view(e: store.Envelope) -> EnvelopeView:
     )
 
 
-KeyPath = Annotated[str, Path(min_length=1, max_length=140, pattern=r"^[A-Za-z0-9_.@-]+$")]
-
-
-def _key(rt: Runtime, tenant: str, scope: Scope, key: str) -> str:
-    """The stored key: "" for the tenant's own, an agent's name, a cron of the tenant."""
-    if scope == "tenant":
-        if key != TENANT_KEY:
-            raise SpecError(f"a tenant's own envelope has the key {TENANT_KEY!r}")
-        return ""
-    if scope == "agent":
-        if not re.match(AGENT_NAME, key):
-            raise SpecError("an agent envelope's key is the agent's name (any version)")
-        return key
-    with rt.engine.connect() as conn:
-        if schedules.get_cron(conn, key, tenant) is None:
-            raise NotFound(f"cron {key} not found")
-    return key
+AgentName = Annotated[str, Path(pattern=AGENT_NAME, description="The agent's name (any version)")]
+CronId = Annotated[str, Path(min_length=1, max_length=40, pattern=r"^[A-Za-z0-9_-]+$")]
 
 
 @router.get("/v1/spend", response_model=EnvelopeList)
@@ -103,35 +86,73 @@ def list_envelopes(rt: RuntimeDep, caller: ReadCaller) -> EnvelopeList:
     return EnvelopeList(envelopes=[_view(e) for e in found])
 
 
-@router.put("/v1/spend/{scope}/{key}", response_model=EnvelopeView)
-def put_envelope(
-    scope: Scope, key: KeyPath, body: EnvelopeBody, rt: RuntimeDep, caller: WriteCaller
-) -> EnvelopeView:
-    """Create or change an envelope; the runs waiting for one of the tenant's go on."""
-    stored = _key(rt, caller.tenant, scope, key)
+def _put(rt: Runtime, tenant: str, scope: str, key: str, body: EnvelopeBody) -> EnvelopeView:
+    """Create or change an envelope; the tenant's runs waiting for one go on."""
     with rt.engine.begin() as conn:
         envelope = store.put_envelope(
             conn,
-            caller.tenant,
+            tenant,
             scope,
-            stored,
+            key,
             period=body.period,
             cap=body.cap,
             on_exceed=body.on_exceed,
             timezone=rt.settings.timezone,
             ts=run_store.now(),
         )
-        store.wake_waiting(conn, caller.tenant, run_store.now())
+        store.wake_waiting(conn, tenant, run_store.now())
     rt.envelopes.changed()
     return _view(envelope)
 
 
-@router.delete("/v1/spend/{scope}/{key}", status_code=204)
-def delete_envelope(scope: Scope, key: KeyPath, rt: RuntimeDep, caller: WriteCaller) -> Response:
-    stored = _key(rt, caller.tenant, scope, key)
+def _delete(rt: Runtime, tenant: str, scope: str, key: str) -> Response:
     with rt.engine.begin() as conn:
-        if not store.delete_envelope(conn, caller.tenant, scope, stored):
-            raise NotFound(f"no {scope} envelope {key}")
-        store.wake_waiting(conn, caller.tenant, run_store.now())
+        if not store.delete_envelope(conn, tenant, scope, key):
+            raise NotFound(f"no {scope} envelope {key or ''}".strip())
+        store.wake_waiting(conn, tenant, run_store.now())
     rt.envelopes.changed()
     return Response(status_code=204)
+
+
+def _cron(rt: Runtime, tenant: str, cron_id: str) -> str:
+    with rt.engine.connect() as conn:
+        if schedules.get_cron(conn, cron_id, tenant) is None:
+            raise NotFound(f"cron {cron_id} not found")
+    return cron_id
+
+
+@router.put("/v1/spend/tenant", response_model=EnvelopeView)
+def put_tenant(body: EnvelopeBody, rt: RuntimeDep, caller: WriteCaller) -> EnvelopeView:
+    """The tenant's own envelope: every call of its runs counts."""
+    return _put(rt, caller.tenant, "tenant", "", body)
+
+
+@router.delete("/v1/spend/tenant", status_code=204)
+def delete_tenant(rt: RuntimeDep, caller: WriteCaller) -> Response:
+    return _delete(rt, caller.tenant, "tenant", "")
+
+
+@router.put("/v1/spend/agents/{name}", response_model=EnvelopeView)
+def put_agent(
+    name: AgentName, body: EnvelopeBody, rt: RuntimeDep, caller: WriteCaller
+) -> EnvelopeView:
+    """A named agent's envelope: every run of it, any version (it may be created later)."""
+    return _put(rt, caller.tenant, "agent", name, body)
+
+
+@router.delete("/v1/spend/agents/{name}", status_code=204)
+def delete_agent(name: AgentName, rt: RuntimeDep, caller: WriteCaller) -> Response:
+    return _delete(rt, caller.tenant, "agent", name)
+
+
+@router.put("/v1/spend/crons/{cron_id}", response_model=EnvelopeView)
+def put_cron(
+    cron_id: CronId, body: EnvelopeBody, rt: RuntimeDep, caller: WriteCaller
+) -> EnvelopeView:
+    """A cron's envelope: every run it fires (404: not a cron of the tenant)."""
+    return _put(rt, caller.tenant, "cron", _cron(rt, caller.tenant, cron_id), body)
+
+
+@router.delete("/v1/spend/crons/{cron_id}", status_code=204)
+def delete_cron(cron_id: CronId, rt: RuntimeDep, caller: WriteCaller) -> Response:
+    return _delete(rt, caller.tenant, "cron", cron_id)

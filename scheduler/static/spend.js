@@ -6,8 +6,8 @@ import { fmtCost, h } from "./dom.js";
 
 function row(e) {
   const used = e.cap > 0 ? Math.min(1, (e.spent + e.reserved) / e.cap) : 1;
-  return h("tr", { "data-testid": `spend-${e.scope}-${e.key}` },
-    h("td", {}, e.scope), h("td", { class: "mono" }, e.key), h("td", {}, e.period),
+  return h("tr", { "data-testid": e.key ? `spend-${e.scope}-${e.key}` : `spend-${e.scope}` },
+    h("td", {}, e.scope), h("td", { class: "mono" }, e.key || "—"), h("td", {}, e.period),
     h("td", {}, fmtCost(e.spent)), h("td", {}, fmtCost(e.reserved)), h("td", {}, fmtCost(e.cap)),
     h("td", {}, h("meter", { min: "0", max: "1", value: String(used) })),
     h("td", { class: "muted" }, e.on_exceed));
@@ -25,6 +25,6 @@ export async function spendPanel() {
     ? h("table", { class: "table" },
         h("thead", {}, h("tr", {}, ...["scope", "key", "period", "spent", "reserved", "cap", "", "at the cap"].map((t) => h("th", {}, t)))),
         h("tbody", {}, ...envelopes.map(row)))
-    : h("p", { class: "muted" }, "No spend envelopes: treadle spend set tenant - --cap 5 --period month");
+    : h("p", { class: "muted" }, "No spend envelopes: treadle spend set tenant --cap 5 --period month");
   return h("section", { class: "card spend", "data-testid": "spend" }, h("h2", {}, "Spend"), body);
 }

@@ -272,7 +272,7 @@ def test_submit_watch_free_text_and_reject_in_a_terminal(up: str, tmp_path: Path
 
 
 def test_spend_envelopes_from_the_cli(up: str) -> None:
-    made = cli("spend", "set", "tenant", "-", "--cap", "2.5", "--period", "day", url=up)
+    made = cli("spend", "set", "tenant", "--cap", "2.5", "--period", "day", url=up)
     assert made.returncode == 0, made.stderr
     listed = cli("spend", "--json", url=up)
     assert listed.returncode == 0, listed.stderr
@@ -280,8 +280,8 @@ def test_spend_envelopes_from_the_cli(up: str) -> None:
     assert envelope["scope"] == "tenant" and envelope["cap"] == 2.5
     shown = cli("spend", url=up)
     assert "tenant" in shown.stdout and "2.5" in shown.stdout
-    gone = cli("spend", "delete", "tenant", "-", url=up)
+    gone = cli("spend", "delete", "tenant", url=up)
     assert gone.returncode == 0, gone.stderr
     assert json.loads(cli("spend", "--json", url=up).stdout) == []
     bad = cli("spend", "set", "tenant", "someone", "--cap", "1", url=up)
-    assert bad.returncode == 2 and "'-'" in bad.stderr
+    assert bad.returncode == 2 and "takes no name" in bad.stderr

@@ -292,13 +292,13 @@ def test_a_runs_memory_reads_and_writes_are_shown(up: str, page: Any, sync_api: 
 
 def test_the_home_page_shows_the_spend_envelopes(up: str, page: Any, sync_api: Any) -> None:
     expect = sync_api.expect
-    put = httpx.put(f"{up}/v1/spend/tenant/-", json={"cap": 3.0, "period": "month"})
+    put = httpx.put(f"{up}/v1/spend/tenant", json={"cap": 3.0, "period": "month"})
     assert put.status_code == 200, put.text
     try:
         page.goto(f"{up}/#/")
-        envelope = page.get_by_test_id("spend-tenant--")
+        envelope = page.get_by_test_id("spend-tenant")
         expect(envelope).to_contain_text("month")
         expect(envelope).to_contain_text("3")
         shot(page, "spend")
     finally:
-        httpx.delete(f"{up}/v1/spend/tenant/-")
+        httpx.delete(f"{up}/v1/spend/tenant")

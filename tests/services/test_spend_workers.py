@@ -73,7 +73,7 @@ def test_runs_sharing_a_tenant_envelope_never_pass_it(
     workers.start_many(["alpha", "beta"], concurrency=4)
     cap = 0.2
     with TestClient(create_app(lambda: prod_rt)) as client:
-        put = client.put("/v1/spend/tenant/-", json={"cap": cap, "period": "day"})
+        put = client.put("/v1/spend/tenant", json={"cap": cap, "period": "day"})
         assert put.status_code == 200, put.text
         ids = [
             client.post("/v1/runs", json={"agent": _spender(i), "input": "go"}).json()["id"]
@@ -94,7 +94,7 @@ def test_runs_sharing_a_tenant_envelope_never_pass_it(
         waiting = [r for r in ids if _status(client, r) == "waiting"]
         pending = client.get(f"/v1/runs/{waiting[0]}").json()["pending"]
         assert pending["kind"] == "budget" and pending["scope"] == "tenant"
-        assert client.put("/v1/spend/tenant/-", json={"cap": 100.0, "period": "day"}).is_success
+        assert client.put("/v1/spend/tenant", json={"cap": 100.0, "period": "day"}).is_success
         wait_for(
             lambda: all(_status(client, r) == "completed" for r in ids), 120, what="all resumed"
         )
