@@ -41,7 +41,6 @@ from typing import Any
 
 from shared.agent.compression import reduce_tool_result
 from shared.agent.spec import AgentSpec, InlineTool
-from shared.engine import cache
 from shared.engine.change import Change, Finished, tells_parent
 from shared.engine.join import finish_call
 from shared.engine.tx import Applied, Tx
@@ -134,7 +133,7 @@ def _finish_child(tx: Tx, child: Run) -> None:
         cost=child.cost,
         event={"child_run_id": child.id},
     )
-    spec = cache.spec_of(tx.conn, parent.id)
+    spec = tx.rt.caches.spec_of(tx.conn, parent.id)
     parent = finish_call(
         tx, parent, call, done, from_status=[CallStatus.CHILD], ask_timeout_s=spec.ask_timeout_s
     )

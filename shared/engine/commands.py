@@ -25,7 +25,7 @@ from shared.agent.attachments import attachment_refs
 from shared.agent.decisions import Continue, Fail
 from shared.agent.messages import Message
 from shared.agent.spec import AgentSpec, WebhookSpec
-from shared.engine import admission, cache, threads
+from shared.engine import admission, threads, toolkit
 from shared.engine.attachments import resolve_attachments
 from shared.engine.catalog import build_catalog
 from shared.engine.change import Change, LostRace, flush, settle
@@ -482,7 +482,7 @@ def expire_ask(rt: Runtime, run_id: str) -> None:
         run = run_store.load_run(tx.conn, run_id)
         if run is None or run.status != Status.WAITING or (run.pending or {}).get("kind") != "ask":
             return
-        spec = cache.spec_of(tx.conn, run_id)
+        spec = tx.rt.caches.spec_of(tx.conn, run_id)
         if spec.ask_timeout_action == "fail":
             tx.prepare(run, ending=True, tells_parent=True)
             change = _repair(tx, run, ask_mod.TIMEOUT_TEXT)
@@ -559,9 +559,9 @@ def _decisions(
 def _resolve(
     tx: Tx, run: Run, items: Sequence[Mapping[str, Any]], chosen: Sequence[ItemDecision]
 ) -> tuple[Resolved, ...]:
-    given = cache.given(tx.conn, run.id)
+    given = tx.rt.caches.given(tx.conn, run.id)
     refs = attachment_refs(given.inputs)
-    catalog = cache.catalog(tx.rt, run.id, given.spec, refs, tenant=run.tenant)
+    catalog = toolkit.catalog(tx.rt, run.id, given.spec, refs, tenant=run.tenant)
     schemas = {name: entry.parameters for name, entry in catalog.entries.items()}
     try:
         return resolve_approval(items, chosen, schemas)
@@ -590,7 +590,7 @@ def _apply_approval(
     by: str | None,
 ) -> Run:
     tx.prepare(run, ending=False, tells_parent=True)
-    spec = cache.spec_of(tx.conn, run.id)
+    spec = tx.rt.caches.spec_of(tx.conn, run.id)
     running = [r.call_id for r in resolved if r.run]
     window = running[: spec.effective_parallel_tools]
     records = [r.record(by, tx.ts) for r in resolved]

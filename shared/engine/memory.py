@@ -30,7 +30,6 @@ from sqlalchemy.engine import Connection
 from shared.agent import memory as pure
 from shared.agent.knowledge import cosine, parse_query, reciprocal_rank_fusion
 from shared.agent.spec import AgentSpec, MemorySpec
-from shared.engine import cache
 from shared.engine.change import Change
 from shared.engine.knowledge import embeddings_profile
 from shared.engine.runtime import Runtime
@@ -336,7 +335,7 @@ class RunMemory:
 
     def _scope(self) -> tuple[tuple[str, ...], MemorySpec]:
         with self._rt.engine.connect() as conn:
-            spec = cache.spec_of(conn, self._run.id)
+            spec = self._rt.caches.spec_of(conn, self._run.id)
             meta = run_store.run_meta(conn, self._run.id)
         try:
             ns = run_namespace(spec, meta, self._rt.settings.memory_max_namespace_depth)

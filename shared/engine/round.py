@@ -37,7 +37,7 @@ from shared.agent.sanitize import sanitize_reply
 from shared.agent.spec import AgentSpec, ModelProfile
 from shared.agent.state import LoopState
 from shared.agent.step import StepResult, step
-from shared.engine import cache, children, failover, failure, metrics, outage, spend
+from shared.engine import children, failover, failure, metrics, outage, spend, toolkit
 from shared.engine.attachments import request_inputs
 from shared.engine.busy import when_free
 from shared.engine.catalog import DEFER_S, Catalog, with_unavailable_note
@@ -268,7 +268,7 @@ def _claim(rt: Runtime, run_id: str, version: int) -> _Claim | _Unreadable | Non
             owner,
             tx.ts,
             rt.heartbeat.live_after(tx.ts),
-            cold=cache.cold(run_id),
+            cold=rt.caches.cold(run_id),
         )
         if claimed is None:
             return None
@@ -283,7 +283,7 @@ def _claim(rt: Runtime, run_id: str, version: int) -> _Claim | _Unreadable | Non
         tx.recorded(run, ROUND_STARTED, round_started(run))  # the claim wrote it
         try:
             if prefetched is not None:
-                cache.prime(run, prefetched)
+                rt.caches.prime(run, prefetched)
             return _read(rt, tx, run, owner, due_since, abandoned=abandoned)
         except Exception as exc:  # the claim stands (its attempt counted): the run fails
             if failure.infrastructure(exc):
@@ -308,7 +308,7 @@ def _read(
     rt: Runtime, tx: Tx, run: Run, owner: str, due_since: float, *, abandoned: bool
 ) -> _Claim:
     """What the claimed round works from: its spec, profile, loop state and model view."""
-    given = cache.given(tx.conn, run.id, run.spec_rev)  # the row just read has it
+    given = rt.caches.given(tx.conn, run.id, run.spec_rev)  # the row just read has it
     state = replace(
         LoopState.from_dict(run.loop),
         cost=run.cost,
@@ -317,7 +317,7 @@ def _read(
     )
     profile, state = failover.serving(given.spec, state, rt.profiles, tx.ts)
     based = run.base_run_id is not None
-    history = cache.history(tx.conn, run.id, run.view_start, run.msg_seq, based=based)
+    history = rt.caches.history(tx.conn, run.id, run.view_start, run.msg_seq, based=based)
     if abandoned:  # a worker died during this round's model call: the provider billed it
         _bill_abandoned(tx, run, profile, state)
         spend.settle_left(tx.conn, run)
@@ -464,7 +464,7 @@ def _drive(rt: Runtime, claim: _Claim, attempt_no: int) -> RoundResult:
         if routed is not None:
             return routed
     refs = attachment_refs(claim.inputs)
-    catalog = cache.catalog(rt, run.id, spec, refs, tenant=run.tenant, deadline=run.deadline_at)
+    catalog = toolkit.catalog(rt, run.id, spec, refs, tenant=run.tenant, deadline=run.deadline_at)
     if catalog.deferred:  # an MCP listing in flight: come back for it, holding no thread
         raise _Retry(DEFER_S, "mcp listing", counts=False)
     checkpoint = _maybe_checkpoint(rt, claim, catalog, attempt_no)
@@ -489,7 +489,7 @@ def _drive(rt: Runtime, claim: _Claim, attempt_no: int) -> RoundResult:
     )
     req = with_unavailable_note(req, catalog)  # MCP servers not listed: the model is told
     reply, latency = _call_model(rt, claim, req, attempt_no)
-    cached = cache.call_ids(run.id, run.view_start, run.msg_seq)
+    cached = rt.caches.call_ids(run.id, run.view_start, run.msg_seq)
     used = set(cached) if cached is not None else _call_ids(history)
     question = last_user_text(history)
     for _ in range(2):  # a provider may reuse an id the model view no longer shows
@@ -539,7 +539,7 @@ def _maybe_checkpoint(
     spec, profile = claim.spec, claim.profile
     if spec.kind != "agent":
         return None
-    schema_tokens = cache.schema_tokens(claim.run.id, catalog)
+    schema_tokens = rt.caches.schema_tokens(claim.run.id, catalog)
     limit = min(int(profile.context_window * 0.8), profile.context_window - profile.max_tokens)
     if claim.run.view_tokens + schema_tokens <= limit:  # the stored count: no estimate needed
         return None

@@ -11,6 +11,7 @@ from sqlalchemy.engine import Engine
 
 from shared.agent.spec import ModelProfile
 from shared.config import Settings
+from shared.engine.cache import RunCaches
 from shared.engine.envelopes import Envelopes
 from shared.engine.gate import Gate
 from shared.engine.leases import Heartbeat, heartbeat_for
@@ -76,6 +77,7 @@ class Runtime:
     queue_depth: Callable[[], dict[str, int] | None] | None = None  # broker messages waiting
     envelopes: Envelopes = field(default_factory=Envelopes)  # tenants with spend envelopes
     stopper: Stopper = field(default_factory=Stopper)  # this process's work in flight, by run
+    caches: RunCaches = field(default_factory=RunCaches)  # what it holds of the runs it works on
     pacer: Pacer = field(default_factory=Pacer)  # what this process does at most every so often
     # process state shared by copies (``replace``): engine admission, MCP tool lists (bounded
     # in bytes), the slots and cgroups of tenants' child processes

@@ -22,7 +22,7 @@ from shared.agent.arguments import ArgumentsError, parse_arguments
 from shared.agent.attachments import attachment_refs
 from shared.agent.compression import reduce_tool_result
 from shared.agent.spec import AgentSpec
-from shared.engine import cache, children, metrics, subagent
+from shared.engine import children, metrics, subagent, toolkit
 from shared.engine.attachments import run_files
 from shared.engine.busy import when_free
 from shared.engine.change import Finished, LostRace
@@ -62,12 +62,12 @@ def _run_tool(rt: Runtime, run_id: str, call_id: str, version: int) -> str:
         if found is None:
             return "stale"
         run, call = found
-        given = cache.given(conn, run_id, run.spec_rev)
+        given = rt.caches.given(conn, run_id, run.spec_rev)
     if run.version != version or call.status not in (CallStatus.QUEUED, CallStatus.RUNNING):
         return "stale"
     spec = given.spec
     refs = attachment_refs(given.inputs)
-    catalog = cache.catalog(rt, run_id, spec, refs, tenant=run.tenant, deadline=run.deadline_at)
+    catalog = toolkit.catalog(rt, run_id, spec, refs, tenant=run.tenant, deadline=run.deadline_at)
     tool = catalog.tool(call.name)
     sub = children.sub_agent_of(spec, call.name)
     if sub is None and call.status == CallStatus.QUEUED and quick(tool):
@@ -239,7 +239,7 @@ def finished(
 ) -> Finished:
     """What ``finish_call`` records of a tool's result: the text, what the model reads of it,
     and (``started``: the call ran unclaimed) its ``tool.started`` event."""
-    for_model = reduce_tool_result(result.text, cache.result_budget(rt, run_id, spec))
+    for_model = reduce_tool_result(result.text, toolkit.result_budget(rt, run_id, spec))
     if ((call.data or {}).get("decision") or {}).get("action") == "edit":
         for_model = edited_result(call.arguments, for_model)  # what ran, then what came back
     return Finished(

@@ -32,7 +32,6 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from shared.agent.messages import Message
-from shared.engine import cache
 from shared.engine.change import Change, LostRace, tells_parent
 from shared.engine.runtime import Dispatch, Runtime
 from shared.engine.stopper import STOP_TOPIC, stop_message
@@ -228,9 +227,9 @@ class Tx:
     def after_commit(self) -> None:
         """Publish what the transaction made due, wake the tails, stop cancelled work."""
         for run_id, view_start, first, msgs in self.appended:  # the next round reads nothing
-            cache.remember(run_id, view_start, first, msgs)
+            self.rt.caches.remember(run_id, view_start, first, msgs)
         if self.settled:
-            cache.forget(self.settled)
+            self.rt.caches.forget(self.settled)
         if self.out:
             self.rt.publish(self.out)
         for run_id, seq in self.wakes.items():

@@ -1,4 +1,4 @@
-"""A cold claim (``shared.engine.cache.cold``: the process holds nothing of the run, as after a
+"""A cold claim (``RunCaches.cold``: the process holds nothing of the run, as after a
 pause, at a run's first round or on a takeover) reads the run's spec and messages in the claim's
 own statement on PostgreSQL (``Prefetch``), and the caches take them only when they reach
 the row's ``msg_seq``."""
@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from shared.engine import cache
 from shared.engine.round import run_round
 from shared.engine.runtime import Runtime
 from shared.store import runs as run_store
@@ -36,7 +35,7 @@ def _statements(engine: sa.engine.Engine) -> tuple[list[str], Any]:
 
 def test_a_cold_round_reads_nothing_beside_its_claim(pg_rt: Runtime) -> None:
     run_id = submit(pg_rt, agent([{"text": "done"}], system_prompt="Be brief."))
-    cache.forget([run_id])
+    pg_rt.caches.forget([run_id])
     seen, hook = _statements(pg_rt.engine)
     try:
         dispatch = pg_rt.publish.sent[-1]  # type: ignore[attr-defined]
@@ -53,7 +52,7 @@ def test_a_cold_round_reads_nothing_beside_its_claim(pg_rt: Runtime) -> None:
 
 def test_messages_short_of_the_rows_msg_seq_are_not_cached(pg_rt: Runtime) -> None:
     run_id = submit(pg_rt, agent([{"text": "done"}], system_prompt="Be brief."))
-    cache.forget([run_id])
+    pg_rt.caches.forget([run_id])
     with pg_rt.engine.begin() as conn:
         run = run_store.load_run(conn, run_id)
         assert run is not None
@@ -63,17 +62,17 @@ def test_messages_short_of_the_rows_msg_seq_are_not_cached(pg_rt: Runtime) -> No
     assert claimed is not None
     new, pre = claimed.run, claimed.prefetched
     assert pre is not None and pre.messages
-    cache.prime(new, replace(pre, messages=pre.messages[:-1]))  # as if a commit raced it
-    assert cache._history.get(run_id) is None
-    assert cache._given.get(run_id) is not None  # the spec is what the row's revision says
-    cache.forget([run_id])
-    cache.prime(new, pre)
-    view = cache._history.get(run_id)
+    pg_rt.caches.prime(new, replace(pre, messages=pre.messages[:-1]))  # as if a commit raced it
+    assert pg_rt.caches.views.get(run_id) is None
+    assert pg_rt.caches.specs.get(run_id) is not None  # the spec is what the row's revision says
+    pg_rt.caches.forget([run_id])
+    pg_rt.caches.prime(new, pre)
+    view = pg_rt.caches.views.get(run_id)
     assert view is not None and view.seen == new.msg_seq
     with pg_rt.engine.connect() as conn:
-        read = cache.history(conn, run_id, new.view_start, new.msg_seq, based=False)
+        read = pg_rt.caches.history(conn, run_id, new.view_start, new.msg_seq, based=False)
     assert [m.role for m in read] == [m.role for m in view.messages]
-    cache.forget([run_id])
+    pg_rt.caches.forget([run_id])
 
 
 def test_the_cached_view_keeps_its_call_ids(pg_rt: Runtime) -> None:
@@ -90,9 +89,9 @@ def test_the_cached_view_keeps_its_call_ids(pg_rt: Runtime) -> None:
     with pg_rt.engine.connect() as conn:
         run = run_store.load_run(conn, run_id)
         assert run is not None
-        cache.forget([run_id])
-        history = cache.history(conn, run_id, run.view_start, run.msg_seq, based=False)
-    assert cache.call_ids(run_id, run.view_start, run.msg_seq) == {"c1", "c2"}
+        pg_rt.caches.forget([run_id])
+        history = pg_rt.caches.history(conn, run_id, run.view_start, run.msg_seq, based=False)
+    assert pg_rt.caches.call_ids(run_id, run.view_start, run.msg_seq) == {"c1", "c2"}
     assert {c.id for m in history for c in m.tool_calls} == {"c1", "c2"}
-    assert cache.call_ids(run_id, run.view_start, run.msg_seq - 1) is None  # another view
-    cache.forget([run_id])
+    assert pg_rt.caches.call_ids(run_id, run.view_start, run.msg_seq - 1) is None  # another view
+    pg_rt.caches.forget([run_id])
