@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from scheduler.http.agents import AGENT_NAME
 from scheduler.http.auth import ReadCaller, WriteCaller
 from scheduler.http.deps import RuntimeDep
+from scheduler.http.schemas import NUMBER
 from shared.agent.spend import Period
 from shared.engine.runtime import Runtime
 from shared.errors import NotFound
@@ -30,7 +31,7 @@ Scope = Literal["tenant", "agent", "cron"]
 class EnvelopeBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    cap: float = Field(
+    cap: Annotated[float, NUMBER] = Field(
         ge=0, le=1e9, description="What may be spent in a period (the profiles' currency)"
     )
     period: Period = Field(description="day or month: in the operator's TREADLE_TIMEZONE")
