@@ -37,7 +37,7 @@ from shared import tracing
 from shared.config import Settings, get_settings
 from shared.engine.runtime import Runtime
 from shared.store.db import ping_on_checkout
-from shared.wiring import get_runtime, install_renderers
+from shared.wiring import get_runtime
 
 __all__ = ["create_app"]
 
@@ -62,7 +62,6 @@ def _redact_access_logs() -> None:
 def create_app(get_rt: Callable[[], Runtime] | None = None, *, auth: str | None = None) -> FastAPI:
     """The API. ``auth``: ``"required"`` or ``"off"``; None = ``TREADLE_AUTH``, or by default
     off only for embedded mode on loopback (``scheduler.http.auth.auth_mode``)."""
-    install_renderers()  # facade runs' webhook bodies, rendered where events are written
     tracing.configure("treadle-api")  # on when the OTEL_* variables ask for it
     get_rt = _pinging(get_rt or get_runtime)
     app = FastAPI(

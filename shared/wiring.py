@@ -2,10 +2,10 @@
 bus, rate limiter, model profiles) built from the settings, once per process.
 
 The API, the CLI, embedded mode and the worker all get their Runtime here (and tracing its
-way to a run's stored trace context), so none of them
-imports another's package for it. The publisher sends dispatches as Celery tasks *by name*
-(``shared.names``); the webhook body renderers of the facades are handed to the store here
-(``shared.store.deliveries.use_renderers``), so the store never looks them up by module path.
+way to a run's stored trace context), so none of them imports another's package for it. The
+publisher sends dispatches as Celery tasks *by name* (``shared.names``); the webhook body
+renderers of the facades travel on the runtime to the store, which never looks them up by
+module path.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from shared.store.db import get_engine
 __all__ = [
     "CeleryPublisher",
     "get_runtime",
-    "install_renderers",
     "publish",
     "reset_runtime",
     "set_runtime",
@@ -101,14 +100,6 @@ def _headers(d: Dispatch, priority: int) -> dict[str, Any]:
 publish = CeleryPublisher()
 
 
-def install_renderers() -> None:
-    """Hand the facades' webhook body renderers to the store (idempotent)."""
-    from shared.interop.webhooks import RENDERERS
-    from shared.store.deliveries import use_renderers
-
-    use_renderers(RENDERERS)
-
-
 def _make_bus() -> LiveBus:
     url = get_settings().live_redis_url
     if url:
@@ -143,7 +134,6 @@ def get_runtime() -> Runtime:
             settings = get_settings()
             settings.ensure_dirs()
             settings.load_plugins()
-            install_renderers()
             profiles = load_profiles(settings.profiles_file) if settings.profiles_file else {}
             engine = get_engine(settings.database_url)
             tracing.use_root_loader(_stored_trace(engine))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -18,8 +18,10 @@ from shared.engine.leases import Heartbeat, heartbeat_for
 from shared.engine.livebus import WAKE, InProcessBus, LiveBus
 from shared.engine.pacer import Pacer
 from shared.engine.stopper import Stopper
+from shared.interop.webhooks import RENDERERS
 from shared.llm.ratelimit import LocalLimiter, RateLimiter
 from shared.store import store_for
+from shared.store.deliveries import Renderer
 from shared.store.write import Store
 from shared.tools.confinement import Confinement
 from shared.tools.mcp_lists import ToolLists
@@ -78,6 +80,8 @@ class Runtime:
     envelopes: Envelopes = field(default_factory=Envelopes)  # tenants with spend envelopes
     stopper: Stopper = field(default_factory=Stopper)  # this process's work in flight, by run
     caches: RunCaches = field(default_factory=RunCaches)  # what it holds of the runs it works on
+    # the facades' webhook body renderers, by the name a run's webhook gives
+    renderers: Mapping[str, Renderer] = field(default_factory=lambda: RENDERERS)
     pacer: Pacer = field(default_factory=Pacer)  # what this process does at most every so often
     # process state shared by copies (``replace``): engine admission, MCP tool lists (bounded
     # in bytes), the slots and cgroups of tenants' child processes

@@ -194,7 +194,7 @@ class Tx:
     def _webhooks(self, run: Run, numbered: Sequence[tuple[int, str, dict[str, Any]]]) -> None:
         row = {**run, "status": run.status.value, "meta": run_store.run_meta(self.conn, run.id)}
         items = deliveries.record_webhooks(
-            self.conn, row, numbered, self.ts, self.rt.settings.redrive_seconds
+            self.conn, row, numbered, self.ts, self.rt.settings.redrive_seconds, self.rt.renderers
         )
         for outbox_id, _kind, payload in items:
             self.out.append(

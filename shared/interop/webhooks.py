@@ -1,6 +1,6 @@
 """Webhook bodies of facade runs, rendered by the store when it records a
 delivery: the run's webhook names its renderer (``render: "langgraph" | "openai"``), and the
-composition root hands ``RENDERERS`` to the store (``shared.wiring.install_renderers``). They
+runtime hands ``RENDERERS`` to the store (``Runtime.renderers``). They
 run on the workers inside the transaction that wrote the event, so they only read.
 
 * LangGraph: one POST per run end, pauses included: the Run, its ``values`` (with the

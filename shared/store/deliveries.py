@@ -44,7 +44,6 @@ __all__ = [
     "issue_token",
     "list_deliveries",
     "record_webhooks",
-    "use_renderers",
     "use_token",
     "wants",
     "with_fresh_tokens",
@@ -97,12 +96,19 @@ def record_webhooks(
     events: Sequence[Event],
     ts: float,
     redrive_after: float,
+    renderers: Mapping[str, Renderer],
 ) -> list[OutboxItem]:
-    """Queue a delivery for each event the run's webhook wants; returns outbox items."""
+    """Queue a delivery for each event the run's webhook wants; returns outbox items.
+    ``renderers``: the facades' body renderers a webhook may name (handed in by the runtime,
+    so the store never imports the code that renders)."""
     cfg = run.get("webhook")
     if not cfg:
         return []
-    items = (_enqueue(conn, run, cfg, ev, ts, redrive_after) for ev in events if wants(cfg, ev[1]))
+    items = (
+        _enqueue(conn, run, cfg, ev, ts, redrive_after, renderers)
+        for ev in events
+        if wants(cfg, ev[1])
+    )
     return [item for item in items if item is not None]
 
 
@@ -115,15 +121,6 @@ class Renderer(Protocol):
     ) -> dict[str, Any] | None: ...
 
 
-_renderers: dict[str, Renderer] = {}
-
-
-def use_renderers(renderers: Mapping[str, Renderer]) -> None:
-    """Install the renderers a run's webhook may name (``render``); the composition root
-    calls this at start, so the store never imports the code that renders."""
-    _renderers.update(renderers)
-
-
 def _renderer_name(value: object) -> str:
     """``render`` is a renderer's name (``langgraph``); runs recorded before names were used
     hold ``module:<name>_body``, which names the same renderer."""
@@ -131,14 +128,19 @@ def _renderer_name(value: object) -> str:
 
 
 def _render(
-    conn: Connection, run: Row, cfg: Mapping[str, Any], event: Event, doc: dict[str, Any]
+    conn: Connection,
+    run: Row,
+    cfg: Mapping[str, Any],
+    event: Event,
+    doc: dict[str, Any],
+    renderers: Mapping[str, Renderer],
 ) -> dict[str, Any] | None:
     """A facade's body: ``cfg["render"]`` names an installed ``Renderer``. A missing or
     failing renderer never fails the commit: the treadle body is sent instead."""
     if not cfg.get("render"):
         return doc
     name = _renderer_name(cfg["render"])
-    renderer = _renderers.get(name)
+    renderer = renderers.get(name)
     if renderer is None:
         log.warning("webhook renderer %r is not installed; sending the treadle body", name)
         return doc
@@ -156,6 +158,7 @@ def _enqueue(
     event: Event,
     ts: float,
     redrive_after: float,
+    renderers: Mapping[str, Renderer],
 ) -> OutboxItem | None:
     seq, type_, data = event
     delivery_id = f"msg_{uuid.uuid4().hex}"
@@ -171,7 +174,8 @@ def _enqueue(
         resume = _resume_of(run["id"], data.get("pending") or {})
         if resume is not None:
             payload["resume"] = iso_times(resume)
-    doc = _render(conn, run, cfg, event, {"type": type_, "timestamp": iso(ts), "data": payload})
+    envelope = {"type": type_, "timestamp": iso(ts), "data": payload}
+    doc = _render(conn, run, cfg, event, envelope, renderers)
     if doc is None:
         return None
     body = json.dumps(doc, ensure_ascii=False)

@@ -194,7 +194,7 @@ def test_three_parallel_children_keep_the_parents_max_cost(
     # never take the parent past 0.01 by more than one model call (the one that crosses it)
     workers.start("alpha", concurrency=4)
     workers.start("beta", concurrency=4)
-    cheap = {"tiers": [{"input": 0.05, "output": 0.05}]}
+    cheap = {"tiers": [{"input": 0.01, "output": 0.01}]}  # the first call's worst case fits
     echo = [_call("echo", {"text": "x" * 80}, f"s{i}") for i in range(40)]
     spender = {
         "kind": "agent",
