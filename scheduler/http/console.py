@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
-import sqlalchemy as sa
 from fastapi import APIRouter
 from fastapi.responses import FileResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -26,8 +25,8 @@ from scheduler.http.auth import ReadCaller
 from shared.engine.runtime import Runtime
 from shared.errors import NotFound
 from shared.store import agents as agent_store
+from shared.store import records
 from shared.store import runs as run_store
-from shared.store.tables import usage
 
 __all__ = ["CSP", "STATIC_DIR", "EventsQueryToken", "agent_summary", "console_router"]
 
@@ -76,25 +75,10 @@ def _static(path: str) -> Response:
 
 
 def _usage_rows(rt: Runtime, tenant: str, run_id: str) -> list[dict[str, Any]]:
-    keep = (
-        usage.c.round,
-        usage.c.purpose,
-        usage.c.profile,
-        usage.c.model,
-        usage.c.input_tokens,
-        usage.c.output_tokens,
-        usage.c.cached_input_tokens,
-        usage.c.reasoning_tokens,
-        usage.c.cost,
-        usage.c.estimated,
-        usage.c.committed,
-        usage.c.latency_ms,
-    )
     with rt.engine.connect() as conn:
         if run_store.get_run(conn, run_id, tenant) is None:
             raise NotFound(f"run {run_id} not found")
-        rows = conn.execute(sa.select(*keep).where(usage.c.run_id == run_id).order_by(usage.c.id))
-        return [dict(r._mapping) for r in rows]
+        return records.usage_of_run(conn, run_id)
 
 
 def console_router(get_rt: Callable[[], Runtime]) -> APIRouter:

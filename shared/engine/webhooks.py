@@ -36,9 +36,9 @@ from shared.config import Settings
 from shared.engine.runtime import Runtime
 from shared.errors import BlockedAddress, ToolError
 from shared.store import deliveries
+from shared.store import outbox as outbox_store
 from shared.store import runs as run_store
 from shared.store.deliveries import Attempt, Row
-from shared.store.tables import outbox
 from shared.tools.netguard import safe_request
 
 __all__ = [
@@ -92,7 +92,7 @@ def _drop_if_settled(conn: Connection, delivery_id: str, outbox_id: int | None) 
         return
     d = deliveries.get_delivery(conn, delivery_id)
     if d is None or d["status"] in ("delivered", "failed"):
-        conn.execute(outbox.delete().where(outbox.c.id == outbox_id))
+        outbox_store.delete(conn, outbox_id)
 
 
 def next_attempt_at(d: Row, attempt: Attempt, settings: Settings, ts: float) -> float | None:

@@ -171,3 +171,23 @@ def insert_usage(
 ) -> None:
     if rows:
         conn.execute(_INSERT_USAGE, usage_rows(run_id, ts, rows))
+
+
+def usage_of_run(conn: Connection, run_id: str) -> list[dict[str, Any]]:
+    """A run's usage rows (every call, committed or not), oldest first."""
+    keep = (
+        usage.c.round,
+        usage.c.purpose,
+        usage.c.profile,
+        usage.c.model,
+        usage.c.input_tokens,
+        usage.c.output_tokens,
+        usage.c.cached_input_tokens,
+        usage.c.reasoning_tokens,
+        usage.c.cost,
+        usage.c.estimated,
+        usage.c.committed,
+        usage.c.latency_ms,
+    )
+    rows = conn.execute(sa.select(*keep).where(usage.c.run_id == run_id).order_by(usage.c.id))
+    return [dict(r._mapping) for r in rows]

@@ -162,3 +162,15 @@ def stalled_threads(conn: Connection, limit: int = 200) -> list[str]:
         .limit(limit)
     )
     return [str(t) for t in conn.execute(q).scalars()]
+
+
+def tenant_threads(
+    conn: Connection, tenant: str, ids: list[str] | None, also: list[str] | None = None
+) -> list[RowMapping]:
+    """The tenant's threads, newest first (at most 500): those of ``ids`` (and ``also``, the
+    same ids as stored) when given, else all."""
+    q = sa.select(threads).where(threads.c.tenant == tenant)
+    if ids:
+        q = q.where(threads.c.id.in_([*ids, *(also or [])]))
+    q = q.order_by(threads.c.updated_at.desc()).limit(500)
+    return list(conn.execute(q).mappings())

@@ -172,3 +172,46 @@ def test_the_engine_modules_have_no_import_cycle() -> None:
 
 def test_the_engine_has_no_lazy_import() -> None:
     assert [hit for path in _sources("shared/engine") for hit in _lazy_imports(path)] == []
+
+
+SQL_FREE = ("shared", "worker", "scheduler")
+SQLALCHEMY_OUTSIDE_STORE = ("sqlalchemy.engine", "sqlalchemy.exc", "sqlalchemy.event")
+"""What code outside the store may take from SQLAlchemy: the engine and connection types,
+its errors and engine events — nothing that builds a statement."""
+
+
+def _sql_builders(path: Path) -> list[str]:
+    """Imports in ``path`` that can build SQL: ``sqlalchemy`` itself (``sa.select``…),
+    anything of it but types, errors and events, and the store's tables."""
+    hits: list[str] = []
+    for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(n, ast.Import):
+            mods = [a.name for a in n.names]
+        elif isinstance(n, ast.ImportFrom) and n.module:
+            mods = (
+                [n.module]
+                if n.module != "sqlalchemy"
+                else [f"sqlalchemy.{a.name}" for a in n.names]
+            )
+        else:
+            continue
+        hits += [
+            f"{path.relative_to(ROOT)}:{n.lineno} {m}"
+            for m in mods
+            if (m.split(".")[0] == "sqlalchemy" and not m.startswith(SQLALCHEMY_OUTSIDE_STORE))
+            or m.startswith("shared.store.tables")
+        ]
+    return hits
+
+
+def test_no_sql_is_built_outside_the_store() -> None:
+    """The store owns all SQL: no statement constructor (``sa.select``, a table's
+    ``.delete()``) is within reach of any other module."""
+    outside = [
+        path
+        for package in SQL_FREE
+        for path in _sources(package)
+        if not path.is_relative_to(ROOT / "shared" / "store")
+    ]
+    assert [hit for path in outside for hit in _sql_builders(path)] == []
+    assert _sql_builders(ROOT / "shared" / "store" / "runs.py")  # the check sees one
