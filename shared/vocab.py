@@ -12,6 +12,9 @@ from enum import StrEnum
 from typing import Final
 
 __all__ = [
+    "DELIVERY_SETTLED",
+    "DeliveryStatus",
+    "SEGMENT_ENDS",
     "ACTIVE",
     "FINAL",
     "IN_FLIGHT",
@@ -89,12 +92,26 @@ TERMINAL_EVENTS: Final = frozenset(
     {EventType.RUN_COMPLETED, EventType.RUN_FAILED, EventType.RUN_CANCELLED}
 )
 """The last event of a run that ended (an SSE stream ends after one)."""
+SEGMENT_ENDS: Final = frozenset({EventType.RUN_WAITING, *TERMINAL_EVENTS})
+"""The events a stretch of a run's work ends with: it waits for a person, or it ended."""
 LIVE_EVENTS: Final = frozenset(
     {EventType.TEXT_DELTA, EventType.REASONING_DELTA, EventType.TOOL_DELTA}
 )
 """Events that are only streamed, never stored."""
 MEMORY_EVENTS: Final = frozenset({EventType.MEMORY_READ, EventType.MEMORY_WRITTEN})
 """A run's reads and writes of the tenant's long-term memory (the console lists them)."""
+
+
+class DeliveryStatus(StrEnum):
+    """Where a webhook delivery stands (``webhook_deliveries.status``)."""
+
+    PENDING = "pending"  # due at its next_attempt_at
+    SENDING = "sending"  # a sender holds it until lease_until
+    DELIVERED = "delivered"
+    FAILED = "failed"  # out of tries (TREADLE_WEBHOOK_RETRY_FOR)
+
+
+DELIVERY_SETTLED: Final = frozenset({DeliveryStatus.DELIVERED, DeliveryStatus.FAILED})
 
 
 class RoundOutcome(StrEnum):

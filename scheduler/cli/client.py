@@ -18,11 +18,12 @@ import httpx
 from httpx_sse import SSEError, connect_sse
 
 from shared.isotime import epoch
+from shared.vocab import EventType
 
 __all__ = ["FINAL", "TERMINAL", "ApiClient", "ApiError", "Event"]
 
 FINAL = frozenset({"completed", "failed", "cancelled"})
-TERMINAL = frozenset({"run.completed", "run.failed", "run.cancelled"})
+TERMINAL = frozenset({EventType.RUN_COMPLETED, EventType.RUN_FAILED, EventType.RUN_CANCELLED})
 _RECONNECTS = 8
 
 

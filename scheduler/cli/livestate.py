@@ -14,12 +14,21 @@ from typing import Any
 
 from scheduler.cli.client import TERMINAL, Event
 from shared.isotime import epoch
+from shared.vocab import EventType
 
 __all__ = ["LiveRun", "RoundView", "ToolCard", "pause_id"]
 
 DECLINED = "Declined by user"  # shared.engine.commands.DECLINED_TEXT (not imported: no engine here)
 _SYNC_ON = (
-    frozenset({"tool.started", "tool.finished", "plan.updated", "run.waiting", "run.resumed"})
+    frozenset(
+        {
+            EventType.TOOL_STARTED,
+            EventType.TOOL_FINISHED,
+            EventType.PLAN_UPDATED,
+            EventType.RUN_WAITING,
+            EventType.RUN_RESUMED,
+        }
+    )
     | TERMINAL
 )
 
@@ -87,18 +96,18 @@ class LiveRun:
         if ev.seq is not None:
             self.cursor = max(self.cursor, ev.seq)
         data = ev.data
-        if ev.type in ("text.delta", "reasoning.delta"):
-            buf = self.live_text if ev.type == "text.delta" else self.live_reasoning
+        if ev.type in (EventType.TEXT_DELTA, EventType.REASONING_DELTA):
+            buf = self.live_text if ev.type == EventType.TEXT_DELTA else self.live_reasoning
             n = int(data.get("round") or self.current_round)
             buf[n] = buf.get(n, "") + str(data.get("text") or "")
             return False
-        if ev.type == "round.started":
+        if ev.type == EventType.ROUND_STARTED:
             self.current_round = int(data.get("round") or self.current_round + 1)
             self.run["status"] = "running"
-        elif ev.type == "tool.started":
+        elif ev.type == EventType.TOOL_STARTED:
             cid = str(data.get("call_id"))
             self.started[cid] = ToolCard(cid, str(data.get("name")), started_at=ev.ts)
-        elif ev.type == "run.waiting":
+        elif ev.type == EventType.RUN_WAITING:
             self.run.update(status="waiting", pending=data.get("pending"))
         elif ev.type in TERMINAL:
             self.run["status"] = ev.type.split(".", 1)[1]

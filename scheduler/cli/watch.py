@@ -26,6 +26,7 @@ from rich.text import Text
 from scheduler.cli.client import FINAL, TERMINAL, ApiClient, Event
 from scheduler.cli.livestate import LiveRun, RoundView, ToolCard, pause_id
 from scheduler.cli.render import pending_view, plan_view
+from shared.vocab import EventType
 
 __all__ = ["STATUS_STYLE", "RunPanel", "follow", "model_name"]
 
@@ -272,12 +273,12 @@ def _pump(client: ApiClient, panel: RunPanel) -> None:
         final = ev.type in TERMINAL
         if (
             final
-            or ev.type == "run.waiting"
+            or ev.type == EventType.RUN_WAITING
             or (dirty and time.monotonic() - last_sync > _MIN_SYNC_S)
         ):
             _sync(client, panel)
             last_sync, dirty = time.monotonic(), False
-        if final or (ev.type == "run.waiting" and _is_current_pause(ev, state)):
+        if final or (ev.type == EventType.RUN_WAITING and _is_current_pause(ev, state)):
             return
 
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from shared.isotime import iso
 from shared.store.deliveries import TOKEN_PREFIX
+from shared.vocab import DeliveryStatus
 
 __all__ = ["DeliveryList", "DeliveryView", "delivery_view", "resume_token"]
 
@@ -72,7 +73,9 @@ def delivery_view(d: Mapping[str, Any]) -> dict[str, Any]:
         "url": d["url"],
         "status": d["status"],
         "attempts": d["attempts"],
-        "next_attempt_at": _when(d["next_attempt_at"]) if d["status"] == "pending" else None,
+        "next_attempt_at": _when(d["next_attempt_at"])
+        if d["status"] == DeliveryStatus.PENDING
+        else None,
         "last_status_code": d["last_status_code"],
         "last_error": d["last_error"],
         "created_at": iso(d["created_at"]),

@@ -13,6 +13,7 @@ from shared.agent.spec import HTTP_URL, NOT_BLANK, AgentSpec, WebhookSpec
 from shared.engine.attachments import DATA_URL_B64
 from shared.isotime import iso, iso_or_none, iso_times
 from shared.store.deliveries import DURABLE_EVENTS
+from shared.vocab import Status
 
 __all__ = [
     "AnswerBody",
@@ -327,7 +328,7 @@ class MessageView(BaseModel):
 
 def run_view(row: Mapping[Any, Any]) -> RunView:
     pending = row["pending"]
-    if pending is not None and row["status"] != "waiting":
+    if pending is not None and row["status"] != Status.WAITING:
         pending = None
     return RunView(
         id=row["id"],
@@ -353,7 +354,7 @@ def run_view(row: Mapping[Any, Any]) -> RunView:
         forked_from=_fork_link(row),
         metadata=row["meta"],
         warnings=list(row.get("warnings") or ()),
-        run_at=iso_or_none(row["wake_at"]) if row["status"] == "scheduled" else None,
+        run_at=iso_or_none(row["wake_at"]) if row["status"] == Status.SCHEDULED else None,
         priority=row.get("priority", 5),
         ttl_s=row.get("ttl_s"),
         created_at=iso(row["created_at"]),

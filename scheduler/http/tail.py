@@ -32,13 +32,12 @@ from starlette.concurrency import run_in_threadpool
 from shared.engine.livebus import WAKE
 from shared.engine.runtime import Runtime
 from shared.store import records
-from shared.store.segments import END_TYPES
+from shared.vocab import SEGMENT_ENDS, EventType
 
 __all__ = [
     "HEARTBEAT_S",
     "LIVE_TYPES",
     "POLL_S",
-    "SEGMENT_ENDS",
     "TERMINAL",
     "Batch",
     "Beat",
@@ -49,9 +48,8 @@ __all__ = [
     "wait_for_end",
 ]
 
-TERMINAL = frozenset({"run.completed", "run.failed", "run.cancelled"})
-SEGMENT_ENDS = frozenset(END_TYPES)  # a facade's segment also ends at a pause
-LIVE_TYPES = frozenset({"text.delta", "reasoning.delta"})
+TERMINAL = frozenset({EventType.RUN_COMPLETED, EventType.RUN_FAILED, EventType.RUN_CANCELLED})
+LIVE_TYPES = frozenset({EventType.TEXT_DELTA, EventType.REASONING_DELTA})
 HEARTBEAT_S = 15.0
 POLL_S = 1.0
 BATCH = 500
@@ -125,7 +123,7 @@ class _Reader:
             if ev["type"] in self.ends or (self.until is not None and ev["seq"] >= self.until):
                 self.done = True
                 return rows[: i + 1], False
-            if ev["type"] == "round.started":
+            if ev["type"] == EventType.ROUND_STARTED:
                 self.round = int((ev["data"] or {}).get("round") or 0)
                 if upto_round is not None and self.round >= upto_round:
                     return rows[: i + 1], True

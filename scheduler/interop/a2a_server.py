@@ -42,7 +42,7 @@ from scheduler.http.agents import resolve, store_lookup
 from scheduler.http.auth import CALLER_KEY, Caller, ReadCaller
 from scheduler.http.deps import RuntimeDep
 from scheduler.http.errors import ApiError
-from scheduler.http.tail import SEGMENT_ENDS, Batch, follow
+from scheduler.http.tail import Batch, follow
 from scheduler.interop import a2a_answers as answers
 from scheduler.interop.a2a_card import agent_card
 from scheduler.interop.common import progress_text
@@ -51,12 +51,20 @@ from shared.errors import NotFound, SpecError, TreadleError
 from shared.interop.a2a_shapes import task_json
 from shared.store import keys
 from shared.store.rows import FINAL, RunRecord, Status
+from shared.vocab import SEGMENT_ENDS, EventType
 
 __all__ = ["A2aHandler", "install_a2a", "router"]
 
 router = APIRouter(tags=["a2a"])
 AgentName = Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
-PROGRESS = frozenset({"round.started", "tool.finished", "memory.read", "memory.written"})
+PROGRESS = frozenset(
+    {
+        EventType.ROUND_STARTED,
+        EventType.TOOL_FINISHED,
+        EventType.MEMORY_READ,
+        EventType.MEMORY_WRITTEN,
+    }
+)
 
 
 class _Context(DefaultServerCallContextBuilder):

@@ -15,6 +15,7 @@ from shared.engine.runtime import Runtime
 from shared.engine.spec_policy import check_webhook_url
 from shared.engine.webhooks import TENANT_SECRET
 from shared.errors import Forbidden
+from shared.vocab import EventType
 
 __all__ = [
     "DEFAULT_TENANT",
@@ -130,7 +131,7 @@ def progress_text(event: Any) -> str:
     """A run's durable event as a line of progress (an MCP progress notification, an A2A
     status message): ``round 2``, ``tool.finished echo``, ``memory.written``."""
     data = event.get("data") or {}
-    if event["type"] == "round.started":
+    if event["type"] == EventType.ROUND_STARTED:
         return f"round {data.get('round')}"
     name = data.get("name")
     return f"{event['type']} {name}" if name else str(event["type"])

@@ -53,6 +53,7 @@ from shared.store import records
 from shared.store import runs as run_store
 from shared.store import segments as segs
 from shared.store import threads as thread_store
+from shared.vocab import SEGMENT_ENDS, EventType
 
 __all__ = ["langgraph_router"]
 
@@ -175,8 +176,8 @@ def checkpoint_seq(conn: Connection, run_id: str, round_: int) -> int:
     """The event seq of the checkpoint that ends round N: its pause or end event (what the
     facade names checkpoints by), else the last event before the next round started."""
     current, found, before_next = 0, 0, 0
-    for ev in records.list_events_of(conn, run_id, ("round.started", *segs.END_TYPES)):
-        if ev["type"] == "round.started":
+    for ev in records.list_events_of(conn, run_id, (EventType.ROUND_STARTED, *SEGMENT_ENDS)):
+        if ev["type"] == EventType.ROUND_STARTED:
             current = int((ev["data"] or {}).get("round") or 0)
             if current > round_:
                 before_next = before_next or int(ev["seq"]) - 1
@@ -191,7 +192,7 @@ def checkpoint_seq(conn: Connection, run_id: str, round_: int) -> int:
 def round_at(conn: Connection, run_id: str, seq: int) -> int:
     """The round a checkpoint (an event seq) of the run is at: the last round started by it."""
     round_ = 0
-    for ev in records.list_events_of(conn, run_id, ("round.started",)):
+    for ev in records.list_events_of(conn, run_id, (EventType.ROUND_STARTED,)):
         if int(ev["seq"]) > seq:
             break
         round_ = int((ev["data"] or {}).get("round") or 0)
@@ -209,7 +210,9 @@ def _state_at_end(conn: Connection, leg: segs.Leg) -> dict[str, Any] | None:
         return None
     rows = segs.thread_rows(conn, leg.run)
     values = {"messages": lc_messages(rows, leg.run["id"], upto=leg.end["created_at"])}
-    pending = (leg.end["data"] or {}).get("pending") if leg.end["type"] == "run.waiting" else None
+    pending = (
+        (leg.end["data"] or {}).get("pending") if leg.end["type"] == EventType.RUN_WAITING else None
+    )
     return _state(
         leg.segment["thread_id"],
         values,
@@ -230,9 +233,9 @@ def _final_values(conn: Connection, leg: segs.Leg) -> dict[str, Any]:
         )
     }
     data = dict(end["data"] or {}) if end is not None else {}
-    if end is not None and end["type"] == "run.waiting":
+    if end is not None and end["type"] == EventType.RUN_WAITING:
         values["__interrupt__"] = [interrupt_of(data.get("pending") or {})]
-    if end is not None and end["type"] == "run.failed":
+    if end is not None and end["type"] == EventType.RUN_FAILED:
         err = data.get("error") or {}
         values["__error__"] = {
             "error": str(err.get("code") or "Error"),
@@ -487,7 +490,7 @@ class _Facade:
 def _pause_at(conn: Connection, run_id: str, seq: int) -> dict[str, Any] | None:
     """The pause a checkpoint (the seq of a ``run.waiting``) stood at, if it is one."""
     rows = records.list_events(conn, run_id, seq - 1, limit=1)
-    if rows and rows[0]["seq"] == seq and rows[0]["type"] == "run.waiting":
+    if rows and rows[0]["seq"] == seq and rows[0]["type"] == EventType.RUN_WAITING:
         return dict((rows[0]["data"] or {}).get("pending") or {})
     return None
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from scheduler.interop.common import sse
 from shared.interop.shapes import ai_id, interrupt_of, lc_messages
+from shared.vocab import EventType
 
 __all__ = ["ALL_MODES", "LgStream", "modes_of"]
 
@@ -60,7 +61,7 @@ class LgStream:
         )
 
     def delta(self, kind: str, data: Mapping[str, Any]) -> str:
-        if kind != "text.delta":
+        if kind != EventType.TEXT_DELTA:
             custom = "custom" in self.modes
             return sse("custom", {"type": kind, "data": dict(data)}) if custom else ""
         msg_id = ai_id(self.run_id, int(data.get("round") or 0))
@@ -98,13 +99,16 @@ class LgStream:
     def _extra(self, ev: Mapping[str, Any]) -> Out:
         out: Out = []
         data = dict(ev["data"] or {})
-        if "events" in self.modes and ev["type"] in ("tool.started", "tool.finished"):
-            kind = "on_tool_start" if ev["type"] == "tool.started" else "on_tool_end"
+        if "events" in self.modes and ev["type"] in (
+            EventType.TOOL_STARTED,
+            EventType.TOOL_FINISHED,
+        ):
+            kind = "on_tool_start" if ev["type"] == EventType.TOOL_STARTED else "on_tool_end"
             body = {"input": {}} if kind == "on_tool_start" else {"output": data.get("preview")}
             out.append(("events", self._event(kind, str(data.get("name") or "tool"), body)))
         if "custom" in self.modes:
             out.append(("custom", {"seq": ev["seq"], "type": ev["type"], "data": data}))
-        if ev["type"] == "run.failed":
+        if ev["type"] == EventType.RUN_FAILED:
             err = data.get("error") or {}
             out.append(
                 (
@@ -133,11 +137,16 @@ class LgStream:
 
 
 def _ends(ev: Mapping[str, Any]) -> bool:
-    return ev["type"] in ("run.waiting", "run.completed", "run.failed", "run.cancelled")
+    return ev["type"] in (
+        EventType.RUN_WAITING,
+        EventType.RUN_COMPLETED,
+        EventType.RUN_FAILED,
+        EventType.RUN_CANCELLED,
+    )
 
 
 def _interrupt(ev: Mapping[str, Any]) -> dict[str, Any] | None:
-    if ev["type"] != "run.waiting":
+    if ev["type"] != EventType.RUN_WAITING:
         return None
     return interrupt_of((ev["data"] or {}).get("pending") or {})
 

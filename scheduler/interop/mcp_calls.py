@@ -30,7 +30,7 @@ from scheduler.http import limits
 from scheduler.http.agents import resolve, store_lookup
 from scheduler.http.auth import Caller
 from scheduler.http.schemas import run_view
-from scheduler.http.tail import SEGMENT_ENDS, Batch, follow
+from scheduler.http.tail import Batch, follow
 from scheduler.interop.common import progress_text
 from shared.engine import commands
 from shared.engine.runtime import Runtime
@@ -38,6 +38,7 @@ from shared.errors import Conflict, TreadleError
 from shared.store import deliveries
 from shared.store import runs as run_store
 from shared.store.rows import FINAL, RunRecord, Status
+from shared.vocab import SEGMENT_ENDS
 
 __all__ = [
     "HANDLE_SCHEMA",

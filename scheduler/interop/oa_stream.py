@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.interop.shapes import INCOMPLETE
+from shared.vocab import EventType
 
 __all__ = ["M", "Facts", "ResponseFold", "Start", "StreamEvent"]
 
@@ -147,9 +148,9 @@ class ResponseFold:
         n = _Counter(int(ev["seq"]) * M)
         out: list[StreamEvent] = []
         kind, data = ev["type"], dict(ev["data"] or {})
-        if kind == "round.started":
+        if kind == EventType.ROUND_STARTED:
             self.round_seq[int(data.get("round") or 0)] = int(ev["seq"])
-        if kind in ("round.started", "tool.started") and not self.in_progress:
+        if kind in (EventType.ROUND_STARTED, EventType.TOOL_STARTED) and not self.in_progress:
             self.in_progress, self.status = True, "in_progress"
             out.append(self._ev(n(), "response.in_progress", response=self._lifecycle()))
         new = [
@@ -158,7 +159,12 @@ class ResponseFold:
         self.observed.update(r["seq"] for r in new)
         for row in new:
             out += self._message(row, facts.tools, n)
-        if kind in ("run.waiting", "run.completed", "run.failed", "run.cancelled"):
+        if kind in (
+            EventType.RUN_WAITING,
+            EventType.RUN_COMPLETED,
+            EventType.RUN_FAILED,
+            EventType.RUN_CANCELLED,
+        ):
             self.totals = facts.usage(set(self.round_seq))
         out += self._ending(ev, kind, data, n)
         return self._keep(out)
@@ -166,7 +172,7 @@ class ResponseFold:
     def delta(self, kind: str, data: Mapping[str, Any]) -> list[StreamEvent]:
         round_ = int(data.get("round") or 0)
         base = self.round_seq.get(round_)
-        if kind != "text.delta" or base is None or self.end is not None:
+        if kind != EventType.TEXT_DELTA or base is None or self.end is not None:
             return []
         out = self._open_text(round_, (base * M + ADDED_AT, base * M + PART_AT))
         text, t = str(data.get("text") or ""), self.texts[round_]
@@ -325,14 +331,19 @@ class ResponseFold:
         return self._whole(item, n)
 
     def _ending(self, ev: Row, kind: str, data: dict[str, Any], n: _Counter) -> list[StreamEvent]:
-        if kind not in ("run.waiting", "run.completed", "run.failed", "run.cancelled"):
+        if kind not in (
+            EventType.RUN_WAITING,
+            EventType.RUN_COMPLETED,
+            EventType.RUN_FAILED,
+            EventType.RUN_CANCELLED,
+        ):
             return []
         out: list[StreamEvent] = []
-        if kind == "run.waiting":
+        if kind == EventType.RUN_WAITING:
             out += self._pause(data.get("pending") or {}, n)
         self.end = ev
         self.status = _status(kind, data)
-        if kind == "run.cancelled":
+        if kind == EventType.RUN_CANCELLED:
             return out  # no stream event for a cancel: the stream just ends
         type_ = {"failed": "response.failed", "incomplete": "response.incomplete"}.get(
             self.status, "response.completed"
@@ -366,11 +377,11 @@ class ResponseFold:
 
 
 def _status(kind: str, data: Mapping[str, Any]) -> str:
-    if kind == "run.failed":
+    if kind == EventType.RUN_FAILED:
         return "failed"
-    if kind == "run.cancelled":
+    if kind == EventType.RUN_CANCELLED:
         return "cancelled"
-    if kind == "run.completed" and data.get("stop_reason") in INCOMPLETE:
+    if kind == EventType.RUN_COMPLETED and data.get("stop_reason") in INCOMPLETE:
         return "incomplete"
     return "completed"
 

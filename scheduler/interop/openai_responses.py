@@ -44,6 +44,7 @@ from shared.interop.shapes import (
 from shared.store import records
 from shared.store import runs as run_store
 from shared.store import segments as segs
+from shared.vocab import EventType
 
 __all__ = ["openai_router"]
 
@@ -338,7 +339,7 @@ class _Facade:
 def _paused(leg: segs.Leg) -> bool:
     """Is this response the pause its run still waits on?"""
     end = leg.end
-    if end is None or end["type"] != "run.waiting" or leg.run["status"] != "waiting":
+    if end is None or end["type"] != EventType.RUN_WAITING or leg.run["status"] != "waiting":
         return False
     pending = (end["data"] or {}).get("pending") or {}
     return bool(leg.run["pending"]) and pause_id(pending) == pause_id(leg.run["pending"])

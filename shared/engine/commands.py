@@ -43,6 +43,7 @@ from shared.store import threads as thread_store
 from shared.store.deliveries import DURABLE_EVENTS
 from shared.store.rows import FINAL, Call, CallStatus, Run, RunRecord, Status
 from shared.store.write import Closing
+from shared.vocab import EventType
 
 __all__ = [
     "CANCELLED_TEXT",
@@ -226,7 +227,7 @@ def _create(
     extra: dict[str, Any] = {"held": True} if held or gated else {}
     if scheduled:
         extra["run_at"] = start
-    change.event("run.queued", kind=req.agent.kind, **extra)
+    change.event(EventType.RUN_QUEUED, kind=req.agent.kind, **extra)
     tx.apply(change)
 
 
@@ -294,7 +295,7 @@ def _cancel(tx: Tx, run: Run, *, release: bool = True, **event: Any) -> Run:
         lease_owner=None,
         wake_at=None,
     )
-    change.event("run.cancelled", **event)
+    change.event(EventType.RUN_CANCELLED, **event)
     change.release_thread = release  # an interrupting submit starts the thread's next run
     new = tx.apply(change)
     kids = ancestry.active_children(tx.conn, run.id)
@@ -471,7 +472,7 @@ def _finish_ask(
     calls = [_with(c, values) if c.call_id == ask_id else c for c in beside]
     change = _flushed(tx, run, calls, call.round, closing=(ask_id, values))
     settle(change, Continue(), ts=tx.ts)
-    change.event("run.resumed")
+    change.event(EventType.RUN_RESUMED)
     return tx.apply(change)
 
 
@@ -622,7 +623,7 @@ def _apply_approval(
         if noted is not None:
             change.message(noted, round_)
         settle(change, Continue(), ts=tx.ts)
-        change.event("run.resumed", **event)
+        change.event(EventType.RUN_RESUMED, **event)
         return tx.apply(change)
     change = Change(run)
     after: dict[str, Any] = {"type": "continue", "calls": len(batch)}
@@ -631,6 +632,6 @@ def _apply_approval(
     change.values.update(
         status=Status.RUNNING.value, pending=None, open_calls=len(running), after_join=after
     )
-    change.event("run.resumed", **event)
+    change.event(EventType.RUN_RESUMED, **event)
     change.queue_tools += window
     return tx.apply(change)

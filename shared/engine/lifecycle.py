@@ -44,6 +44,7 @@ from shared.store import lineage, records
 from shared.store import runs as run_store
 from shared.store import threads as thread_store
 from shared.store.rows import RUNNABLE, Call, CallStatus, Run, RunRecord, Status
+from shared.vocab import EventType
 
 __all__ = [
     "CANCELLED_TEXT",
@@ -169,7 +170,10 @@ def resume_run(rt: Runtime, actor: Actor, run_id: str, new: NewSpec | None = Non
         change.queue_round = True
         changed = new.overrides if new is not None else {}
         change.event(
-            "run.resumed", by=actor.as_event(), from_status=run.status.value, changed=changed
+            EventType.RUN_RESUMED,
+            by=actor.as_event(),
+            from_status=run.status.value,
+            changed=changed,
         )
         tx.apply(change)
         return _record(tx, run_id)
@@ -370,11 +374,13 @@ def _complete(point: _Point, own: Sequence[Mapping[str, Any]]) -> None:
 def _plan_at(tx: Tx, run: Run, round_: int) -> dict[str, Any] | None:
     """The plan as round N left it: the last ``plan.updated`` before round N+1 started."""
     plan: dict[str, Any] | None = None
-    for ev in records.list_events_of(tx.conn, run.id, ("plan.updated", "round.started")):
+    for ev in records.list_events_of(
+        tx.conn, run.id, (EventType.PLAN_UPDATED, EventType.ROUND_STARTED)
+    ):
         data = ev["data"] or {}
-        if ev["type"] == "round.started" and int(data.get("round") or 0) > round_:
+        if ev["type"] == EventType.ROUND_STARTED and int(data.get("round") or 0) > round_:
             break
-        if ev["type"] == "plan.updated":
+        if ev["type"] == EventType.PLAN_UPDATED:
             plan = data.get("plan")
     return plan
 
@@ -423,9 +429,9 @@ def _create_fork(
     assert run is not None
     change = Change(run, bump=False, queue_round=True)
     link = {"run_id": source.id, "round": req.round}
-    change.event("run.queued", kind=spec.kind, forked_from=link, by=actor.as_event())
+    change.event(EventType.RUN_QUEUED, kind=spec.kind, forked_from=link, by=actor.as_event())
     if point.plan is not None:
-        change.event("plan.updated", plan=point.plan)
+        change.event(EventType.PLAN_UPDATED, plan=point.plan)
     tx.apply(change)
 
 
@@ -454,7 +460,7 @@ def steer_run(rt: Runtime, actor: Actor, run_id: str, content: str) -> RunRecord
             if len(run.steer or []) >= MAX_STEER:
                 raise Conflict(f"run {run_id} already has {MAX_STEER} messages waiting")
             change = Change(run, bump=False, values={"steer": [*(run.steer or []), posted]})
-            change.event("message.added", **event, delivered=False)
+            change.event(EventType.MESSAGE_ADDED, **event, delivered=False)
         tx.apply(change)
         return _record(tx, run_id)
 
@@ -468,7 +474,9 @@ def _now(run: Run, posted: list[dict[str, Any]], event: dict[str, Any]) -> Chang
     for p in posted:
         change.message(Message(role="user", content=p["content"]), run.round)
     change.values.update(steer=None, lease_owner=None, wake_at=None)
-    change.event("message.added", **event, delivered=True, superseded=run.lease_owner is not None)
+    change.event(
+        EventType.MESSAGE_ADDED, **event, delivered=True, superseded=run.lease_owner is not None
+    )
     return change
 
 
@@ -490,7 +498,7 @@ def edit_plan(rt: Runtime, actor: Actor, run_id: str, args: Mapping[str, Any]) -
         if new is plan or new is None:
             raise SpecError(text)
         change = Change(run, values={"plan": new.to_dict()})
-        change.event("plan.updated", plan=new.to_dict(), by=actor.as_event())
+        change.event(EventType.PLAN_UPDATED, plan=new.to_dict(), by=actor.as_event())
         tx.apply(change)
         return _record(tx, run_id)
 

@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 
 from shared.errors import Conflict, Unauthorized
 from shared.store import deliveries
+from shared.vocab import Status
 
 __all__ = ["pause_is_current", "spend_resume_token"]
 
@@ -48,4 +49,4 @@ def pause_is_current(
     """Is the run still waiting on this very pause?"""
     p = pending or {}
     key = "ask_id" if kind == "ask" else "approval_id"
-    return status == "waiting" and p.get("kind") == kind and p.get(key) == pause_id
+    return status == Status.WAITING and p.get("kind") == kind and p.get(key) == pause_id

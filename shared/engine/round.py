@@ -63,7 +63,7 @@ from shared.store.rows import Call, CallStatus, Run
 from shared.store.spend import Envelope
 from shared.store.write import ROUND_STARTED, Inc, round_started
 from shared.tools import ToolResult
-from shared.vocab import EventType
+from shared.vocab import EventType, Status
 
 __all__ = ["RoundResult", "rounds_in_place", "run_round"]
 
@@ -862,7 +862,7 @@ def _commit(
         }
     )
     if result.plan != run.plan:
-        change.event("plan.updated", plan=result.plan)
+        change.event(EventType.PLAN_UPDATED, plan=result.plan)
     decision = result.decision
     ran: list[tuple[Call, ToolResult]] = []
     if isinstance(decision, RunTools):
@@ -886,7 +886,7 @@ def _run_quick(
     the round's commit, and its results go into that commit: a tool round is one task and
     one commit instead of a round task, a tool task and their commits. Any other batch:
     None (each call's task runs it)."""
-    pending = [c for c in decision.calls if c.status == "pending"]
+    pending = [c for c in decision.calls if c.status == CallStatus.PENDING.value]
     if not pending or len(pending) > claim.spec.effective_parallel_tools:
         return None
     tools = [catalog.tool(c.name) for c in pending]
@@ -934,7 +934,7 @@ def _with_results(
         if got is None:
             calls.append(c)
             continue
-        calls.append(replace(c, status="done", result=got.text))
+        calls.append(replace(c, status=CallStatus.DONE.value, result=got.text))
         call = Call.of(
             {
                 "run_id": claim.run.id,
@@ -1021,7 +1021,7 @@ def _fan_out(
             change.queue_tools.append(r["call_id"])
         change.calls = rows
         change.values.update(
-            status="running",
+            status=Status.RUNNING,
             open_calls=len(pending),
             after_join={**encode_after(decision.then), "calls": len(rows)},
             lease_owner=None,
@@ -1037,7 +1037,7 @@ def _fan_out(
 
 
 def _call_row(run_id: str, c: Any, round_: int, budget: int, ts: float) -> dict[str, Any]:
-    done = c.status == "done"
+    done = c.status == CallStatus.DONE
     return {
         "run_id": run_id,
         "call_id": c.call_id,

@@ -44,6 +44,7 @@ from shared.store import runs as run_store
 from shared.store import schedules as store
 from shared.store import threads as thread_store
 from shared.store.rows import Status
+from shared.vocab import EventType
 
 __all__ = [
     "AlreadyFired",
@@ -173,7 +174,7 @@ def _release(tx: Tx, run_id: str) -> bool:
     gated = run.parent_run_id is None and admission.gate(tx, run.tenant)
     change = Change(run, queue_round=not gated, guard={"status": Status.SCHEDULED.value})
     change.values.update(status=Status.QUEUED.value, wake_at=None, held=gated)
-    change.event("run.released", scheduled=True)
+    change.event(EventType.RUN_RELEASED, scheduled=True)
     tx.apply(change)
     return True
 

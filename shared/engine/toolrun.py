@@ -40,6 +40,7 @@ from shared.store import calls as call_store
 from shared.store.rows import Call, CallStatus, Run
 from shared.tools import InvalidToolArguments, Tool, ToolContext, ToolResult
 from shared.tracing import tool_span
+from shared.vocab import EventType
 
 __all__ = ["execute_tool", "finished", "quick", "run_tool"]
 
@@ -157,7 +158,7 @@ def _claim(rt: Runtime, run: Run, call: Call) -> Call | None:
         )
         if new is None:
             raise LostRace(run.id)
-        tx.record_event(new, "tool.started", data)
+        tx.record_event(new, EventType.TOOL_STARTED, data)
         return claimed
 
     return attempt(rt, op)

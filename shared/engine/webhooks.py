@@ -40,6 +40,7 @@ from shared.store import outbox as outbox_store
 from shared.store import runs as run_store
 from shared.store.deliveries import Attempt, Row
 from shared.tools.netguard import safe_request
+from shared.vocab import DELIVERY_SETTLED, DeliveryStatus
 
 __all__ = [
     "MAX_GAP",
@@ -73,7 +74,7 @@ def deliver(rt: Runtime, delivery_id: str, outbox_id: int | None) -> str:
     nxt = next_attempt_at(d, attempt, rt.settings, ts)
     with rt.engine.begin() as conn:
         status = deliveries.finish_attempt(conn, d, attempt, nxt, outbox_id, ts)
-    if status != "delivered":
+    if status != DeliveryStatus.DELIVERED:
         log.info(
             "webhook %s to %s: try %d %s (%s)",
             d["id"],
@@ -91,7 +92,7 @@ def _drop_if_settled(conn: Connection, delivery_id: str, outbox_id: int | None) 
     if outbox_id is None:
         return
     d = deliveries.get_delivery(conn, delivery_id)
-    if d is None or d["status"] in ("delivered", "failed"):
+    if d is None or d["status"] in DELIVERY_SETTLED:
         outbox_store.delete(conn, outbox_id)
 
 

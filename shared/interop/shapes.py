@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from shared.agent.approval import ItemDecision
 from shared.errors import Conflict, SpecError
+from shared.vocab import EventType
 
 __all__ = [
     "Answer",
@@ -55,11 +56,14 @@ def lg_run_status(run: Row, end: Row | None) -> str:
     if end is None:
         return "pending" if run["status"] == "queued" else "running"
     kind = end["type"]
-    if kind == "run.failed":
+    if kind == EventType.RUN_FAILED:
         return "error"
-    if kind == "run.cancelled":
+    if kind == EventType.RUN_CANCELLED:
         return "interrupted"
-    if kind == "run.completed" and (end["data"] or {}).get("stop_reason") == "budget_deadline":
+    if (
+        kind == EventType.RUN_COMPLETED
+        and (end["data"] or {}).get("stop_reason") == "budget_deadline"
+    ):
         return "timeout"
     return "success"
 
@@ -83,11 +87,11 @@ def oa_status(run: Row, end: Row | None) -> str:
     if end is None:
         return "queued" if run["status"] == "queued" else "in_progress"
     kind = end["type"]
-    if kind == "run.failed":
+    if kind == EventType.RUN_FAILED:
         return "failed"
-    if kind == "run.cancelled":
+    if kind == EventType.RUN_CANCELLED:
         return "cancelled"
-    if kind == "run.completed" and (end["data"] or {}).get("stop_reason") in INCOMPLETE:
+    if kind == EventType.RUN_COMPLETED and (end["data"] or {}).get("stop_reason") in INCOMPLETE:
         return "incomplete"
     return "completed"
 

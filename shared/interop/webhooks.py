@@ -29,6 +29,7 @@ from shared.interop.thread_ids import public_id
 from shared.isotime import iso
 from shared.store import segments as segs
 from shared.store.deliveries import Renderer
+from shared.vocab import EventType
 
 __all__ = ["RENDERERS", "langgraph_body", "openai_body"]
 
@@ -50,7 +51,7 @@ def langgraph_body(
         return None
     now, started = time.time(), segs.started_at(conn, run, from_seq)
     values: dict[str, Any] = {"messages": lc_messages(segs.thread_rows(conn, run))}
-    if type_ == "run.waiting":
+    if type_ == EventType.RUN_WAITING:
         values["__interrupt__"] = [interrupt_of(data.get("pending") or {})]
     cfg = run.get("webhook") or {}
     body: dict[str, Any] = {
@@ -68,7 +69,7 @@ def langgraph_body(
         "webhook_sent_at": iso(now),
         "values": values,
     }
-    if type_ == "run.failed":
+    if type_ == EventType.RUN_FAILED:
         body["error"] = str((data.get("error") or {}).get("message") or "the run failed")
     resume = (doc.get("data") or {}).get("resume")
     if resume:

@@ -27,7 +27,7 @@ from sqlalchemy.engine import Connection, RowMapping
 
 from shared.isotime import epoch, iso, iso_times
 from shared.store.tables import outbox, resume_tokens, webhook_attempts, webhook_deliveries
-from shared.vocab import MEMORY_EVENTS, EventType
+from shared.vocab import MEMORY_EVENTS, DeliveryStatus, EventType
 
 __all__ = [
     "DEFAULT_EVENTS",
@@ -51,25 +51,27 @@ __all__ = [
 
 DURABLE_EVENTS = frozenset(
     {
-        "run.queued",
-        "round.started",
-        "tool.started",
-        "tool.finished",
-        "plan.updated",
-        "run.waiting",
-        "run.resumed",
+        EventType.RUN_QUEUED,
+        EventType.ROUND_STARTED,
+        EventType.TOOL_STARTED,
+        EventType.TOOL_FINISHED,
+        EventType.PLAN_UPDATED,
+        EventType.RUN_WAITING,
+        EventType.RUN_RESUMED,
         "provider.waiting",
         "provider.retrying",
-        "message.added",
-        "run.completed",
-        "run.failed",
-        "run.cancelled",
-        "run.released",
+        EventType.MESSAGE_ADDED,
+        EventType.RUN_COMPLETED,
+        EventType.RUN_FAILED,
+        EventType.RUN_CANCELLED,
+        EventType.RUN_RELEASED,
         *(e.value for e in MEMORY_EVENTS),
         EventType.TOOL_UNAVAILABLE.value,
     }
 )
-DEFAULT_EVENTS = frozenset({"run.waiting", "run.completed", "run.failed", "run.cancelled"})
+DEFAULT_EVENTS = frozenset(
+    {EventType.RUN_WAITING, EventType.RUN_COMPLETED, EventType.RUN_FAILED, EventType.RUN_CANCELLED}
+)
 TOKEN_PREFIX = "rtk_"
 REDACTED_TOKEN = TOKEN_PREFIX + "…"  # in stored bodies and views; the real one only on the wire
 log = logging.getLogger("treadle.webhook")
@@ -170,7 +172,7 @@ def _enqueue(
     }
     if run.get("meta"):
         payload["metadata"] = run["meta"]
-    if type_ == "run.waiting":
+    if type_ == EventType.RUN_WAITING:
         resume = _resume_of(run["id"], data.get("pending") or {})
         if resume is not None:
             payload["resume"] = iso_times(resume)
@@ -189,7 +191,7 @@ def _enqueue(
             url=cfg["url"],
             secret_env=cfg.get("secret_env"),
             body=body,
-            status="pending",
+            status=DeliveryStatus.PENDING,
             next_attempt_at=ts,
             created_at=ts,
             updated_at=ts,
@@ -290,11 +292,16 @@ def claim_delivery(
         .where(
             d.id == delivery_id,
             sa.or_(
-                sa.and_(d.status == "pending", d.next_attempt_at <= ts + 1.0),
-                sa.and_(d.status == "sending", d.lease_until < ts),
+                sa.and_(d.status == DeliveryStatus.PENDING, d.next_attempt_at <= ts + 1.0),
+                sa.and_(d.status == DeliveryStatus.SENDING, d.lease_until < ts),
             ),
         )
-        .values(status="sending", attempts=d.attempts + 1, lease_until=ts + lease, updated_at=ts)
+        .values(
+            status=DeliveryStatus.SENDING,
+            attempts=d.attempts + 1,
+            lease_until=ts + lease,
+            updated_at=ts,
+        )
         .returning(*webhook_deliveries.c)
     )
     return conn.execute(stmt).mappings().first()
@@ -337,11 +344,19 @@ def finish_attempt(
             response=(attempt.response or "")[:500] or None,
         )
     )
-    status = "delivered" if attempt.ok else ("pending" if next_at is not None else "failed")
+    status = (
+        DeliveryStatus.DELIVERED
+        if attempt.ok
+        else (DeliveryStatus.PENDING if next_at is not None else DeliveryStatus.FAILED)
+    )
     d = webhook_deliveries.c
     conn.execute(
         sa.update(webhook_deliveries)
-        .where(d.id == delivery["id"], d.status == "sending", d.attempts == delivery["attempts"])
+        .where(
+            d.id == delivery["id"],
+            d.status == DeliveryStatus.SENDING,
+            d.attempts == delivery["attempts"],
+        )
         .values(
             status=status,
             lease_until=None,
@@ -353,7 +368,7 @@ def finish_attempt(
         )
     )
     if outbox_id is not None:
-        if status == "pending":
+        if status == DeliveryStatus.PENDING:
             assert next_at is not None
             conn.execute(
                 sa.update(outbox).where(outbox.c.id == outbox_id).values(available_at=next_at)

@@ -23,9 +23,9 @@ from shared.store import records
 from shared.store import runs as run_store
 from shared.store import threads as thread_store
 from shared.store.tables import events, facade_segments, messages, runs, tool_calls, usage
+from shared.vocab import SEGMENT_ENDS, EventType
 
 __all__ = [
-    "END_TYPES",
     "LANGGRAPH",
     "OPENAI",
     "Leg",
@@ -46,7 +46,6 @@ __all__ = [
 ]
 
 LANGGRAPH, OPENAI = "langgraph", "openai"
-END_TYPES = ("run.waiting", "run.completed", "run.failed", "run.cancelled")
 _NS = uuid.UUID("6f1d3c1e-6a53-4c39-9b0e-5d1f0c7f7a16")
 
 
@@ -147,7 +146,7 @@ def end_event(conn: Connection, run_id: str, from_seq: int) -> Mapping[Any, Any]
     """The first pause or terminal event after ``from_seq``: where the segment ends."""
     q = (
         sa.select(events)
-        .where(events.c.run_id == run_id, events.c.seq > from_seq, events.c.type.in_(END_TYPES))
+        .where(events.c.run_id == run_id, events.c.seq > from_seq, events.c.type.in_(SEGMENT_ENDS))
         .order_by(events.c.seq)
         .limit(1)
     )
@@ -157,7 +156,7 @@ def end_event(conn: Connection, run_id: str, from_seq: int) -> Mapping[Any, Any]
 def last_waiting_seq(conn: Connection, run_id: str, before: int | None = None) -> int:
     """The seq of the run's latest ``run.waiting`` (before ``before``), else 0."""
     q = sa.select(sa.func.max(events.c.seq)).where(
-        events.c.run_id == run_id, events.c.type == "run.waiting"
+        events.c.run_id == run_id, events.c.type == EventType.RUN_WAITING
     )
     if before is not None:
         q = q.where(events.c.seq < before)
@@ -178,7 +177,7 @@ def resumed(conn: Connection, run_id: str, from_seq: int, seq: int) -> bool:
         events.c.run_id == run_id,
         events.c.seq > from_seq,
         events.c.seq < seq,
-        events.c.type == "run.resumed",
+        events.c.type == EventType.RUN_RESUMED,
     )
     return conn.execute(q.limit(1)).first() is not None
 

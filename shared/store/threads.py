@@ -11,6 +11,7 @@ from sqlalchemy.engine import Connection, RowMapping
 from shared.store.rows import ACTIVE as ACTIVE_STATUSES
 from shared.store.rows import Run
 from shared.store.tables import messages, runs, threads
+from shared.vocab import Status
 
 __all__ = [
     "ACTIVE",
@@ -77,7 +78,9 @@ def next_held(conn: Connection, thread_id: str) -> Run | None:
     """The oldest run waiting for the thread (multitask enqueue), if any."""
     q = (
         sa.select(runs)
-        .where(runs.c.thread_id == thread_id, runs.c.status == "queued", runs.c.held == sa.true())
+        .where(
+            runs.c.thread_id == thread_id, runs.c.status == Status.QUEUED, runs.c.held == sa.true()
+        )
         .order_by(runs.c.created_at, runs.c.id)
         .limit(1)
     )
@@ -132,7 +135,7 @@ def last_result(conn: Connection, thread_id: str, kind: str) -> dict[str, Any] |
         .where(
             runs.c.thread_id == thread_id,
             runs.c.kind == kind,
-            runs.c.status == "completed",
+            runs.c.status == Status.COMPLETED,
             runs.c.result.is_not(None),
         )
         .order_by(runs.c.created_at.desc(), runs.c.id.desc())
@@ -154,7 +157,7 @@ def stalled_threads(conn: Connection, limit: int = 200) -> list[str]:
         sa.select(runs.c.thread_id)
         .where(
             runs.c.held == sa.true(),
-            runs.c.status == "queued",
+            runs.c.status == Status.QUEUED,
             runs.c.thread_id.is_not(None),  # a held run without a thread waits for admission
             ~busy,
         )
