@@ -18,12 +18,12 @@ import httpx
 from httpx_sse import SSEError, connect_sse
 
 from shared.isotime import epoch
-from shared.vocab import EventType
+from shared.vocab import FINAL, TERMINAL_EVENTS, Status
+
+TERMINAL = TERMINAL_EVENTS
 
 __all__ = ["FINAL", "TERMINAL", "ApiClient", "ApiError", "Event"]
 
-FINAL = frozenset({"completed", "failed", "cancelled"})
-TERMINAL = frozenset({EventType.RUN_COMPLETED, EventType.RUN_FAILED, EventType.RUN_CANCELLED})
 _RECONNECTS = 8
 
 
@@ -192,7 +192,7 @@ class ApiClient:
         self,
         run_id: str,
         *,
-        stop_at: frozenset[str] = FINAL | {"waiting"},
+        stop_at: frozenset[str] = FINAL | {Status.WAITING},
         timeout: float | None = None,
         interval: float = 0.3,
     ) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from scheduler.cli import runs as cli_runs
 from scheduler.cli import spend as spend_cli
 from scheduler.cli.render import print_run, print_transcript
 from scheduler.cli.runs import exit_code, load_agent
+from shared.vocab import FINAL, Status
 
 if TYPE_CHECKING:
     from shared.config import Settings
@@ -30,7 +31,6 @@ app = typer.Typer(
     add_completion=False,
 )
 console = Console()
-FINAL = {"completed", "failed", "cancelled"}
 
 
 def _setup_logging() -> None:
@@ -232,7 +232,7 @@ def demo(
     while time.monotonic() < deadline:
         with rt.engine.connect() as conn:
             row = run_store.get_run(conn, row["id"])  # type: ignore[assignment]
-        if row["status"] in FINAL | {"waiting"}:
+        if row["status"] in FINAL | {Status.WAITING}:
             break
         time.sleep(0.05)
     with rt.engine.connect() as conn:

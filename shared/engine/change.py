@@ -135,7 +135,9 @@ def decode_after(d: Mapping[str, Any] | None) -> After | Fail:
         return Finish(
             stop_reason=d["stop_reason"], text=d.get("text", ""), result=dict(d.get("result") or {})
         )
-    return Fail(reason=d.get("reason", ""), code=d.get("code", "failed"))
+    if t == "fail":
+        return Fail(reason=d.get("reason", ""), code=d.get("code", "failed"))
+    raise ValueError(f"after_join type {t!r} is not known to this code (written by a newer one?)")
 
 
 def settle(
