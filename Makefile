@@ -31,10 +31,16 @@ services:  ## PostgreSQL and Redis reachable (started when installed and down); 
 	@bash .ci/services.sh || [ -z "$$CI" ]
 	@bash .ci/system-deps.sh
 
-# tests that use no shared service state and no real worker run on 2 processes (xdist); the
+# tests that use no shared service state and no real worker run on 2 processes (xdist; each test
+# has its own PostgreSQL database, each process its own Redis database, servers free ports); the
 # ones with real workers, SIGKILLs, restarts or timing figures run one at a time after them
 PARALLEL_TESTS := tests/unit tests/llm tests/tools tests/store tests/engine tests/api tests/interop \
-                  tests/security/test_fuzz.py
+                  tests/security/test_fuzz.py tests/security/test_tenancy.py \
+                  tests/security/test_agents_tenancy.py tests/security/test_guarded_routes.py \
+                  tests/security/test_mcp_policy.py tests/security/test_approvals_api.py \
+                  tests/security/test_hostile_input.py tests/e2e/test_cli.py \
+                  tests/e2e/test_console_resume.py tests/e2e/test_embedded_events.py \
+                  tests/e2e/test_embedded_lifecycle.py
 TEST_PROCS ?= 2
 
 test: install services  ## the whole suite (the parallel part, then the real-service part)
