@@ -384,8 +384,8 @@ def run_sandboxed(
         code_fd = _memfd("main.py", code.encode("utf-8"))
         driver_fd = _memfd("driver.py", _DRIVER.read_bytes())
         filter_fd = _memfd("seccomp", seccomp.program())
-        report_r, report_w = os.pipe()
-        fds += [code_fd, driver_fd, filter_fd, report_r, report_w]
+        fds += [code_fd, driver_fd, filter_fd]
+        report_r, report_w = os.pipe()  # owned by _supervise: closed once, never by us
         work = limits.work_mb * MB + sum(len(d) for _, d in files)
         args = _bwrap_args(found[0], found[1], file_fds, code_fd, driver_fd, filter_fd, work)
         args.append(json.dumps(_driver_config(limits, report_w)))
@@ -409,18 +409,25 @@ def _supervise(
 ) -> SandboxResult:
     started = time.monotonic()
     command, who = _command(args, group)
-    proc = subprocess.Popen(
-        command,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        pass_fds=pass_fds,
-        start_new_session=True,
-        env={},  # PID 1 inside is bwrap: its environ is readable there (see the module doc)
-        cwd="/",
-        **who,
-    )
-    os.close(report_w)  # the sandbox holds the only writer now: EOF when it is gone
+    try:
+        proc = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(*pass_fds, report_w),
+            start_new_session=True,
+            env={},  # PID 1 inside is bwrap: its environ is readable there (see the module doc)
+            cwd="/",
+            **who,
+        )
+    except BaseException:
+        os.close(report_r)
+        raise
+    finally:
+        # the sandbox holds the only writer now: EOF when it is gone. Closed here once: a
+        # second close could hit the same number reused by another sandbox's pipe
+        os.close(report_w)
     killed: list[str] = []
 
     def kill(reason: str) -> None:
@@ -461,12 +468,17 @@ def _supervise(
 
 
 def _read_all(fd: int, into: list[bytes]) -> None:
-    """The driver's report (untrusted, like everything from the sandbox): at most 1 MB."""
+    """The driver's report (untrusted, like everything from the sandbox): at most 1 MB. The
+    reader owns ``fd`` and closes it at EOF (as ``_pump`` its stream): closed by anyone else
+    while it reads, the number could be reused under it."""
     size = 0
-    while chunk := os.read(fd, 65_536):
-        size += len(chunk)
-        if size <= _REPORT_MAX_BYTES:
-            into.append(chunk)
+    try:
+        while chunk := os.read(fd, 65_536):
+            size += len(chunk)
+            if size <= _REPORT_MAX_BYTES:
+                into.append(chunk)
+    finally:
+        os.close(fd)
 
 
 def _clean_files(items: Any, limits: Limits) -> list[dict[str, Any]]:
