@@ -244,6 +244,6 @@ def test_three_parallel_children_keep_the_parents_max_cost(
     total, one_call = sum(costs), max(costs)
     print(f"3 children, parent max_cost 0.01: total {total:.6f}, one call {one_call:.6f}")
     assert done["usage"]["cost"] == pytest.approx(total)
-    assert total <= 0.01 + one_call + 1e-9, (total, one_call)
+    assert total <= 0.01 + 1e-9, (total, one_call)  # reservations: never above the cap
     assert sum(1 for k in kids if k["stop_reason"] == "budget_cost") >= 2, kids
     assert len(costs) > 4  # the children did spend: the budget, not a bug, stopped them
