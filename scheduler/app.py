@@ -15,7 +15,7 @@ from scheduler.http.agent_routes import agent_routes
 from scheduler.http.auth import Authenticator, AuthMiddleware, RedactKeys
 from scheduler.http.bodyguard import BodyGuard
 from scheduler.http.console import EventsQueryToken, console_router
-from scheduler.http.cron_routes import cron_router
+from scheduler.http.cron_routes import router as cron_router
 from scheduler.http.datasets import datasets_router
 from scheduler.http.errors import install_error_handlers
 from scheduler.http.files import files_router, upload_overhead
@@ -82,7 +82,7 @@ def create_app(get_rt: Callable[[], Runtime] | None = None, *, auth: str | None 
     app.include_router(lifecycle_router(get_rt))  # resume, fork, messages, plan
     app.include_router(agent_routes(get_rt))
     app.include_router(threads_router(get_rt))
-    app.include_router(cron_router(get_rt))
+    app.include_router(cron_router)
     app.include_router(retention_router(get_rt))
     app.include_router(ops_router(get_rt))
     app.include_router(spend_router, responses=ERROR_RESPONSES)
