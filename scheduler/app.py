@@ -22,7 +22,7 @@ from scheduler.http.files import files_router, upload_overhead
 from scheduler.http.lifecycle import lifecycle_router
 from scheduler.http.memory import router as memory_router
 from scheduler.http.openapi import install_openapi
-from scheduler.http.ops import ops_router
+from scheduler.http.ops import router as ops_router
 from scheduler.http.retention_routes import router as retention_router
 from scheduler.http.runs import runs_router
 from scheduler.http.schemas import ERROR_RESPONSES
@@ -84,7 +84,7 @@ def create_app(get_rt: Callable[[], Runtime] | None = None, *, auth: str | None 
     app.include_router(threads_router(get_rt))
     app.include_router(cron_router)
     app.include_router(retention_router)
-    app.include_router(ops_router(get_rt))
+    app.include_router(ops_router)
     app.include_router(spend_router, responses=ERROR_RESPONSES)
     app.include_router(files_router(get_rt))
     app.include_router(datasets_router(get_rt), responses=ERROR_RESPONSES)  # the knowledge base
