@@ -16,7 +16,7 @@ from scheduler.http.auth import Authenticator, AuthMiddleware, RedactKeys
 from scheduler.http.bodyguard import BodyGuard
 from scheduler.http.console import EventsQueryToken, console_router
 from scheduler.http.cron_routes import router as cron_router
-from scheduler.http.datasets import datasets_router
+from scheduler.http.datasets import router as datasets_router
 from scheduler.http.errors import install_error_handlers
 from scheduler.http.files import router as files_router
 from scheduler.http.files import upload_overhead
@@ -88,7 +88,7 @@ def create_app(get_rt: Callable[[], Runtime] | None = None, *, auth: str | None 
     app.include_router(ops_router)
     app.include_router(spend_router, responses=ERROR_RESPONSES)
     app.include_router(files_router)
-    app.include_router(datasets_router(get_rt), responses=ERROR_RESPONSES)  # the knowledge base
+    app.include_router(datasets_router, responses=ERROR_RESPONSES)  # the knowledge base
     app.include_router(memory_router, responses=ERROR_RESPONSES)  # long-term memory
     app.include_router(console_router(get_rt))
     app.include_router(langgraph_router(get_rt), prefix="/langgraph")  # interop facades
