@@ -15,15 +15,16 @@ from scheduler.http.agent_routes import agent_routes
 from scheduler.http.auth import Authenticator, AuthMiddleware, RedactKeys
 from scheduler.http.bodyguard import BodyGuard
 from scheduler.http.console import EventsQueryToken, console_router
-from scheduler.http.cron_routes import cron_router
-from scheduler.http.datasets import datasets_router
+from scheduler.http.cron_routes import router as cron_router
+from scheduler.http.datasets import router as datasets_router
 from scheduler.http.errors import install_error_handlers
-from scheduler.http.files import files_router, upload_overhead
+from scheduler.http.files import router as files_router
+from scheduler.http.files import upload_overhead
 from scheduler.http.lifecycle import lifecycle_router
 from scheduler.http.memory import router as memory_router
 from scheduler.http.openapi import install_openapi
-from scheduler.http.ops import ops_router
-from scheduler.http.retention_routes import retention_router
+from scheduler.http.ops import router as ops_router
+from scheduler.http.retention_routes import router as retention_router
 from scheduler.http.runs import runs_router
 from scheduler.http.schemas import ERROR_RESPONSES
 from scheduler.http.spend import router as spend_router
@@ -82,12 +83,12 @@ def create_app(get_rt: Callable[[], Runtime] | None = None, *, auth: str | None 
     app.include_router(lifecycle_router(get_rt))  # resume, fork, messages, plan
     app.include_router(agent_routes(get_rt))
     app.include_router(threads_router(get_rt))
-    app.include_router(cron_router(get_rt))
-    app.include_router(retention_router(get_rt))
-    app.include_router(ops_router(get_rt))
+    app.include_router(cron_router)
+    app.include_router(retention_router)
+    app.include_router(ops_router)
     app.include_router(spend_router, responses=ERROR_RESPONSES)
-    app.include_router(files_router(get_rt))
-    app.include_router(datasets_router(get_rt), responses=ERROR_RESPONSES)  # the knowledge base
+    app.include_router(files_router)
+    app.include_router(datasets_router, responses=ERROR_RESPONSES)  # the knowledge base
     app.include_router(memory_router, responses=ERROR_RESPONSES)  # long-term memory
     app.include_router(console_router(get_rt))
     app.include_router(langgraph_router(get_rt), prefix="/langgraph")  # interop facades

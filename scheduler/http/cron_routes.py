@@ -8,7 +8,6 @@ created: its runs keep that version.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
@@ -17,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from scheduler.http import limits
 from scheduler.http.agents import resolve, store_lookup
 from scheduler.http.auth import Caller, ReadCaller, WriteCaller
+from scheduler.http.deps import RuntimeDep
 from scheduler.http.schemas import (
     ID_PATTERN,
     NOT_BLANK,
@@ -37,9 +37,9 @@ __all__ = [
     "CronList",
     "CronPatch",
     "CronView",
-    "cron_router",
     "cron_view",
     "new_cron",
+    "router",
     "store_cron",
 ]
 
@@ -185,41 +185,44 @@ def store_cron(
     return schedule.create_cron(rt, row, tenant=caller.tenant)
 
 
-def cron_router(get_rt: Callable[[], Runtime]) -> APIRouter:
-    r = APIRouter(prefix="/v1", tags=["crons"])
+router = APIRouter(prefix="/v1", tags=["crons"])
 
-    @r.post("/crons", status_code=201, response_model=CronView)
-    def create(body: CronCreate, caller: WriteCaller) -> CronView:
-        return cron_view(new_cron(get_rt(), caller, body))
 
-    @r.get("/crons", response_model=CronList)
-    def list_crons(
-        caller: ReadCaller,
-        thread_id: Annotated[str | None, Query(max_length=40)] = None,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-        offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
-    ) -> CronList:
-        with get_rt().engine.connect() as conn:
-            rows = store.list_crons(
-                conn, caller.tenant, thread_id=thread_id, limit=limit, offset=offset
-            )
-        return CronList(crons=[cron_view(c) for c in rows])
+@router.post("/crons", status_code=201, response_model=CronView)
+def create(body: CronCreate, rt: RuntimeDep, caller: WriteCaller) -> CronView:
+    return cron_view(new_cron(rt, caller, body))
 
-    @r.get("/crons/{cron_id}", response_model=CronView)
-    def get_cron(cron_id: PathId, caller: ReadCaller) -> CronView:
-        with get_rt().engine.connect() as conn:
-            found = store.get_cron(conn, cron_id, caller.tenant)
-        if found is None:
-            raise NotFound(f"cron {cron_id} not found")
-        return cron_view(found)
 
-    @r.patch("/crons/{cron_id}", response_model=CronView)
-    def patch_cron(cron_id: PathId, body: CronPatch, caller: WriteCaller) -> CronView:
-        return cron_view(schedule.pause_cron(get_rt(), caller.tenant, cron_id, body.paused))
+@router.get("/crons", response_model=CronList)
+def list_crons(
+    rt: RuntimeDep,
+    caller: ReadCaller,
+    thread_id: Annotated[str | None, Query(max_length=40)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+) -> CronList:
+    with rt.engine.connect() as conn:
+        rows = store.list_crons(
+            conn, caller.tenant, thread_id=thread_id, limit=limit, offset=offset
+        )
+    return CronList(crons=[cron_view(c) for c in rows])
 
-    @r.delete("/crons/{cron_id}", status_code=204, response_class=Response)
-    def delete_cron(cron_id: PathId, caller: WriteCaller) -> Response:
-        schedule.delete_cron(get_rt(), caller.tenant, cron_id)
-        return Response(status_code=204)
 
-    return r
+@router.get("/crons/{cron_id}", response_model=CronView)
+def get_cron(cron_id: PathId, rt: RuntimeDep, caller: ReadCaller) -> CronView:
+    with rt.engine.connect() as conn:
+        found = store.get_cron(conn, cron_id, caller.tenant)
+    if found is None:
+        raise NotFound(f"cron {cron_id} not found")
+    return cron_view(found)
+
+
+@router.patch("/crons/{cron_id}", response_model=CronView)
+def patch_cron(cron_id: PathId, body: CronPatch, rt: RuntimeDep, caller: WriteCaller) -> CronView:
+    return cron_view(schedule.pause_cron(rt, caller.tenant, cron_id, body.paused))
+
+
+@router.delete("/crons/{cron_id}", status_code=204, response_class=Response)
+def delete_cron(cron_id: PathId, rt: RuntimeDep, caller: WriteCaller) -> Response:
+    schedule.delete_cron(rt, caller.tenant, cron_id)
+    return Response(status_code=204)

@@ -9,7 +9,6 @@ A dataset is the tenant's; ``{id}`` is its id or its name.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request
@@ -19,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
 from scheduler.http.auth import ReadCaller, WriteCaller
+from scheduler.http.deps import RuntimeDep
 from scheduler.http.openapi import REF_TEMPLATE, component
 from scheduler.http.schemas import ID_PATTERN, NOT_BLANK
 from shared.engine import knowledge
@@ -28,7 +28,7 @@ from shared.errors import NotFound, SpecError
 from shared.isotime import iso
 from shared.store import datasets as store
 
-__all__ = ["DatasetCreate", "DocumentCreate", "FileDocument", "TextDocument", "datasets_router"]
+__all__ = ["DatasetCreate", "DocumentCreate", "FileDocument", "TextDocument", "router"]
 
 DatasetRef = Annotated[
     str, Path(min_length=1, max_length=200, description="A dataset id (ds_...) or its name")
@@ -205,61 +205,61 @@ async def _multipart(rt: Runtime, tenant: str, dataset: str, request: Request) -
     )
 
 
-def datasets_router(get_rt: Callable[[], Runtime]) -> APIRouter:
-    r = APIRouter(prefix="/v1", tags=["datasets"])
+router = APIRouter(prefix="/v1", tags=["datasets"])
 
-    @r.post("/datasets", status_code=201, response_model=DatasetView)
-    def create(body: DatasetCreate, caller: WriteCaller) -> DatasetView:
-        """A dataset (knowledge base) of the tenant; names are unique per tenant."""
-        return dataset_view(
-            knowledge.create_dataset(get_rt(), caller.tenant, body.name, body.description)
-        )
 
-    @r.get("/datasets", response_model=DatasetList)
-    def list_all(caller: ReadCaller) -> DatasetList:
-        with get_rt().engine.connect() as conn:
-            rows = store.list_datasets(conn, caller.tenant)
-        return DatasetList(datasets=[dataset_view(d) for d in rows])
+@router.post("/datasets", status_code=201, response_model=DatasetView)
+def create(body: DatasetCreate, rt: RuntimeDep, caller: WriteCaller) -> DatasetView:
+    """A dataset (knowledge base) of the tenant; names are unique per tenant."""
+    return dataset_view(knowledge.create_dataset(rt, caller.tenant, body.name, body.description))
 
-    @r.get("/datasets/{dataset}", response_model=DatasetDetail)
-    def get(dataset: DatasetRef, caller: ReadCaller) -> DatasetDetail:
-        ds, docs = knowledge.dataset_detail(get_rt(), caller.tenant, dataset)
-        return DatasetDetail(
-            **dataset_view(ds).model_dump(), documents=[document_view(d) for d in docs]
-        )
 
-    @r.post(
-        "/datasets/{dataset}/documents",
-        status_code=201,
-        response_model=DocumentView,
-        openapi_extra=_DOCUMENT_BODY,
+@router.get("/datasets", response_model=DatasetList)
+def list_all(rt: RuntimeDep, caller: ReadCaller) -> DatasetList:
+    with rt.engine.connect() as conn:
+        rows = store.list_datasets(conn, caller.tenant)
+    return DatasetList(datasets=[dataset_view(d) for d in rows])
+
+
+@router.get("/datasets/{dataset}", response_model=DatasetDetail)
+def get(dataset: DatasetRef, rt: RuntimeDep, caller: ReadCaller) -> DatasetDetail:
+    ds, docs = knowledge.dataset_detail(rt, caller.tenant, dataset)
+    return DatasetDetail(
+        **dataset_view(ds).model_dump(), documents=[document_view(d) for d in docs]
     )
-    async def add_document(
-        dataset: DatasetRef, request: Request, caller: WriteCaller
-    ) -> DocumentView:
-        """Add a document: it is cut into overlapping chunks and indexed for search."""
-        rt = get_rt()
-        if request.headers.get("content-type", "").startswith("multipart/form-data"):
-            return document_view(await _multipart(rt, caller.tenant, dataset, request))
-        try:
-            raw = await request.json()
-        except ValueError:
-            raise SpecError(
-                "the body must be JSON ({name, text} or {file_id}) or multipart with a `file`"
-            ) from None
-        body = _DOCUMENT_CREATE.validate_python(raw)
-        return document_view(await run_in_threadpool(_add_body, rt, caller.tenant, dataset, body))
 
-    @r.get("/datasets/{dataset}/search", response_model=SearchResult)
-    def search(
-        dataset: DatasetRef,
-        caller: ReadCaller,
-        q: Annotated[str, Query(min_length=1, max_length=2000)],
-        k: Annotated[int, Query(ge=1, le=knowledge.MAX_K)] = 5,
-    ) -> SearchResult:
-        """Keyword search (hybrid with vectors when embeddings are configured): the best
-        ``k`` passages with their sources."""
-        hits = knowledge.search(get_rt(), caller.tenant, q, [dataset], k)
-        return SearchResult(query=q, results=[Passage(**h) for h in hits])
 
-    return r
+@router.post(
+    "/datasets/{dataset}/documents",
+    status_code=201,
+    response_model=DocumentView,
+    openapi_extra=_DOCUMENT_BODY,
+)
+async def add_document(
+    dataset: DatasetRef, request: Request, rt: RuntimeDep, caller: WriteCaller
+) -> DocumentView:
+    """Add a document: it is cut into overlapping chunks and indexed for search."""
+    if request.headers.get("content-type", "").startswith("multipart/form-data"):
+        return document_view(await _multipart(rt, caller.tenant, dataset, request))
+    try:
+        raw = await request.json()
+    except ValueError:
+        raise SpecError(
+            "the body must be JSON ({name, text} or {file_id}) or multipart with a `file`"
+        ) from None
+    body = _DOCUMENT_CREATE.validate_python(raw)
+    return document_view(await run_in_threadpool(_add_body, rt, caller.tenant, dataset, body))
+
+
+@router.get("/datasets/{dataset}/search", response_model=SearchResult)
+def search(
+    dataset: DatasetRef,
+    rt: RuntimeDep,
+    caller: ReadCaller,
+    q: Annotated[str, Query(min_length=1, max_length=2000)],
+    k: Annotated[int, Query(ge=1, le=knowledge.MAX_K)] = 5,
+) -> SearchResult:
+    """Keyword search (hybrid with vectors when embeddings are configured): the best
+    ``k`` passages with their sources."""
+    hits = knowledge.search(rt, caller.tenant, q, [dataset], k)
+    return SearchResult(query=q, results=[Passage(**h) for h in hits])

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, File, Form, HTTPException, UploadFile
@@ -11,14 +10,14 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from scheduler.http.auth import ReadCaller, WriteCaller
+from scheduler.http.deps import RuntimeDep
 from scheduler.http.schemas import PathId
 from shared.engine.attachments import store_for
-from shared.engine.runtime import Runtime
 from shared.errors import NotFound, SpecError
 from shared.isotime import iso
 from shared.store.files import FileMeta
 
-__all__ = ["FileView", "files_router", "upload_overhead"]
+__all__ = ["FileView", "router", "upload_overhead"]
 
 _CHUNK = 1 << 20
 upload_overhead = 64 * 1024
@@ -56,33 +55,30 @@ async def _read_capped(upload: UploadFile, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def files_router(get_rt: Callable[[], Runtime]) -> APIRouter:
-    r = APIRouter(prefix="/v1", tags=["files"])
+router = APIRouter(prefix="/v1", tags=["files"])
 
-    @r.post("/files", status_code=201, response_model=FileView)
-    async def upload(
-        file: Annotated[
-            UploadFile, File(description="The file (not empty)", json_schema_extra={"minLength": 1})
-        ],
-        caller: WriteCaller,
-        name: Annotated[str | None, Form(max_length=255)] = None,
-    ) -> FileView:
-        """Upload an attachment. The content type is sniffed from the bytes (PDF, PNG, JPEG,
-        GIF, WebP; else UTF-8 text or markdown); the declared one is ignored."""
-        rt = get_rt()
-        data = await _read_capped(file, rt.settings.files_max_bytes)
-        if not data:
-            raise SpecError("the file is empty")
-        meta = await run_in_threadpool(
-            store_for(rt).put, caller.tenant, name or file.filename, data
-        )
-        return file_view(meta)
 
-    @r.get("/files/{file_id}", response_model=FileView)
-    def get_file(file_id: PathId, caller: ReadCaller) -> FileView:
-        meta = store_for(get_rt()).meta(file_id, caller.tenant)
-        if meta is None:
-            raise NotFound(f"file {file_id} not found")
-        return file_view(meta)
+@router.post("/files", status_code=201, response_model=FileView)
+async def upload(
+    file: Annotated[
+        UploadFile, File(description="The file (not empty)", json_schema_extra={"minLength": 1})
+    ],
+    rt: RuntimeDep,
+    caller: WriteCaller,
+    name: Annotated[str | None, Form(max_length=255)] = None,
+) -> FileView:
+    """Upload an attachment. The content type is sniffed from the bytes (PDF, PNG, JPEG,
+    GIF, WebP; else UTF-8 text or markdown); the declared one is ignored."""
+    data = await _read_capped(file, rt.settings.files_max_bytes)
+    if not data:
+        raise SpecError("the file is empty")
+    meta = await run_in_threadpool(store_for(rt).put, caller.tenant, name or file.filename, data)
+    return file_view(meta)
 
-    return r
+
+@router.get("/files/{file_id}", response_model=FileView)
+def get_file(file_id: PathId, rt: RuntimeDep, caller: ReadCaller) -> FileView:
+    meta = store_for(rt).meta(file_id, caller.tenant)
+    if meta is None:
+        raise NotFound(f"file {file_id} not found")
+    return file_view(meta)

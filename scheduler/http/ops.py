@@ -10,41 +10,39 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.engine import Connection
 
 from scheduler.http.auth import metrics_access
+from scheduler.http.deps import RuntimeDep
 from shared.engine import metrics
 from shared.engine.depth import BrokerDepth
 from shared.engine.runtime import Runtime
 from shared.store import stats
 
-__all__ = ["ops_router"]
+__all__ = ["router"]
 
 T = TypeVar("T")
 
 
-def ops_router(get_rt: Callable[[], Runtime]) -> APIRouter:
-    r = APIRouter(tags=["ops"])
+router = APIRouter(tags=["ops"])
 
-    @r.get("/healthz")
-    def healthz() -> JSONResponse:
-        rt = get_rt()
-        checks = {"database": _check_db(rt), "broker": _check_broker(rt)}
-        ok = all(v == "ok" for v in checks.values())
-        return JSONResponse(
-            {"status": "ok" if ok else "degraded", "checks": checks}, status_code=200 if ok else 503
-        )
 
-    @r.get("/metrics", include_in_schema=False)
-    def prometheus(admin: Annotated[bool, Depends(metrics_access)]) -> Response:
-        """Run counts (fleet-wide, and per tenant) only for an admin scrape."""
-        rt = get_rt()
-        collector = metrics.StateCollector(
-            _counts(rt, stats.runs_by_status) if admin else None,
-            lambda: _queue_depth(rt),
-            _counts(rt, stats.runs_by_tenant) if admin else None,
-            _counts(rt, stats.spend_by_scope) if admin else None,
-        )
-        return Response(metrics.render(collector), media_type=metrics.CONTENT_TYPE_LATEST)
+@router.get("/healthz")
+def healthz(rt: RuntimeDep) -> JSONResponse:
+    checks = {"database": _check_db(rt), "broker": _check_broker(rt)}
+    ok = all(v == "ok" for v in checks.values())
+    return JSONResponse(
+        {"status": "ok" if ok else "degraded", "checks": checks}, status_code=200 if ok else 503
+    )
 
-    return r
+
+@router.get("/metrics", include_in_schema=False)
+def prometheus(admin: Annotated[bool, Depends(metrics_access)], rt: RuntimeDep) -> Response:
+    """Run counts (fleet-wide, and per tenant) only for an admin scrape."""
+    collector = metrics.StateCollector(
+        _counts(rt, stats.runs_by_status) if admin else None,
+        lambda: _queue_depth(rt),
+        _counts(rt, stats.runs_by_tenant) if admin else None,
+        _counts(rt, stats.spend_by_scope) if admin else None,
+    )
+    return Response(metrics.render(collector), media_type=metrics.CONTENT_TYPE_LATEST)
 
 
 def _counts(rt: Runtime, query: Callable[[Connection], T]) -> Callable[[], T]:

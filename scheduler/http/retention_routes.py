@@ -6,52 +6,51 @@ sub-agent runs too), ``DELETE /v1/threads/{id}`` (the thread and its runs, all e
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from fastapi import APIRouter, Response
 
 from scheduler.http.auth import WriteCaller
+from scheduler.http.deps import RuntimeDep
 from scheduler.http.schemas import PathId
 from shared.engine import retention
 from shared.engine.attachments import store_for
-from shared.engine.runtime import Runtime
 from shared.errors import NotFound
 
-__all__ = ["retention_router"]
+__all__ = ["router"]
 
 _DELETED: dict[int | str, dict[str, str]] = {204: {"description": "Deleted"}}
 
 
-def retention_router(get_rt: Callable[[], Runtime]) -> APIRouter:
-    r = APIRouter(prefix="/v1", tags=["retention"])
+router = APIRouter(prefix="/v1", tags=["retention"])
 
-    @r.delete("/runs/{run_id}", status_code=204, response_class=Response, responses=_DELETED)
-    def delete_run(run_id: PathId, caller: WriteCaller) -> Response:
-        """An ended run and every row of it (messages, events, usage, tool calls, webhook
-        deliveries...), its sub-agent runs too. 409: not ended (cancel it first), a sub-agent
-        run (delete its parent), or the history of another run (a thread's next run, a fork)."""
-        retention.delete_run(get_rt(), caller.tenant, run_id)
-        return Response(status_code=204)
 
-    @r.delete("/threads/{thread_id}", status_code=204, response_class=Response, responses=_DELETED)
-    def delete_thread(thread_id: PathId, caller: WriteCaller) -> Response:
-        """The thread, its runs (all ended, else 409) and its crons."""
-        retention.delete_thread(get_rt(), caller.tenant, thread_id)
-        return Response(status_code=204)
+@router.delete("/runs/{run_id}", status_code=204, response_class=Response, responses=_DELETED)
+def delete_run(run_id: PathId, rt: RuntimeDep, caller: WriteCaller) -> Response:
+    """An ended run and every row of it (messages, events, usage, tool calls, webhook
+    deliveries...), its sub-agent runs too. 409: not ended (cancel it first), a sub-agent
+    run (delete its parent), or the history of another run (a thread's next run, a fork)."""
+    retention.delete_run(rt, caller.tenant, run_id)
+    return Response(status_code=204)
 
-    @r.delete("/files/{file_id}", status_code=204, response_class=Response, responses=_DELETED)
-    def delete_file(file_id: PathId, caller: WriteCaller) -> Response:
-        """The file's bytes and metadata (a run still reading it fails to)."""
-        if not store_for(get_rt()).delete(file_id, caller.tenant):
-            raise NotFound(f"file {file_id} not found")
-        return Response(status_code=204)
 
-    @r.delete(
-        "/datasets/{dataset_id}", status_code=204, response_class=Response, responses=_DELETED
-    )
-    def delete_dataset(dataset_id: PathId, caller: WriteCaller) -> Response:
-        """The dataset, its documents and their chunks (and their search index)."""
-        retention.delete_dataset(get_rt(), caller.tenant, dataset_id)
-        return Response(status_code=204)
+@router.delete("/threads/{thread_id}", status_code=204, response_class=Response, responses=_DELETED)
+def delete_thread(thread_id: PathId, rt: RuntimeDep, caller: WriteCaller) -> Response:
+    """The thread, its runs (all ended, else 409) and its crons."""
+    retention.delete_thread(rt, caller.tenant, thread_id)
+    return Response(status_code=204)
 
-    return r
+
+@router.delete("/files/{file_id}", status_code=204, response_class=Response, responses=_DELETED)
+def delete_file(file_id: PathId, rt: RuntimeDep, caller: WriteCaller) -> Response:
+    """The file's bytes and metadata (a run still reading it fails to)."""
+    if not store_for(rt).delete(file_id, caller.tenant):
+        raise NotFound(f"file {file_id} not found")
+    return Response(status_code=204)
+
+
+@router.delete(
+    "/datasets/{dataset_id}", status_code=204, response_class=Response, responses=_DELETED
+)
+def delete_dataset(dataset_id: PathId, rt: RuntimeDep, caller: WriteCaller) -> Response:
+    """The dataset, its documents and their chunks (and their search index)."""
+    retention.delete_dataset(rt, caller.tenant, dataset_id)
+    return Response(status_code=204)
