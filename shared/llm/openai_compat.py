@@ -32,6 +32,7 @@ from shared.agent.spec import ModelProfile
 from shared.agent.tokens import estimate_tokens
 from shared.errors import (
     Aborted,
+    BrokenStream,
     FatalModelError,
     ModelError,
     ToolsRejected,
@@ -467,7 +468,15 @@ class OpenAICompatModel:
             if "text/event-stream" not in ctype:
                 raise FatalModelError(f"model endpoint answered with content-type {ctype!r}")
             response.stream = _DeadlineStream(response.stream, deadline)  # type: ignore[arg-type]
-            return _consume(source, sink, deadline)
+            acc = StreamAccumulator()
+            try:
+                done = _consume(source, acc, sink, deadline)
+            except (httpx.RequestError, httpx.StreamError, _TotalTimeout) as exc:
+                raise _broken(body, acc, _transport_error(exc).message) from exc
+        reply = acc.result()
+        if not done and reply.finish_reason is None:
+            raise _broken(body, acc, "model stream ended without [DONE] or a finish_reason")
+        return replace(reply, extra={**reply.extra, "done": done})
 
     def _post(self, body: dict[str, Any], sink: DeltaSink, deadline: float) -> Reply:
         response = self._client.post(self._url(), json=body, **self._http_options(deadline))
@@ -512,10 +521,9 @@ class OpenAICompatModel:
         return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-def _consume(source: EventSource, sink: DeltaSink, deadline: float) -> Reply:
-    """SPEC M-2: read SSE events until ``[DONE]`` or the end of the body."""
-    acc = StreamAccumulator()
-    done = False
+def _consume(source: EventSource, acc: StreamAccumulator, sink: DeltaSink, deadline: float) -> bool:
+    """SPEC M-2: read SSE events into ``acc`` until ``[DONE]`` (True) or the end of the
+    body (False)."""
     abort = aborts.current()
     for event in source.iter_sse():
         if abort is not None:
@@ -523,12 +531,19 @@ def _consume(source: EventSource, sink: DeltaSink, deadline: float) -> Reply:
         if time.monotonic() > deadline:
             raise _TotalTimeout
         if event.data.strip() == "[DONE]":
-            done = True
-            break
+            return True
         for delta in _feed_event(acc, event):
             sink(delta)
-    reply = acc.result()
-    return replace(reply, extra={**reply.extra, "done": done})
+    return False
+
+
+def _broken(body: dict[str, Any], acc: StreamAccumulator, why: str) -> BrokenStream:
+    """SPEC M-2/M-8: a stream that began and did not end — neither ``[DONE]`` nor a
+    ``finish_reason`` came (the server closed the connection mid-reply, or it broke) — is a
+    transient error, never an answer. Every real provider ends with one of the two. The
+    partial call is estimated from what was sent and what streamed: the provider bills it."""
+    partial = _estimate_usage(body, acc.result())
+    return BrokenStream(f"broken model stream after {acc.chunks} chunks: {why}", partial.to_dict())
 
 
 def _feed_event(acc: StreamAccumulator, event: ServerSentEvent) -> list[Delta]:
