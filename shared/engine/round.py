@@ -1026,6 +1026,8 @@ def _apply(
                 from_status=[CallStatus.QUEUED],
                 ask_timeout_s=claim.spec.ask_timeout_s,
             )
+            if result.stop:  # the later calls are skipped (L-6): their results are dropped
+                break
         return new
 
     try:
