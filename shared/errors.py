@@ -138,7 +138,18 @@ class FatalModelError(ModelError):
 
 
 class ToolsRejected(FatalModelError):
+    """HTTP 400 to a request that carried tools (M-6). ``about_tools``: the 400 says the
+    endpoint does not take tools; only then does ``tool_mode: auto`` switch the profile to
+    prompt mode (M-7)."""
+
     code = "tools_rejected"
+
+    def __init__(
+        self, message: str = "", status: int | None = None, about_tools: bool = False
+    ) -> None:
+        super().__init__(message, status)
+        self.args = (message, status, about_tools)
+        self.about_tools = about_tools
 
 
 class ToolError(TreadleError):

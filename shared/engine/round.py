@@ -611,7 +611,7 @@ def _call_model(
     rt: Runtime, claim: _Claim, req: RequestPlan, attempt_no: int, live: bool = True
 ) -> tuple[Reply, int]:
     run = claim.run
-    model = make_model(claim.profile, run.tenant, rt.settings.allow_hosts)
+    model = make_model(claim.profile, run.tenant, rt.settings.allow_hosts, rt.tool_modes)
     offsets = {"text": 0, "reasoning": 0}  # characters of this call's reply so far, per kind
     round_no = claim.state.round + 1
 
