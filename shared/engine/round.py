@@ -415,16 +415,22 @@ def _billed_cost(billed: list[dict[str, Any]]) -> float:
 
 
 def _release(rt: Runtime, claim: _Claim) -> None:
-    """The database or the broker failed the round: give it back, its attempt uncounted, so
-    the task's retry or the reaper takes it up. Best effort: if this fails too, the
+    """The database or the broker failed the round (its commit, say, on a database restart):
+    give it back, its attempt uncounted, so the task's retry or the reaper takes it up; the
+    model calls the attempt made are billed in the same transaction (``committed: false``),
+    since the round will call the model again. Best effort: if this fails too, the
     heartbeat's sweep of leases nobody works on frees it (``shared.engine.leases``)."""
     try:
         with transaction(rt) as tx:
-            run_store.release_round(
+            if run_store.release_round(
                 tx.conn, claim.run.id, claim.run.version, claim.owner, None, counted=False
-            )
+            ):
+                _bill_in(tx, claim.run.id, claim.billed)
+        claim.billed.clear()
     except Exception as exc:
         log.warning("round %s not given back (%s); the lease sweep will", claim.run.id, exc)
+        rt.heartbeat.owe(claim.run.id, claim.billed)  # with its calls' usage rows
+        claim.billed.clear()
 
 
 def _bill_abandoned(tx: Tx, run: Run, profile: ModelProfile, state: LoopState) -> None:
