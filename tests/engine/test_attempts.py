@@ -302,11 +302,13 @@ def test_a_round_re_run_after_a_database_outage_leaves_every_usage_row(
 
 
 def test_usage_rows_owed_while_the_database_is_down_are_written_by_the_lease_sweep(
-    sqlite_rt: Runtime, stub: StubBroker, monkeypatch: pytest.MonkeyPatch
+    engine: sa.Engine, stub: StubBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # L-12: the commit fails and so does the release (the database still down): the process
     # still holds the lease; its sweep gives it back with the call's usage row
     from sqlalchemy.exc import OperationalError
+
+    rt = _runtime(engine, stub)  # SQLite, then PostgreSQL
 
     down = OperationalError("UPDATE runs", {}, Exception("server closed the connection"))
     real_free, real_release = round_mod.when_free, run_store.release_round
@@ -326,21 +328,21 @@ def test_usage_rows_owed_while_the_database_is_down_are_written_by_the_lease_swe
 
     monkeypatch.setattr(round_mod, "when_free", commit_down)
     monkeypatch.setattr(run_store, "release_round", release_down)
-    run_id = submit(sqlite_rt, agent([{"text": "the answer"}], kind="chat"))
+    run_id = submit(rt, agent([{"text": "the answer"}], kind="chat"))
     with pytest.raises(OperationalError):
-        stub.drain(sqlite_rt)
+        stub.drain(rt)
     assert failed == ["commit", "release"]
-    with sqlite_rt.engine.connect() as conn:
+    with rt.engine.connect() as conn:
         assert records.usage_of_run(conn, run_id) == []  # not written yet: owed
-    assert sqlite_rt.heartbeat.sweep(sqlite_rt.engine) == 1  # the database is back
-    with sqlite_rt.engine.begin() as conn:
+    assert rt.heartbeat.sweep(rt.engine) == 1  # the database is back
+    with rt.engine.begin() as conn:
         [owed] = records.usage_of_run(conn, run_id)
         due = redrive.due_rounds(conn, run_store.now() + 3600, 0.0, run_store.now())
     assert owed["committed"] is False
     stub.queue += [Dispatch.round(d.run_id, d.version) for d in due if d.run_id == run_id]
-    stub.drain(sqlite_rt)
-    assert run(sqlite_rt, run_id)["status"] == "completed"
-    with sqlite_rt.engine.connect() as conn:
+    stub.drain(rt)
+    assert run(rt, run_id)["status"] == "completed"
+    with rt.engine.connect() as conn:
         rows = records.usage_of_run(conn, run_id)
     assert sorted(r["committed"] for r in rows) == [False, True]
-    assert run(sqlite_rt, run_id)["cost"] == pytest.approx(sum(r["cost"] for r in rows))
+    assert run(rt, run_id)["cost"] == pytest.approx(sum(r["cost"] for r in rows))
