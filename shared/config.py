@@ -348,6 +348,13 @@ class Settings(BaseSettings):
     spec_max_ask_timeout_s: float = Field(
         default=30 * 86_400.0, gt=0, description="Largest ask_timeout_s of a submitted spec"
     )
+    tool_mode_ttl_s: float = Field(
+        default=600.0,
+        ge=0,
+        description="How long a tool_mode: auto profile whose endpoint rejected tools stays "
+        "in prompt mode before native tools are tried again (per process; 0: never "
+        "remembered)",
+    )
     retry_after_max_s: float = Field(
         default=60.0,
         gt=0,

@@ -11,6 +11,7 @@
     ├── Forbidden              the caller may not do or reach this (403)
     ├── ModelError             a model call failed
     │   ├── TransientModelError   429, 5xx, timeouts, broken streams: retry with backoff
+    │   │   └── BrokenStream          a stream cut after it began (billed: ``usage``)
     │   └── FatalModelError       other 4xx, bad responses: fail the run
     │       └── ToolsRejected     HTTP 400 to a request that carried tools (M-6)
     ├── ToolError              a tool failed (becomes the tool's result, SPEC L-5)
@@ -24,9 +25,12 @@ Exceptions that cross Celery must pickle: each keeps its constructor arguments i
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "Aborted",
     "BlockedAddress",
+    "BrokenStream",
     "CallCancelled",
     "ConfigError",
     "Conflict",
@@ -115,12 +119,37 @@ class TransientModelError(ModelError):
     code = "model_transient"
 
 
+class BrokenStream(TransientModelError):
+    """A stream that began and ended without ``[DONE]`` or a ``finish_reason``: the
+    connection closed, or broke, mid-reply (M-2). Never an answer; retried like any transient
+    error. ``usage``: the partial call as the provider bills it, estimated (a ``Usage`` as a
+    dict: what was sent, what had streamed)."""
+
+    code = "model_broken_stream"
+
+    def __init__(self, message: str = "", usage: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.args = (message, usage)
+        self.usage = usage
+
+
 class FatalModelError(ModelError):
     code = "model_fatal"
 
 
 class ToolsRejected(FatalModelError):
+    """HTTP 400 to a request that carried tools (M-6). ``about_tools``: the 400 says the
+    endpoint does not take tools; only then does ``tool_mode: auto`` switch the profile to
+    prompt mode (M-7)."""
+
     code = "tools_rejected"
+
+    def __init__(
+        self, message: str = "", status: int | None = None, about_tools: bool = False
+    ) -> None:
+        super().__init__(message, status)
+        self.args = (message, status, about_tools)
+        self.about_tools = about_tools
 
 
 class ToolError(TreadleError):

@@ -33,6 +33,7 @@ __all__ = [
     "edited_result",
     "note_message",
     "resolve_approval",
+    "same_decisions",
     "validate_edit",
 ]
 
@@ -180,6 +181,27 @@ def _resolve(
         raise ApprovalError(problem)
     edited = json.dumps(decision.arguments, ensure_ascii=False)
     return Resolved(call_id, tool, "edit", edited, proposed)
+
+
+def same_decisions(
+    recorded: Mapping[str, Mapping[str, Any]], decisions: Sequence[ItemDecision]
+) -> bool:
+    """Whether ``decisions`` are the ones already taken on an approval (N-4): ``recorded``
+    maps each of its call ids to the decision stored on the call (``Resolved.record``). The
+    same decision again is idempotent; a different one comes too late (409). An item without
+    a decision is rejected, as ``resolve_approval`` has it."""
+    given = {d.call_id: d for d in decisions}
+    if set(given) - set(recorded):
+        return False
+    for call_id, record in recorded.items():
+        d = given.get(call_id) or ItemDecision(call_id=call_id, action="reject")
+        if d.action != record.get("action"):
+            return False
+        if d.action == "reject" and (d.message or None) != (record.get("message") or None):
+            return False
+        if d.action == "edit" and d.arguments != record.get("arguments"):
+            return False
+    return True
 
 
 def note_message(note: str | None) -> Message | None:

@@ -15,7 +15,7 @@ from typing import Any
 from shared.agent.decisions import After, AwaitAnswer, AwaitApproval, Continue, Fail, Finish
 from shared.agent.messages import Message
 from shared.store.rows import FINAL, RUNNABLE, Call, CallStatus, Run, Status
-from shared.store.write import Closing
+from shared.store.write import Closing, Inc
 from shared.vocab import EventType
 
 __all__ = [
@@ -75,6 +75,13 @@ class Change:
             queue_tools=list(self.queue_tools),
             guard=dict(self.guard),
         )
+
+    def bill(self, calls: Sequence[Mapping[str, Any]]) -> None:
+        """Model calls the provider bills, in ``/usage`` and added to the run's cost (calls
+        whose reply the run does not keep: a broken stream's, L-12)."""
+        if calls:
+            self.usage += [dict(c) for c in calls]
+            self.values["cost"] = Inc(sum(float(c.get("cost") or 0.0) for c in calls))
 
     def event(self, type_: str, **data: Any) -> None:
         self.events.append((type_, data))

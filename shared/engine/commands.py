@@ -20,6 +20,7 @@ from shared.agent.approval import (
     decisions_from_lists,
     note_message,
     resolve_approval,
+    same_decisions,
 )
 from shared.agent.attachments import attachment_refs
 from shared.agent.decisions import Continue, Fail
@@ -518,14 +519,17 @@ def approve_run(
     user[: message]``); then a summary round, where the model also reads the ``note``.
     ``decisions`` per item, or the list form (``approve: [ids] | "all"``, ``reject``): an item
     not approved is rejected. ``by``: who decided (an API key id, or the resume token's
-    holder), recorded on each call and in ``run.resumed``. ``token``: a resume token."""
+    holder), recorded on each call and in ``run.resumed``. ``token``: a resume token.
+    An approval already decided: the same decisions again answer as the first time did, other
+    decisions are a ``Conflict`` (409), like a second, different answer to an ask."""
+    given = (decisions, approve, reject)
 
     def op(tx: Tx) -> RunRecord:
         record = _load_for(tx, tenant, run_id, token, "approval", approval_id)
         run = record.run
         pending = run.pending or {}
         if run.status != Status.WAITING or pending.get("kind") != "approval":
-            _already_approved(tx, run, approval_id)
+            _already_approved(tx, run, approval_id, lambda items: _decisions(items, *given))
             return record
         if pending.get("approval_id") != approval_id:
             raise Conflict(f"run {run_id} is waiting on approval {pending.get('approval_id')}")
@@ -542,8 +546,8 @@ def approve_run(
 def _decisions(
     items: Sequence[Mapping[str, Any]],
     decisions: Sequence[ItemDecision] | None,
-    approve: list[str] | str | None,
-    reject: list[str] | None,
+    approve: list[str] | str | None = None,
+    reject: list[str] | None = None,
 ) -> Sequence[ItemDecision]:
     if decisions is not None:
         if approve is not None or reject:
@@ -570,16 +574,37 @@ def _resolve(
         raise SpecError(str(exc)) from None
 
 
-def _already_approved(tx: Tx, run: Run, approval_id: str) -> None:
-    """The same approval again is idempotent: some call of the run (or, for an approval
-    answered through it, of a descendant) carries its id."""
+def _already_approved(
+    tx: Tx,
+    run: Run,
+    approval_id: str,
+    chosen: Callable[[Sequence[Mapping[str, Any]]], Sequence[ItemDecision]],
+) -> None:
+    """An approval already decided: its calls (the run's, or for an approval answered
+    through it, a descendant's) carry its id and the decision taken on each. The same
+    decisions again are idempotent; others (``chosen`` from the calls as items) are a
+    Conflict, and so is an approval no call carries."""
     for rid in [run.id, *ancestry.descendant_ids(tx.conn, run.id)]:
-        if any(
-            (c.data or {}).get("approval_id") == approval_id
+        calls = [
+            c
             for c in call_store.list_tool_calls(tx.conn, rid)
-        ):
+            if (c.data or {}).get("approval_id") == approval_id
+        ]
+        if not calls:
+            continue
+        recorded = {c.call_id: _decision_of(c) for c in calls}
+        if same_decisions(recorded, chosen([{"call_id": c.call_id} for c in calls])):
             return
+        raise Conflict(f"approval {approval_id} of run {run.id} was already decided otherwise")
     raise Conflict(f"run {run.id} is {run.status}, not waiting on approval {approval_id}")
+
+
+def _decision_of(call: Call) -> Mapping[str, Any]:
+    data = call.data or {}
+    recorded = data.get("decision")
+    if isinstance(recorded, Mapping):
+        return recorded
+    return {"action": "approve" if data.get("approved") else "reject"}
 
 
 def _apply_approval(

@@ -13,8 +13,9 @@ the run waits out the outage as before (``shared.engine.outage``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from shared.agent.spec import AgentSpec, ModelProfile
 from shared.agent.state import LoopState
@@ -56,14 +57,22 @@ def next_profile(
 
 
 def fail_over(
-    rt: Runtime, run: Run, owner: str, spec: AgentSpec, state: LoopState, error: str
+    rt: Runtime,
+    run: Run,
+    owner: str,
+    spec: AgentSpec,
+    state: LoopState,
+    error: str,
+    billed: Sequence[Mapping[str, Any]] = (),
 ) -> None:
-    """Move the run's next round to the next profile of the chain, now."""
+    """Move the run's next round to the next profile of the chain, now (``billed``: the
+    calls the failed attempt made that the provider bills)."""
     failed = serving(spec, state, rt.profiles, run_store.now())[0]
     target = next_profile(spec, state, rt.profiles)
     assert target is not None
     moved = replace(state, profile_index=state.profile_index + 1, failover_at=run_store.now())
     change = Change.by_holder(run, owner)
+    change.bill(billed)
     change.values.update(
         loop=moved.to_dict(), status=Status.RUNNING.value, lease_owner=None, wake_at=None
     )

@@ -11,7 +11,7 @@ from typing import Any
 
 from shared.agent.approval import note_message
 from shared.agent.decisions import After, Fail
-from shared.agent.step import stopped_at_join
+from shared.agent.step import SKIPPED_AFTER_STOP, stopped_at_join
 from shared.engine.change import (
     Change,
     Finished,
@@ -65,11 +65,12 @@ def finish_call(
         closed = Call.of({**_call_dict(call), **values, "flushed": False})  # flushed by this
         return _join(tx, run, call.round, [closed], done.cost, events, ask_timeout_s, last=True)
     change = Change(run, bump=False)
-    change.values.update(open_calls=Inc(-1), cost=Inc(done.cost))
+    skipped = _skip_later(tx, run, call) if done.stop else 0
+    change.values.update(open_calls=Inc(-1 - skipped), cost=Inc(done.cost))
     change.events += events
     if done.stop:  # a later finisher must end the run too: the decision becomes a stop
         change.values["after_join"] = {**batch, "stop": True}
-    nxt = call_store.next_pending(tx.conn, run.id, call.round, tx.ts)
+    nxt = None if done.stop else call_store.next_pending(tx.conn, run.id, call.round, tx.ts)
     if nxt is not None:
         change.queue_tools.append(nxt)
     new = tx.apply(change)
@@ -77,6 +78,31 @@ def finish_call(
         return new
     calls = call_store.list_tool_calls(tx.conn, run.id, call.round)
     return _join(tx, new, call.round, calls, 0.0, [], ask_timeout_s, last=False)
+
+
+def _skip_later(tx: Tx, run: Run, stopper: Call) -> int:
+    """L-6: a tool said stop, so the reply's later calls that have not started (pending, or
+    queued: their tool task finds them done and drops its message) are not run: each is
+    done with ``SKIPPED_AFTER_STOP`` as its result, marked ``skipped`` in its data. Calls
+    already running finish. Returns how many were skipped."""
+    later = [
+        c.call_id
+        for c in call_store.list_tool_calls(tx.conn, run.id, stopper.round)
+        if c.idx > stopper.idx and c.status in _NOT_STARTED
+    ]
+    if not later:
+        return 0
+    values = {
+        "status": CallStatus.DONE.value,
+        "result": SKIPPED_AFTER_STOP,
+        "result_for_model": SKIPPED_AFTER_STOP,
+        "data": {"skipped": "stop"},
+        "finished_at": tx.ts,
+    }
+    return call_store.set_calls(tx.conn, run.id, later, values, from_status=_NOT_STARTED)
+
+
+_NOT_STARTED = (CallStatus.PENDING, CallStatus.QUEUED)
 
 
 def _call_dict(call: Call) -> dict[str, Any]:

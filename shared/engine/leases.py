@@ -31,6 +31,7 @@ import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
@@ -60,6 +61,8 @@ class Heartbeat:
         self._work: Counter[str] = Counter()  # what this process's threads work on
         # per "queue/priority": the send time of the newest dispatch this process took
         self._received: dict[str, float] = {}
+        # by run: usage rows of a round that could neither commit nor give its lease back
+        self._owed: dict[str, list[dict[str, Any]]] = {}
 
     def owner(self) -> str:
         """The lease owner id to claim with; registers and starts beating on first use."""
@@ -148,8 +151,18 @@ class Heartbeat:
         self._failing = False
         return True
 
+    def owe(self, run_id: str, rows: list[dict[str, Any]]) -> None:
+        """A round of ``run_id`` made these model calls and could neither commit nor give its
+        lease back (the database was out of reach): the sweep that gives the lease back
+        writes them (L-12). Should this process die first, the round's takeover bills the
+        abandoned call instead (estimated)."""
+        if rows:
+            with self._lock:
+                self._owed.setdefault(run_id, []).extend(rows)
+
     def sweep(self, engine: Engine) -> int:
-        """Give back the leases this process holds that none of its threads works on."""
+        """Give back the leases this process holds that none of its threads works on (with
+        the usage rows owed for them)."""
         try:
             with engine.connect() as conn:  # a read: no write lock taken each tick (SQLite)
                 rounds, calls = store.held(conn, self.id)
@@ -159,8 +172,13 @@ class Heartbeat:
             calls = [c for c in calls if f"{c[0]}:{c[1]}" not in busy]
             if not rounds and not calls:
                 return 0
+            with self._lock:
+                owed = {r[0]: list(self._owed[r[0]]) for r in rounds if r[0] in self._owed}
             with engine.begin() as conn:  # each guarded by its version or attempt
-                n = store.give_back(conn, self.id, rounds, calls, run_store.now())
+                n = store.give_back(conn, self.id, rounds, calls, run_store.now(), owed)
+            with self._lock:
+                for run_id in owed:
+                    self._owed.pop(run_id, None)
         except Exception as exc:
             log.warning("lease sweep failed: %s", exc)
             return 0

@@ -16,6 +16,7 @@ moves the run's round on, and a later outage starts afresh.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -82,9 +83,12 @@ def _outage_of(run: Run) -> dict[str, Any] | None:
     return None
 
 
-def wait_out(rt: Runtime, run: Run, owner: str, down: ProviderDown) -> None:
+def wait_out(
+    rt: Runtime, run: Run, owner: str, down: ProviderDown, billed: Sequence[Mapping[str, Any]] = ()
+) -> None:
     """The round holding ``run`` (as ``owner``) gave up on its provider: park the run until
-    its next try, or fail it once the outage has lasted its ``provider_wait_s``."""
+    its next try, or fail it once the outage has lasted its ``provider_wait_s``. ``billed``:
+    the calls the round's attempt made that the provider bills (a broken stream's)."""
     ts = run_store.now()
     wait_s = provider_wait(rt.settings, down.spec, down.profile)
     before = _outage_of(run)
@@ -93,6 +97,7 @@ def wait_out(rt: Runtime, run: Run, owner: str, down: ProviderDown) -> None:
     retry_at = max(ts + retry_delay(rt.settings, tries), ts + rt.limiter.paused(down.key))
     retry_at = min(retry_at, since + wait_s)
     change = Change.by_holder(run, owner)
+    change.bill(billed)
     late = run.deadline_at is not None and retry_at >= run.deadline_at
     if ts - since >= wait_s or late:
         reason = f"the model provider did not answer for {ts - since:.0f} s: {down.error}"

@@ -50,7 +50,13 @@ from shared.engine.runtime import Dispatch, Publisher, Runtime
 from shared.engine.toolrun import execute_tool, finished, quick
 from shared.engine.transition import attempt, transaction
 from shared.engine.tx import Tx
-from shared.errors import Aborted, DeadlineExceeded, FatalModelError, TransientModelError
+from shared.errors import (
+    Aborted,
+    BrokenStream,
+    DeadlineExceeded,
+    FatalModelError,
+    TransientModelError,
+)
 from shared.llm.abort import Abort
 from shared.llm.backoff import backoff_delay
 from shared.llm.base import Delta, ModelRequest, ToolDef
@@ -231,12 +237,15 @@ def _settle_round(rt: Runtime, claim: _Claim, attempt_no: int) -> RoundResult:
     except _Retry as r:
         metrics.RETRIES.labels(cause="model" if r.counts else "capacity").inc()
         _give_back(rt, claim, r, attempt_no)
+        claim.billed.clear()
         return RoundResult("retry", r.cause, kind)
     except _Budget as exc:
         return replace(_unaffordable(rt, claim, exc), kind=kind)
     except _Outage as exc:
         if failover.next_profile(claim.spec, claim.state, rt.profiles) is not None:
-            failover.fail_over(rt, claim.run, claim.owner, claim.spec, claim.state, str(exc))
+            failover.fail_over(
+                rt, claim.run, claim.owner, claim.spec, claim.state, str(exc), claim.billed
+            )
             return RoundResult("committed", "Failover", kind)
         down = outage.ProviderDown(
             claim.spec,
@@ -245,10 +254,10 @@ def _settle_round(rt: Runtime, claim: _Claim, attempt_no: int) -> RoundResult:
             str(exc),
             exc.attempt,
         )
-        outage.wait_out(rt, claim.run, claim.owner, down)
+        outage.wait_out(rt, claim.run, claim.owner, down, claim.billed)
         return RoundResult("committed", "Wait", kind)
     except _Fatal as exc:
-        _fail(rt, claim.run, claim.owner, str(exc), exc.code)
+        _fail(rt, claim.run, claim.owner, str(exc), exc.code, billed=claim.billed)
         return RoundResult("committed", "Fail", kind)
     except _Stopped as s:
         return replace(_stopped(rt, claim, s), kind=kind)
@@ -381,20 +390,24 @@ def _bill_lost(rt: Runtime, claim: _Claim) -> None:
     run's cost."""
     if not claim.billed:
         return
-
-    def op(tx: Tx) -> None:
-        run = run_store.load_run(tx.conn, claim.run.id)
-        if run is None:
-            return
-        cost = _billed_cost(claim.billed)
-        children.charge_ancestors(tx, run, cost)  # a child's parent pays too
-        run = run_store.load_run(tx.conn, run.id) or run
-        change = Change(run, bump=False, usage=list(claim.billed))
-        change.values["cost"] = Inc(cost)
-        tx.apply(change)
-
-    attempt(rt, op)
+    attempt(rt, lambda tx: _bill_in(tx, claim.run.id, claim.billed))
     claim.billed.clear()
+
+
+def _bill_in(tx: Tx, run_id: str, billed: list[dict[str, Any]]) -> None:
+    """The calls ``billed`` in ``/usage`` (not committed) and in the run's cost, outside any
+    transition of the run (it moved on, or its round was given back)."""
+    if not billed:
+        return
+    run = run_store.load_run(tx.conn, run_id)
+    if run is None:
+        return
+    cost = _billed_cost(billed)
+    children.charge_ancestors(tx, run, cost)  # a child's parent pays too
+    run = run_store.load_run(tx.conn, run.id) or run
+    change = Change(run, bump=False, usage=list(billed))
+    change.values["cost"] = Inc(cost)
+    tx.apply(change)
 
 
 def _billed_cost(billed: list[dict[str, Any]]) -> float:
@@ -402,16 +415,22 @@ def _billed_cost(billed: list[dict[str, Any]]) -> float:
 
 
 def _release(rt: Runtime, claim: _Claim) -> None:
-    """The database or the broker failed the round: give it back, its attempt uncounted, so
-    the task's retry or the reaper takes it up. Best effort: if this fails too, the
+    """The database or the broker failed the round (its commit, say, on a database restart):
+    give it back, its attempt uncounted, so the task's retry or the reaper takes it up; the
+    model calls the attempt made are billed in the same transaction (``committed: false``),
+    since the round will call the model again. Best effort: if this fails too, the
     heartbeat's sweep of leases nobody works on frees it (``shared.engine.leases``)."""
     try:
         with transaction(rt) as tx:
-            run_store.release_round(
+            if run_store.release_round(
                 tx.conn, claim.run.id, claim.run.version, claim.owner, None, counted=False
-            )
+            ):
+                _bill_in(tx, claim.run.id, claim.billed)
+        claim.billed.clear()
     except Exception as exc:
         log.warning("round %s not given back (%s); the lease sweep will", claim.run.id, exc)
+        rt.heartbeat.owe(claim.run.id, claim.billed)  # with its calls' usage rows
+        claim.billed.clear()
 
 
 def _bill_abandoned(tx: Tx, run: Run, profile: ModelProfile, state: LoopState) -> None:
@@ -428,13 +447,15 @@ def _bill_abandoned(tx: Tx, run: Run, profile: ModelProfile, state: LoopState) -
 
 
 def _give_back(rt: Runtime, claim: _Claim, r: _Retry, attempt_no: int) -> None:
-    """A transient failure: the round is due again in ``delay`` s (a provider does not bill a
-    429 or a 5xx); the same worker or another takes it then."""
+    """A transient failure: the round is due again in ``delay`` s; the same worker or another
+    takes it then. A provider does not bill a 429 or a 5xx, but it bills a broken stream
+    (and a context checkpoint made before): those calls are in ``claim.billed``."""
     wake = run_store.now() + r.delay
     with transaction(rt) as tx:
         if run_store.release_round(
             tx.conn, claim.run.id, claim.run.version, claim.owner, wake, counted=False, sent=tx.ts
         ):
+            _bill_in(tx, claim.run.id, claim.billed)
             nxt = attempt_no + 1 if r.counts else attempt_no
             tx.out.append(
                 Dispatch.round(
@@ -596,7 +617,7 @@ def _call_model(
     rt: Runtime, claim: _Claim, req: RequestPlan, attempt_no: int, live: bool = True
 ) -> tuple[Reply, int]:
     run = claim.run
-    model = make_model(claim.profile, run.tenant, rt.settings.allow_hosts)
+    model = make_model(claim.profile, run.tenant, rt.settings.allow_hosts, rt.tool_modes)
     offsets = {"text": 0, "reasoning": 0}  # characters of this call's reply so far, per kind
     round_no = claim.state.round + 1
 
@@ -632,6 +653,11 @@ def _call_model(
                     partial = _partial(claim, run.view_tokens, offsets, started)
                     held.cost = float(partial["cost"])
                     raise _Stopped(exc, partial) from exc
+                except BrokenStream as exc:  # it streamed, then broke: the provider bills it
+                    row = _broken_row(claim, exc, started, live)
+                    held.cost = float(row["cost"])
+                    claim.billed.append(row)
+                    raise
                 except (TransientModelError, FatalModelError):
                     held.cost = 0.0  # refused or failed: not billed
                     raise
@@ -713,6 +739,24 @@ def _partial(
         "output_tokens": out,
         "estimated": True,
         "committed": True,
+        "cost": price_call(claim.profile.pricing, usage, claim.profile.own_key),
+        "latency_ms": int((run_store.now() - started) * 1000),
+    }
+
+
+def _broken_row(claim: _Claim, exc: BrokenStream, started: float, live: bool) -> dict[str, Any]:
+    """The usage row of a broken stream's call (M-2): what it was sent and what streamed,
+    estimated and priced; not committed (its reply is never the answer)."""
+    fields = {k: v for k, v in (exc.usage or {}).items() if k in Usage.__slots__}
+    usage = Usage(**fields) if fields else Usage(input_tokens=claim.run.view_tokens)
+    usage = replace(usage, estimated=True)
+    return {
+        "round": claim.state.round + 1,
+        "purpose": "round" if live else "compress",
+        "profile": claim.profile.name,
+        "model": claim.profile.model or claim.profile.name,
+        **usage.to_dict(),
+        "committed": False,
         "cost": price_call(claim.profile.pricing, usage, claim.profile.own_key),
         "latency_ms": int((run_store.now() - started) * 1000),
     }
@@ -988,6 +1032,8 @@ def _apply(
                 from_status=[CallStatus.QUEUED],
                 ask_timeout_s=claim.spec.ask_timeout_s,
             )
+            if result.stop:  # the later calls are skipped (L-6): their results are dropped
+                break
         return new
 
     try:

@@ -20,6 +20,7 @@ from shared.engine.pacer import Pacer
 from shared.engine.stopper import Stopper
 from shared.interop.webhooks import RENDERERS
 from shared.llm.ratelimit import LocalLimiter, RateLimiter
+from shared.llm.tool_modes import ToolModes
 from shared.store import store_for
 from shared.store.deliveries import Renderer
 from shared.store.write import Store
@@ -84,10 +85,11 @@ class Runtime:
     renderers: Mapping[str, Renderer] = field(default_factory=lambda: RENDERERS)
     pacer: Pacer = field(default_factory=Pacer)  # what this process does at most every so often
     # process state shared by copies (``replace``): engine admission, MCP tool lists (bounded
-    # in bytes), the slots and cgroups of tenants' child processes
+    # in bytes), the slots and cgroups of tenants' child processes, learnt tool modes
     _gate: Gate | None = field(default=None, repr=False)
     _mcp_lists: ToolLists | None = field(default=None, repr=False)
     _confinement: Confinement | None = field(default=None, repr=False)
+    _tool_modes: ToolModes | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -97,6 +99,8 @@ class Runtime:
             self._mcp_lists = ToolLists(s.mcp_cache_bytes, tenant_waiters=s.mcp_tenant_waiters)
         if self._confinement is None:
             self._confinement = Confinement.from_settings(s)
+        if self._tool_modes is None:
+            self._tool_modes = ToolModes(s.tool_mode_ttl_s)
 
     @property
     def store(self) -> Store:
@@ -120,6 +124,12 @@ class Runtime:
         """Sandboxes' and PDF readers' slots and cgroups (``shared.tools.confinement``)."""
         assert self._confinement is not None
         return self._confinement
+
+    @property
+    def tool_modes(self) -> ToolModes:
+        """What ``tool_mode: auto`` learnt per profile, for a while (``shared.llm.tool_modes``)."""
+        assert self._tool_modes is not None
+        return self._tool_modes
 
     @property
     def heartbeat(self) -> Heartbeat:

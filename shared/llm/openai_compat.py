@@ -17,12 +17,11 @@ import hashlib
 import json
 import logging
 import os
-import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 from httpx_sse import EventSource, ServerSentEvent, connect_sse
@@ -32,6 +31,7 @@ from shared.agent.spec import ModelProfile
 from shared.agent.tokens import estimate_tokens
 from shared.errors import (
     Aborted,
+    BrokenStream,
     FatalModelError,
     ModelError,
     ToolsRejected,
@@ -49,52 +49,22 @@ from shared.llm.stream import (
     provider_message,
     reply_from_completion,
     retry_after_in_text,
+    tools_unsupported,
 )
+from shared.llm.tool_modes import ToolModes, WireMode
 
 __all__ = [
     "CONTINUE_PROMPT",
     "OpenAICompatModel",
     "WireMode",
     "build_body",
-    "remember_tool_mode",
-    "remembered_tool_mode",
-    "reset_tool_modes",
     "wire_messages",
 ]
 
 log = logging.getLogger(__name__)
 
-WireMode = Literal["native", "function", "prompt"]
 DEFAULT_RETRY_AFTER_CAP_S = 60.0
 CONTINUE_PROMPT = "Continue exactly where your last message stopped. Do not repeat anything."
-
-# --------------------------------------------------------------------------- remembered modes
-
-_modes: dict[str, WireMode] = {}
-_modes_lock = threading.Lock()
-
-
-def _mode_key(profile: ModelProfile) -> str:
-    # name plus endpoint: inline profiles all share the name "inline"
-    return f"{profile.name}|{profile.base_url}|{profile.model}"
-
-
-def remembered_tool_mode(profile: ModelProfile) -> WireMode | None:
-    """The mode ``tool_mode: auto`` learnt for this profile in this process (M-7), if any."""
-    with _modes_lock:
-        return _modes.get(_mode_key(profile))
-
-
-def remember_tool_mode(profile: ModelProfile, mode: WireMode) -> None:
-    with _modes_lock:
-        _modes[_mode_key(profile)] = mode
-
-
-def reset_tool_modes() -> None:
-    """Forget every learnt mode (tests)."""
-    with _modes_lock:
-        _modes.clear()
-
 
 # --------------------------------------------------------------------------- request bodies
 
@@ -290,7 +260,7 @@ def _http_error(
     status = response.status_code
     message = f"HTTP {status}: {provider_message(_body_of(response)) or response.reason_phrase}"
     if status == 400 and had_tools:
-        return ToolsRejected(message, status)
+        return ToolsRejected(message, status, tools_unsupported(_body_of(response), message))
     wait = _retry_after(response, message)
     return error_for_status(status, message, None if wait is None else min(wait, retry_after_cap))
 
@@ -327,8 +297,11 @@ class OpenAICompatModel:
         api_key: str | None = None,
         client: httpx.Client | None = None,
         retry_after_cap: float = DEFAULT_RETRY_AFTER_CAP_S,
+        tool_modes: ToolModes | None = None,
     ) -> None:
         self.profile = profile
+        # what ``auto`` learnt (M-7): the runtime's, shared by the process; else this model's
+        self.tool_modes = tool_modes if tool_modes is not None else ToolModes()
         self.name = profile.name
         self._api_key = api_key
         self._retry_after_cap = retry_after_cap
@@ -364,12 +337,14 @@ class OpenAICompatModel:
         configured = self.profile.tool_mode
         if configured != "auto":
             return configured
-        return remembered_tool_mode(self.profile) or "native"
+        return self.tool_modes.get(self.profile) or "native"
 
     def _without_tools(
         self, request: ModelRequest, mode: WireMode, first: ToolsRejected, sink: DeltaSink
     ) -> Reply:
-        """SPEC M-6/M-7: resend once without tools (``auto``: in prompt mode, remembered).
+        """SPEC M-6/M-7: resend once without tools (``auto``: in prompt mode; when the 400
+        said the endpoint does not take tools, the profile stays in prompt mode for the
+        ``ToolModes``' TTL).
 
         If the resend fails too, the first 400 is raised, the closer cause, unless the resend
         failed transiently: then that error is raised so the round is retried.
@@ -377,8 +352,9 @@ class OpenAICompatModel:
         try:
             if self.profile.tool_mode == "auto":
                 reply = self._prompt_turn(request, sink)
-                remember_tool_mode(self.profile, "prompt")
-                log.info("model profile %s rejects tools; using prompt mode", self.name)
+                if first.about_tools:
+                    self.tool_modes.remember(self.profile, "prompt")
+                    log.info("model profile %s rejects tools; using prompt mode", self.name)
             else:
                 reply = self._turn(replace(request, tools=(), tool_choice=None), mode, sink)
         except TransientModelError:
@@ -467,7 +443,15 @@ class OpenAICompatModel:
             if "text/event-stream" not in ctype:
                 raise FatalModelError(f"model endpoint answered with content-type {ctype!r}")
             response.stream = _DeadlineStream(response.stream, deadline)  # type: ignore[arg-type]
-            return _consume(source, sink, deadline)
+            acc = StreamAccumulator()
+            try:
+                done = _consume(source, acc, sink, deadline)
+            except (httpx.RequestError, httpx.StreamError, _TotalTimeout) as exc:
+                raise _broken(body, acc, _transport_error(exc).message) from exc
+        reply = acc.result()
+        if not done and reply.finish_reason is None:
+            raise _broken(body, acc, "model stream ended without [DONE] or a finish_reason")
+        return replace(reply, extra={**reply.extra, "done": done})
 
     def _post(self, body: dict[str, Any], sink: DeltaSink, deadline: float) -> Reply:
         response = self._client.post(self._url(), json=body, **self._http_options(deadline))
@@ -512,10 +496,9 @@ class OpenAICompatModel:
         return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-def _consume(source: EventSource, sink: DeltaSink, deadline: float) -> Reply:
-    """SPEC M-2: read SSE events until ``[DONE]`` or the end of the body."""
-    acc = StreamAccumulator()
-    done = False
+def _consume(source: EventSource, acc: StreamAccumulator, sink: DeltaSink, deadline: float) -> bool:
+    """SPEC M-2: read SSE events into ``acc`` until ``[DONE]`` (True) or the end of the
+    body (False)."""
     abort = aborts.current()
     for event in source.iter_sse():
         if abort is not None:
@@ -523,12 +506,19 @@ def _consume(source: EventSource, sink: DeltaSink, deadline: float) -> Reply:
         if time.monotonic() > deadline:
             raise _TotalTimeout
         if event.data.strip() == "[DONE]":
-            done = True
-            break
+            return True
         for delta in _feed_event(acc, event):
             sink(delta)
-    reply = acc.result()
-    return replace(reply, extra={**reply.extra, "done": done})
+    return False
+
+
+def _broken(body: dict[str, Any], acc: StreamAccumulator, why: str) -> BrokenStream:
+    """SPEC M-2/M-8: a stream that began and did not end — neither ``[DONE]`` nor a
+    ``finish_reason`` came (the server closed the connection mid-reply, or it broke) — is a
+    transient error, never an answer. Every real provider ends with one of the two. The
+    partial call is estimated from what was sent and what streamed: the provider bills it."""
+    partial = _estimate_usage(body, acc.result())
+    return BrokenStream(f"broken model stream after {acc.chunks} chunks: {why}", partial.to_dict())
 
 
 def _feed_event(acc: StreamAccumulator, event: ServerSentEvent) -> list[Delta]:

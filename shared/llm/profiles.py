@@ -32,6 +32,7 @@ from shared.llm.abort import abortable_transport
 from shared.llm.base import ChatModel
 from shared.llm.openai_compat import OpenAICompatModel
 from shared.llm.scripted import DemoModel, ScriptedModel
+from shared.llm.tool_modes import ToolModes
 from shared.tracing import traced_model
 
 __all__ = [
@@ -140,16 +141,22 @@ def close_http_clients() -> None:
 
 
 def make_model(
-    profile: ModelProfile, tenant: str = DEFAULT_TENANT, allow_hosts: str | None = None
+    profile: ModelProfile,
+    tenant: str = DEFAULT_TENANT,
+    allow_hosts: str | None = None,
+    tool_modes: ToolModes | None = None,
 ) -> ChatModel:
     """The ``ChatModel`` for a profile: demo, scripted, or an OpenAI-compatible endpoint
     (each call a span when tracing is on). ``tenant``: whose run calls it (a tenant's inline
     endpoint is guarded and pinned); ``allow_hosts``: the SSRF allow-list setting (default:
-    ``TREADLE_ALLOW_HOSTS``)."""
-    return traced_model(_model(profile, tenant, allow_hosts), profile)
+    ``TREADLE_ALLOW_HOSTS``); ``tool_modes``: what ``tool_mode: auto`` learnt in this
+    process (the runtime's; None: only this model remembers)."""
+    return traced_model(_model(profile, tenant, allow_hosts, tool_modes), profile)
 
 
-def _model(profile: ModelProfile, tenant: str, allow_hosts: str | None) -> ChatModel:
+def _model(
+    profile: ModelProfile, tenant: str, allow_hosts: str | None, tool_modes: ToolModes | None
+) -> ChatModel:
     if profile.provider == "demo":
         return DemoModel()
     if profile.provider == "scripted":
@@ -160,7 +167,9 @@ def _model(profile: ModelProfile, tenant: str, allow_hosts: str | None) -> ChatM
         raise ConfigError(f"model profile {profile.name!r} has no base_url")
     guard = _guard(profile, tenant, allow_hosts)
     client = http_client(profile.base_url, guard)
-    return OpenAICompatModel(profile, client=client, retry_after_cap=_retry_after_cap())
+    return OpenAICompatModel(
+        profile, client=client, retry_after_cap=_retry_after_cap(), tool_modes=tool_modes
+    )
 
 
 def _retry_after_cap() -> float:

@@ -29,6 +29,7 @@ __all__ = [
     "provider_message",
     "reply_from_completion",
     "retry_after_in_text",
+    "tools_unsupported",
     "usage_from_wire",
 ]
 
@@ -117,6 +118,35 @@ def error_from_payload(payload: Any) -> ModelError:
     kind = f"{err.get('type') or ''} {err.get('code') or ''}"
     message = f"model stream error: {_message_of_error_object(err)}"
     return error_for_status(_status_of(err), _clip(message), kind=kind)
+
+
+_TOOL_PARAMS = frozenset({"tools", "tool_choice", "functions", "function_call"})
+_TOOL_WORDS = (
+    r"(?:tools?|tool[_ ]?choice|tool[_ ]calls?|tool[_ ]calling|tool[_ ]use|"
+    r"functions?|function[_ ]call(?:s|ing)?)"
+)
+_TOOLS_UNSUPPORTED = re.compile(
+    # "does not support tools", "doesn't support function calling"
+    rf"(?:not|n't|cannot|can't)\s+(?:support|accept|handle|allow)\w*\s+(?:\S+\s+){{0,2}}?"
+    rf"{_TOOL_WORDS}\b"
+    # "tools are not supported", "tool_choice ... unsupported", "function calling is disabled"
+    rf"|\b{_TOOL_WORDS}\b[^.;]{{0,60}}?\b(?:not supported|unsupported|not enabled|"
+    rf"not available|not allowed|disabled|requires)\b"
+    # vLLM: "auto" tool choice requires --enable-auto-tool-choice; llama.cpp: "tools param"
+    r"|enable-auto-tool-choice|\btools? param",
+    re.IGNORECASE,
+)
+
+
+def tools_unsupported(body: Any, message: str) -> bool:
+    """Whether a 400 says the endpoint does not take tools (M-7), not something else about
+    the request: the error's ``param`` names the tools, or its message says they are not
+    supported. A tool call the model got wrong (Groq's ``tool_use_failed``) is not that."""
+    err = body[0] if isinstance(body, list) and body else body
+    err = err.get("error", err) if isinstance(err, Mapping) else err
+    if isinstance(err, Mapping) and str(err.get("param") or "") in _TOOL_PARAMS:
+        return True
+    return bool(_TOOLS_UNSUPPORTED.search(message))
 
 
 # --------------------------------------------------------------------------- usage

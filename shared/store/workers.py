@@ -6,9 +6,13 @@ a round whose commit failed, a tool task that raised."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from shared.store.records import insert_usage
 from shared.store.rows import CallStatus
 from shared.store.tables import runs, tool_calls, workers
 
@@ -68,9 +72,13 @@ def give_back(
     rounds: list[tuple[str, int]],
     calls: list[tuple[str, str, int]],
     ts: float,
+    owed: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> int:
     """Free these leases of ``owner`` (each still at the version or attempt it was seen at):
-    the round is due again, the call queued again (the reaper re-sends both)."""
+    the round is due again, the call queued again (the reaper re-sends both). ``owed``: by
+    run, the usage rows of model calls a round made and could not write (its commit and its
+    release failed on a database outage); written, and added to the run's cost, with its
+    give-back."""
     n = 0
     for run_id, version in rounds:
         stmt = (
@@ -78,7 +86,10 @@ def give_back(
             .where(runs.c.id == run_id, runs.c.version == version, runs.c.lease_owner == owner)
             .values(lease_owner=None)
         )
-        n += conn.execute(stmt).rowcount
+        freed = conn.execute(stmt).rowcount
+        n += freed
+        if freed and owed and owed.get(run_id):
+            _bill(conn, run_id, owed[run_id], ts)
     c = tool_calls.c
     for run_id, call_id, attempt in calls:
         stmt = (
@@ -94,3 +105,9 @@ def give_back(
         )
         n += conn.execute(stmt).rowcount
     return n
+
+
+def _bill(conn: Connection, run_id: str, rows: Sequence[Mapping[str, Any]], ts: float) -> None:
+    insert_usage(conn, run_id, rows, ts)
+    cost = sum(float(r.get("cost") or 0.0) for r in rows)
+    conn.execute(sa.update(runs).where(runs.c.id == run_id).values(cost=runs.c.cost + cost))

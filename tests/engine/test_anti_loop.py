@@ -16,14 +16,12 @@ from scheduler.app import create_app
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.llm.fake_server import FakeLLMServer, ReplySpec
-from shared.llm.openai_compat import reset_tool_modes
 
 Round = Callable[[int], ReplySpec]
 
 
 @pytest.fixture
 def llm() -> Iterator[FakeLLMServer]:
-    reset_tool_modes()
     with FakeLLMServer() as server:
         yield server
 

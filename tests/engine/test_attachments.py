@@ -19,7 +19,6 @@ from shared.engine.catalog import build_catalog
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.llm.fake_server import FakeLLMServer, ReplySpec
-from shared.llm.openai_compat import reset_tool_modes
 from shared.tools.files import PAGE_CHARS, page_spans
 from tests.engine.helpers import call
 from tests.files_support import tiny_pdf, tiny_png
@@ -36,7 +35,6 @@ def client(sqlite_rt: Runtime) -> Iterator[TestClient]:
 
 @pytest.fixture
 def llm() -> Iterator[FakeLLMServer]:
-    reset_tool_modes()
     with FakeLLMServer() as server:
         yield server
 

@@ -25,11 +25,12 @@ from shared.config import Settings
 from shared.engine import lifecycle, toolrun
 from shared.engine import round as round_mod
 from shared.engine.reaper import reap
-from shared.engine.runtime import Runtime
+from shared.engine.runtime import Dispatch, Runtime
 from shared.engine.testing import StubBroker
 from shared.errors import TransientModelError
 from shared.llm.scripted import ScriptedModel
 from shared.store import calls as call_store
+from shared.store import records, redrive
 from shared.store import runs as run_store
 from shared.store.rows import FINAL
 from shared.store.tables import metadata, runs, tool_calls, usage
@@ -264,3 +265,84 @@ def test_a_transient_model_error_does_not_spend_an_attempt(
     r = run(sqlite_rt, run_id)
     assert r["status"] == "completed" and r["result"]["text"] == "ok", r["error"]
     assert len(stub.retries) == 3  # three transient retries, none of them an attempt
+
+
+def test_a_round_re_run_after_a_database_outage_leaves_every_usage_row(
+    sqlite_rt: Runtime, stub: StubBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # L-12: the round's commit fails on a database restart (the connection is gone); the
+    # round is given back and re-run, calling the model again: the first call is billed too
+    from sqlalchemy.exc import OperationalError
+
+    real = round_mod.when_free
+    failed: list[int] = []
+
+    def outage_once(fn: Any, what: str, **kw: Any) -> Any:
+        if not failed:
+            failed.append(1)
+            raise OperationalError("UPDATE runs", {}, Exception("server closed the connection"))
+        return real(fn, what, **kw)
+
+    monkeypatch.setattr(round_mod, "when_free", outage_once)
+    run_id = submit(sqlite_rt, agent([{"text": "the answer"}], kind="chat"))
+    calls = Calls()
+    with counted(calls):
+        with pytest.raises(OperationalError):
+            stub.drain(sqlite_rt)  # the task raises: its retry (here: the reaper) re-runs it
+        assert run(sqlite_rt, run_id)["status"] == "running"
+        with sqlite_rt.engine.begin() as conn:
+            due = redrive.due_rounds(conn, run_store.now() + 3600, 0.0, run_store.now())
+        stub.queue += [Dispatch.round(d.run_id, d.version) for d in due if d.run_id == run_id]
+        stub.drain(sqlite_rt)
+    assert run(sqlite_rt, run_id)["status"] == "completed"
+    assert calls.n == 2
+    with sqlite_rt.engine.connect() as conn:
+        rows = records.usage_of_run(conn, run_id)
+    assert sorted(r["committed"] for r in rows) == [False, True]  # one row per model call
+
+
+def test_usage_rows_owed_while_the_database_is_down_are_written_by_the_lease_sweep(
+    engine: sa.Engine, stub: StubBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # L-12: the commit fails and so does the release (the database still down): the process
+    # still holds the lease; its sweep gives it back with the call's usage row
+    from sqlalchemy.exc import OperationalError
+
+    rt = _runtime(engine, stub)  # SQLite, then PostgreSQL
+
+    down = OperationalError("UPDATE runs", {}, Exception("server closed the connection"))
+    real_free, real_release = round_mod.when_free, run_store.release_round
+    failed: list[str] = []
+
+    def commit_down(fn: Any, what: str, **kw: Any) -> Any:
+        if "commit" not in failed:
+            failed.append("commit")
+            raise down
+        return real_free(fn, what, **kw)
+
+    def release_down(*a: Any, **kw: Any) -> Any:
+        if "release" not in failed:
+            failed.append("release")
+            raise down
+        return real_release(*a, **kw)
+
+    monkeypatch.setattr(round_mod, "when_free", commit_down)
+    monkeypatch.setattr(run_store, "release_round", release_down)
+    run_id = submit(rt, agent([{"text": "the answer"}], kind="chat"))
+    with pytest.raises(OperationalError):
+        stub.drain(rt)
+    assert failed == ["commit", "release"]
+    with rt.engine.connect() as conn:
+        assert records.usage_of_run(conn, run_id) == []  # not written yet: owed
+    assert rt.heartbeat.sweep(rt.engine) == 1  # the database is back
+    with rt.engine.begin() as conn:
+        [owed] = records.usage_of_run(conn, run_id)
+        due = redrive.due_rounds(conn, run_store.now() + 3600, 0.0, run_store.now())
+    assert owed["committed"] is False
+    stub.queue += [Dispatch.round(d.run_id, d.version) for d in due if d.run_id == run_id]
+    stub.drain(rt)
+    assert run(rt, run_id)["status"] == "completed"
+    with rt.engine.connect() as conn:
+        rows = records.usage_of_run(conn, run_id)
+    assert sorted(r["committed"] for r in rows) == [False, True]
+    assert run(rt, run_id)["cost"] == pytest.approx(sum(r["cost"] for r in rows))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from shared.agent.approval import ItemDecision
 from shared.engine import commands
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
@@ -116,6 +117,55 @@ def test_approval_is_idempotent_and_409_when_not_waiting(
     assert run(sqlite_rt, run_id)["status"] == "completed"
     with pytest.raises(Conflict):
         commands.approve_run(sqlite_rt, "default", run_id, "apr_other", "all")
+
+
+def test_a_different_decision_on_a_decided_approval_is_409(
+    sqlite_rt: Runtime, stub: StubBroker
+) -> None:
+    # SPEC N-4: the same decisions again are idempotent; different ones come too late (409),
+    # as a second, different answer to an ask does — never a 200 that is dropped
+    run_id = submit(sqlite_rt, _guarded())
+    stub.drain(sqlite_rt)
+    apr = _approval_id(sqlite_rt, run_id)
+    commands.approve_run(sqlite_rt, "default", run_id, apr, ["w1"], ["w2"])
+    same = [
+        {"approve": ["w1"], "reject": ["w2"]},
+        {"approve": ["w1"]},  # an item not approved is rejected: the same decisions
+        {
+            "decisions": [
+                ItemDecision(call_id="w1", action="approve"),
+                ItemDecision(call_id="w2", action="reject"),
+            ]
+        },
+    ]
+    for kw in same:
+        assert commands.approve_run(sqlite_rt, "default", run_id, apr, **kw)["id"] == run_id
+    different = [
+        {"approve": "all"},
+        {"approve": [], "reject": ["w1", "w2"]},
+        {"approve": ["w2"]},
+        {
+            "decisions": [
+                ItemDecision(call_id="w1", action="approve"),
+                ItemDecision(call_id="w2", action="reject", message="not B"),
+            ]
+        },
+        {
+            "decisions": [
+                ItemDecision(call_id="w1", action="edit", arguments={"item": "C"}),
+                ItemDecision(call_id="w2", action="reject"),
+            ]
+        },
+    ]
+    for kw in different:
+        with pytest.raises(Conflict, match="already decided otherwise"):
+            commands.approve_run(sqlite_rt, "default", run_id, apr, **kw)
+    stub.drain(sqlite_rt)
+    tools = [x[1] for x in transcript(sqlite_rt, run_id) if x[0] == "tool"]
+    assert tools == ["read it", "wrote A", "Declined by user"]  # the first decision stands
+    with pytest.raises(Conflict, match="already decided otherwise"):  # after the run ended too
+        commands.approve_run(sqlite_rt, "default", run_id, apr, "all")
+    assert commands.approve_run(sqlite_rt, "default", run_id, apr, ["w1"])["id"] == run_id
 
 
 def test_reject_all_runs_the_summary_round(sqlite_rt: Runtime, stub: StubBroker) -> None:

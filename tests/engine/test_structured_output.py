@@ -14,7 +14,6 @@ from scheduler.app import create_app
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.llm.fake_server import FakeLLMServer, ReplySpec
-from shared.llm.openai_compat import reset_tool_modes
 from tests.engine.helpers import agent, call, model_rounds, run, submit, transcript
 
 SCHEMA: dict[str, Any] = {
@@ -87,7 +86,6 @@ def test_schema_violation_is_named(sqlite_rt: Runtime, stub: StubBroker) -> None
 
 @pytest.fixture
 def llm() -> Iterator[FakeLLMServer]:
-    reset_tool_modes()
     with FakeLLMServer() as server:
         yield server
 

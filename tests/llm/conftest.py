@@ -8,14 +8,6 @@ from collections.abc import Iterator
 import pytest
 
 from shared.llm.fake_server import FakeLLMServer
-from shared.llm.openai_compat import reset_tool_modes
-
-
-@pytest.fixture(autouse=True)
-def _fresh_tool_modes() -> Iterator[None]:
-    reset_tool_modes()
-    yield
-    reset_tool_modes()
 
 
 @pytest.fixture(scope="module")

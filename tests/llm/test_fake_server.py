@@ -17,7 +17,6 @@ from shared.agent.messages import Message, ToolCall
 from shared.errors import FatalModelError, ToolsRejected, TransientModelError
 from shared.llm.base import Delta
 from shared.llm.fake_server import FakeLLMServer, ReplySpec
-from shared.llm.openai_compat import remembered_tool_mode
 
 from .helpers import CALC, SSE_DIR, fake_model, request, user
 
@@ -103,7 +102,7 @@ def test_prompt_mode_round_trip(fake: FakeLLMServer) -> None:
     model = fake_model(fake, tool_mode="auto", name="no-tools-model")
     history = [Message(role="system", content="Be exact."), user("What is 6*7?")]
     first = model.complete(request(*history, tools=(CALC,)))
-    assert remembered_tool_mode(model.profile) == "prompt"
+    assert model.tool_modes.get(model.profile) == "prompt"
     call = first.tool_calls[0]
     assert call.name == "calculator" and json.loads(call.arguments) == {"expression": "6*7"}
 

@@ -15,14 +15,10 @@ import pytest
 from shared.agent.messages import ToolCall, Usage
 from shared.errors import FatalModelError, ToolsRejected, TransientModelError
 from shared.llm.base import Delta
-from shared.llm.openai_compat import (
-    CONTINUE_PROMPT,
-    remember_tool_mode,
-    remembered_tool_mode,
-    reset_tool_modes,
-)
+from shared.llm.openai_compat import CONTINUE_PROMPT
+from shared.llm.tool_modes import ToolModes
 
-from .helpers import CALC, mock_model, profile, request, sse_response, user
+from .helpers import CALC, SSE_DIR, mock_model, profile, request, sse_response, user
 
 
 def sse(*chunks: dict[str, Any], done: bool = True) -> bytes:
@@ -67,7 +63,7 @@ def test_400_with_tools_resends_once_without_tools() -> None:
     assert "tools_rejected" in reply.extra
     assert "tools" in script.bodies[0] and "tool_choice" in script.bodies[0]
     assert "tools" not in script.bodies[1] and "tool_choice" not in script.bodies[1]
-    assert remembered_tool_mode(model.profile) is None  # only `auto` learns
+    assert model.tool_modes.get(model.profile) is None  # only `auto` learns
 
 
 def test_when_the_resend_fails_too_the_first_400_is_raised() -> None:
@@ -116,7 +112,7 @@ def test_auto_falls_back_to_prompt_mode_and_remembers() -> None:
     assert first.tool_calls[0].name == "calculator"
     assert json.loads(first.tool_calls[0].arguments) == {"expression": "6*7"}
     assert first.finish_reason == "tool_calls" and first.extra["tool_mode"] == "prompt"
-    assert remembered_tool_mode(model.profile) == "prompt"
+    assert model.tool_modes.get(model.profile) == "prompt"
     assert (
         "tools" not in script.bodies[1] and "<tools>" in script.bodies[1]["messages"][0]["content"]
     )
@@ -131,26 +127,28 @@ def test_auto_does_not_remember_when_the_prompt_resend_fails() -> None:
     model = mock_model(script, tool_mode="auto")
     with pytest.raises(ToolsRejected, match="closer cause"):
         model.complete(request(tools=(CALC,)))
-    assert remembered_tool_mode(model.profile) is None
+    assert model.tool_modes.get(model.profile) is None
 
 
-def test_remembered_modes_are_per_profile_and_resettable() -> None:
+def test_remembered_modes_are_per_profile_and_clearable() -> None:
     a, b = profile(name="a"), profile(name="b")
-    remember_tool_mode(a, "prompt")
-    assert remembered_tool_mode(a) == "prompt" and remembered_tool_mode(b) is None
-    assert remembered_tool_mode(profile(name="a", base_url="http://other/v1")) is None
-    reset_tool_modes()
-    assert remembered_tool_mode(a) is None
+    modes = ToolModes()
+    modes.remember(a, "prompt")
+    assert modes.get(a) == "prompt" and modes.get(b) is None
+    assert modes.get(profile(name="a", base_url="http://other/v1")) is None
+    modes.clear()
+    assert modes.get(a) is None
 
 
 def test_remembering_is_thread_safe() -> None:
     profiles = [profile(name=f"p{i}") for i in range(50)]
-    threads = [threading.Thread(target=remember_tool_mode, args=(p, "prompt")) for p in profiles]
+    modes = ToolModes()
+    threads = [threading.Thread(target=modes.remember, args=(p, "prompt")) for p in profiles]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert all(remembered_tool_mode(p) == "prompt" for p in profiles)
+    assert all(modes.get(p) == "prompt" for p in profiles)
 
 
 def test_prompt_mode_streams_only_the_answer() -> None:
@@ -326,3 +324,82 @@ def test_deltas_are_forwarded_while_streaming() -> None:
     deltas: list[Delta] = []
     mock_model(Script(sse_response(body))).complete(request(), deltas.append)
     assert deltas == [Delta(kind="text", text="a"), Delta(kind="text", text="b")]
+
+
+# SPEC M-7: only a 400 about tools switches an auto profile, and the switch expires ---------
+
+
+def _auto(script: Script, modes: ToolModes | None = None) -> Any:
+    model = mock_model(script, tool_mode="auto", name="local")
+    if modes is not None:
+        model.tool_modes = modes
+    return model
+
+
+OK = "0: fine"
+
+
+def test_a_400_not_about_tools_does_not_switch_the_profile() -> None:
+    script = Script(
+        rejected("This model's maximum context length is 8192 tokens"),
+        sse_response(sse(text_chunk(OK, "stop"))),
+        sse_response(sse(text_chunk("native again", "stop"))),
+    )
+    model = _auto(script)
+    assert model.complete(request(tools=(CALC,))).text == "fine"  # M-6's one resend
+    assert model.tool_modes.get(model.profile) is None
+    model.complete(request(tools=(CALC,)))
+    assert "tools" in script.bodies[2]  # the next turn tries native tools again
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"error": {"message": "registry.ollama.ai/library/gemma3:4b does not support tools"}},
+        {"error": "model does not support tools"},  # Ollama's native shape
+        {"error": {"message": "bad request", "param": "tools"}},
+        {"error": {"message": '"auto" tool choice requires --enable-auto-tool-choice'}},
+    ],
+)
+def test_a_400_about_tools_switches_the_profile(body: dict[str, Any]) -> None:
+    script = Script(httpx.Response(400, json=body), sse_response(sse(text_chunk(OK, "stop"))))
+    model = _auto(script)
+    model.complete(request(tools=(CALC,)))
+    assert model.tool_modes.get(model.profile) == "prompt"
+
+
+def test_a_tool_call_the_model_got_wrong_is_not_about_tool_support() -> None:
+    # Groq's tool_use_failed (a recorded body): the endpoint takes tools
+    raw = (SSE_DIR / "errors" / "groq_400_tool_use_failed.json").read_bytes()
+    script = Script(httpx.Response(400, content=raw), sse_response(sse(text_chunk(OK, "stop"))))
+    model = _auto(script)
+    model.complete(request(tools=(CALC,)))
+    assert model.tool_modes.get(model.profile) is None
+
+
+def test_the_switch_to_prompt_mode_expires() -> None:
+    now = [1000.0]
+    modes = ToolModes(ttl_s=600, clock=lambda: now[0])
+    script = Script(
+        rejected("does not support tools"),
+        sse_response(sse(text_chunk(OK, "stop"))),
+        sse_response(sse(text_chunk(OK, "stop"))),
+        sse_response(sse(text_chunk("native", "stop"))),
+    )
+    model = _auto(script, modes)
+    model.complete(request(tools=(CALC,)))
+    now[0] += 599
+    model.complete(request(tools=(CALC,)))
+    assert "tools" not in script.bodies[2]  # still prompt mode
+    now[0] += 2
+    assert modes.get(model.profile) is None
+    assert model.complete(request(tools=(CALC,))).text == "native"
+    assert "tools" in script.bodies[3]  # expired: native tools again
+
+
+def test_the_runtime_holds_the_learnt_modes(sqlite_rt: Any) -> None:
+    from dataclasses import replace
+
+    modes = sqlite_rt.tool_modes
+    assert modes.ttl_s == sqlite_rt.settings.tool_mode_ttl_s
+    assert replace(sqlite_rt, publish=lambda items: None).tool_modes is modes  # shared by copies

@@ -70,3 +70,28 @@ def test_decisions_over_the_api_record_the_approvers_key(
     msgs = api.get(f"/v1/runs/{run['id']}/messages", headers=auth).json()["messages"]
     assert [m["content"] for m in msgs if m["role"] == "tool"][1] == "Declined by user: no B"
     assert api.get(f"/v1/runs/{run['id']}", headers=auth).json()["status"] == "completed"
+
+
+def test_a_second_different_decision_is_409_the_same_one_200(
+    api: TestClient, secure_rt: Runtime, stub: StubBroker
+) -> None:
+    # SPEC N-4: as answers do: the same decisions again → 200 (idempotent); different ones →
+    # 409 with the error shape, and the first decisions stand
+    with secure_rt.engine.begin() as conn:
+        made = keys.create_key(conn, "acme", keys.DEFAULT_SCOPES)
+    auth = bearer(made.secret)
+    run = api.post("/v1/runs", json={"agent": GUARDED, "input": "go"}, headers=auth).json()
+    stub.drain(secure_rt)
+    apr = api.get(f"/v1/runs/{run['id']}", headers=auth).json()["pending"]["approval_id"]
+    url = f"/v1/runs/{run['id']}/approval"
+    first = {"approval_id": apr, "approve": ["w1"], "reject": ["w2"]}
+    assert api.post(url, json=first, headers=auth).status_code == 200
+    again = api.post(url, json=first, headers=auth)
+    assert again.status_code == 200 and again.json()["id"] == run["id"]
+    other = api.post(url, json={"approval_id": apr, "approve": "all"}, headers=auth)
+    assert other.status_code == 409, other.text
+    assert other.json()["error"]["code"] == "conflict"
+    assert "already decided otherwise" in other.json()["error"]["message"]
+    stub.drain(secure_rt)
+    msgs = api.get(f"/v1/runs/{run['id']}/messages", headers=auth).json()["messages"]
+    assert [m["content"] for m in msgs if m["role"] == "tool"] == ["wrote A", "Declined by user"]

@@ -24,7 +24,6 @@ from scheduler.app import create_app
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.llm.fake_server import FakeLLMServer, ReplySpec
-from shared.llm.openai_compat import reset_tool_modes
 from shared.store.tables import metadata
 from tests.receiver import Receiver
 from tests.security.conftest import MakeKey, bearer, with_settings
@@ -39,7 +38,6 @@ PROVIDER_ENV, TOOL_ENV, HOOK_ENV = (
 
 @pytest.fixture
 def llm() -> Iterator[FakeLLMServer]:
-    reset_tool_modes()
     with FakeLLMServer() as server:
         yield server
 

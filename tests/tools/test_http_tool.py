@@ -15,6 +15,7 @@ from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
 from shared.errors import CallCancelled, SpecError, ToolError
 from shared.llm.abort import Abort
+from shared.store import calls as call_store
 from shared.tools import HttpTool, InvalidToolArguments, ToolContext, fill_url, get
 from tests.engine.helpers import agent, call, model_rounds, run, submit, transcript
 
@@ -251,3 +252,43 @@ def test_an_http_tool_answering_treadle_stop_ends_the_run(
     assert model_rounds(rt, run_id) == 1  # exactly one model call
     tools = [x[1] for x in transcript(rt, run_id) if x[0] == "tool"]
     assert tools == ["done here"]
+
+
+@pytest.mark.parametrize("parallel", [1, 3])
+def test_a_stop_from_an_external_tool_skips_the_replys_later_calls(
+    sqlite_rt: Runtime, stub: StubBroker, server: LocalServer, parallel: int
+) -> None:
+    # SPEC L-6: the later calls of the reply do not run (serial: never dispatched; parallel:
+    # queued, their tool tasks find them done); each is recorded as skipped
+    settings = sqlite_rt.settings.model_copy(update={"allow_hosts": "127.0.0.1"})
+    rt = Runtime(engine=sqlite_rt.engine, settings=settings, publish=sqlite_rt.publish)
+    finish = {
+        "name": "finish_up",
+        "description": "Hand the work over; the run ends.",
+        "read_only": True,
+        "parameters": {"type": "object", "properties": {}},
+        "http": {"method": "GET", "url": server.url("/stop?value=true")},
+    }
+    reply = {
+        "tool_calls": [
+            call("finish_up", {}, "f1"),
+            call("echo", {"text": "later one"}, "e1"),
+            call("echo", {"text": "later two"}, "e2"),
+        ]
+    }
+    spec = agent([reply, {"text": "never asked"}], tools=[finish, "echo"], parallel_tools=parallel)
+    run_id = submit(rt, spec)
+    stub.drain(rt)
+    r = run(rt, run_id)
+    assert (r["status"], r["stop_reason"]) == ("completed", "stop_tool")
+    assert model_rounds(rt, run_id) == 1
+    skipped = "Skipped: not run because the run stopped."
+    tools = [x[1] for x in transcript(rt, run_id) if x[0] == "tool"]
+    assert tools == ["done here", skipped, skipped]
+    with rt.engine.connect() as conn:
+        calls = {c.call_id: c for c in call_store.list_tool_calls(conn, run_id)}
+    assert {i: (calls[i].status, calls[i].data) for i in ("e1", "e2")} == {
+        "e1": ("done", {"skipped": "stop"}),
+        "e2": ("done", {"skipped": "stop"}),
+    }
+    assert (calls["e1"].attempts, calls["e2"].attempts) == (0, 0)  # never claimed
