@@ -14,7 +14,13 @@ from shared.agent.decisions import Finish
 from shared.agent.helpers import classify_messages, classify_result
 from shared.agent.messages import Message
 from shared.agent.output import parse_output
-from shared.agent.spec import AgentSpec, GuardrailModelCheck, GuardrailRule, GuardrailSpec
+from shared.agent.spec import (
+    AgentSpec,
+    GuardrailModelCheck,
+    GuardrailRule,
+    GuardrailSpec,
+    regex_window,
+)
 from shared.agent.state import LoopState
 
 __all__ = [
@@ -35,7 +41,7 @@ __all__ = [
 GUARDRAIL_STOP = "guardrail"
 """The ``stop_reason`` of a run a guardrail ended."""
 MAX_CHECKED_CHARS = 100_000
-"""What a guardrail sees of a text: its first characters (a rule's regex runs on no more)."""
+"""What a guardrail sees of a text: its first characters."""
 
 Stage = Literal["input", "output", "tool_call"]
 
@@ -94,7 +100,7 @@ def check_rule(rule: GuardrailRule, text: str) -> str | None:
     text = _clip(text)
     if rule.regex is not None:
         flags = re.IGNORECASE if rule.ignore_case else 0
-        found = re.search(rule.regex, text, flags)
+        found = re.search(rule.regex, text[: regex_window(rule.regex)], flags)
         if rule.trip_when == "match" and found is not None:
             return f"the text matches the rule's pattern (at {found.start()})"
         if rule.trip_when == "no_match" and found is None:

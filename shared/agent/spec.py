@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 from typing import Annotated, Any, Literal
 
@@ -32,6 +33,7 @@ __all__ = [
     "GuardrailModelCheck",
     "GuardrailRule",
     "GuardrailSpec",
+    "regex_window",
     "HandoffSpec",
     "HttpToolSpec",
     "InlineTool",
@@ -477,6 +479,77 @@ class GuardrailModelCheck(_Strict):
         return frozenset(c.key for c in self.categories if c.trip)
 
 
+_SRE: Any = importlib.import_module("re._parser")  # the parser ``re`` compiles with
+_REPEATS = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
+_WIDE = 100  # a repeat of more than this many counts as unbounded
+MAX_REGEX_PATHS = 10_000  # the ways the bounded parts of a pattern may match one place
+REGEX_STEPS = 10**8  # what one search may cost, at worst: ``regex_window`` sizes the text
+
+
+class _Risky(ValueError):
+    pass
+
+
+def _paths(items: Any, nested: bool, wide: list[int]) -> float:
+    """How many ways ``items`` may match at one place (bounded repeats and alternations
+    multiply); refuses what backtracks without bound (``_Risky``)."""
+    total = 1.0
+    for op, arg in items:
+        name = str(op)
+        if name in ("GROUPREF", "GROUPREF_EXISTS", "ASSERT", "ASSERT_NOT"):
+            raise _Risky("back-references and look-arounds are not allowed in a rule's regex")
+        if name in _REPEATS:
+            low, high, body = int(arg[0]), int(arg[1]), arg[2]
+            inner = _paths(body, True, wide)
+            if high > _WIDE:
+                if nested or inner > 1:
+                    raise _Risky(
+                        "a repeat of a repeat or of alternatives (e.g. (a+)+, (a|ab)*) is not "
+                        "allowed in a rule's regex"
+                    )
+                wide[0] += 1
+            else:
+                total *= (high - low + 1) * inner**high
+        elif name == "SUBPATTERN":
+            total *= _paths(arg[3], nested, wide)
+        elif name == "BRANCH":
+            total *= sum(_paths(b, nested, wide) for b in arg[1])
+        elif name == "ATOMIC_GROUP":
+            total *= _paths(arg, nested, wide)
+        if total > MAX_REGEX_PATHS:
+            raise _Risky("a rule's regex has too many ways to match (nested optional parts)")
+    return total
+
+
+def _regex_shape(pattern: str) -> tuple[float, int]:
+    """The ways a pattern's bounded parts match one place, and its unbounded repeats.
+    Raises ``_Risky``."""
+    wide = [0]
+    paths = _paths(_SRE.parse(pattern), False, wide)
+    return paths, wide[0]
+
+
+def _regex_risk(pattern: str) -> str | None:
+    """Why a rule's regex could run for ages on a hostile text (Python's ``re`` backtracks
+    and has no timeout), or None: unbounded repeats only of a single character or class,
+    outside any other repeat; bounded parts with at most ``MAX_REGEX_PATHS`` ways to match;
+    no back-references or look-arounds."""
+    try:
+        _regex_shape(pattern)
+    except _Risky as exc:
+        return str(exc)
+    return None
+
+
+def regex_window(pattern: str) -> int:
+    """How much of a text a rule's regex searches: a flat pattern with ``k`` unbounded
+    repeats costs at worst about ``paths * n ** (k + 1)`` steps on ``n`` characters; ``n``
+    is chosen so that stays under ``REGEX_STEPS`` (100,000 characters without unbounded
+    repeats, 10,000 with one, about 460 with two)."""
+    paths, wide = _regex_shape(pattern)
+    return max(16, min(100_000, int((REGEX_STEPS / paths) ** (1 / (wide + 1)))))
+
+
 class GuardrailRule(_Strict):
     model_config = ConfigDict(
         json_schema_extra={"oneOf": [_set("regex"), _set("json_schema")]}  # ``_one_rule``
@@ -507,6 +580,9 @@ class GuardrailRule(_Strict):
                 re.compile(value)
             except re.error as exc:
                 raise ValueError(f"regex does not compile: {exc}") from None
+            risk = _regex_risk(value)
+            if risk is not None:
+                raise ValueError(risk)
         return value
 
     @field_validator("json_schema")

@@ -621,7 +621,7 @@ def _guarded(rt: Runtime, claim: _Claim, guards: list[Any], text: str, stage: An
     except spend.EnvelopeFull as exc:
         raise _Budget(str(exc), exc.envelope, never=exc.never) from exc
     except BaseException:
-        claim.billed += [{**u, "committed": False} for u in out.usage]
+        _billing(claim, out)
         raise
     return out
 
@@ -647,7 +647,7 @@ def _input_guardrails(rt: Runtime, claim: _Claim) -> RoundResult | None:
     )
     new = attempt(rt, lambda tx: tx.apply(change))
     if new is None:  # the run moved on (a cancel): the calls are billed still
-        claim.billed += [{**u, "committed": False} for u in checked.usage]
+        _billing(claim, checked)
         _bill_lost(rt, claim)
         return RoundResult("lost", kind=claim.spec.kind)
     claim.run, claim.state = new, state
@@ -712,7 +712,7 @@ def _call_guarded(
         if isinstance(exc, _Stopped) and found is not None and found.trip is not None:
             return _tripped(rt, claim, found, exc.usage)
         if found is not None:  # the guardrails' calls are billed whatever became of the round
-            claim.billed += [{**u, "committed": False} for u in found.usage]
+            _billing(claim, found)
         raise
     worker.join()
     if "error" in box:
@@ -720,7 +720,14 @@ def _call_guarded(
     found = box["checked"]
     if found.trip is not None:  # the call came back first: its reply is not used
         return _tripped(rt, claim, found)
+    _billing(claim, found)
     return reply, latency, found
+
+
+def _billing(claim: _Claim, checked: Checked) -> None:
+    """Guardrail calls the round's commit will record: billed (``claim.billed``) if the
+    commit is lost or the attempt fails instead."""
+    claim.billed += [{**u, "committed": False} for u in checked.usage]
 
 
 def _output_guardrails(
@@ -742,6 +749,7 @@ def _output_guardrails(
     out = Checked()
     for text in texts if guards else []:
         checked = _guarded(rt, claim, list(guards), text, stage)
+        _billing(claim, checked)
         out = out.merged(checked)
         if checked.trip is not None:
             return replace(result, decision=tripped_finish(checked.trip)), out

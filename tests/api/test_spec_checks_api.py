@@ -21,6 +21,10 @@ BAD_SPECS = {
         {"input_guardrails": [{"name": "g", "rule": {"regex": "(unclosed"}}]},
         "regex does not compile",
     ),
+    "guardrail regex that backtracks": (
+        {"input_guardrails": [{"name": "g", "rule": {"regex": "(a+)+$"}}]},
+        "a repeat of a repeat",
+    ),
     "guardrail of two kinds": (
         {"output_guardrails": [{"name": "g", "plugin": "no_secrets", "rule": {"regex": "x"}}]},
         "exactly one of",

@@ -12,7 +12,7 @@ from shared.agent.guardrails import (
     tripped_finish,
     with_passed,
 )
-from shared.agent.spec import AgentSpec, GuardrailModelCheck, GuardrailRule
+from shared.agent.spec import AgentSpec, GuardrailModelCheck, GuardrailRule, regex_window
 from shared.agent.state import LoopState
 
 
@@ -62,3 +62,17 @@ def test_a_tripwire_ends_the_run_without_the_answer() -> None:
     finish = tripped_finish(Trip("g", "why", "output", "rule"))
     assert finish.stop_reason == "guardrail" and finish.text == ""
     assert finish.result["guardrail"]["reason"] == "why"
+
+
+def test_a_rule_regex_that_could_backtrack_without_bound_is_refused() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    for risky in (r"(a+)+$", r"(a|ab)*c", r"(\w)\1", r"(?=x)y", r"(a?){50}"):
+        with pytest.raises(ValidationError):
+            GuardrailRule(regex=risky)
+    for fine in (r"\b\d{4}([ -]?\d{4}){3}\b", r"secret", r"^OK.*$", r"[ab]+c", r"\d*\d*x"):
+        GuardrailRule(regex=fine)
+    # more unbounded repeats: the search sees less of the text, so it stays cheap
+    assert regex_window("secret") == 100_000 and regex_window(r"\d*x") == 10_000
+    assert regex_window(r"\d*\d*x") < 500
