@@ -82,6 +82,8 @@ class EventType(StrEnum):
     MEMORY_READ = "memory.read"  # a run's recall read its long-term memory (shared.engine.memory)
     MEMORY_WRITTEN = "memory.written"  # a run's remember wrote an item there
     MODEL_FAILOVER = "model.failover"  # the run's next call goes to the next profile
+    GUARDRAIL_TRIPPED = "guardrail.tripped"  # a guardrail ended the run (docs/guardrails.md)
+    RUN_HANDOFF = "run.handoff"  # the run moved to another agent (docs/handoffs.md)
     # live only (the SSE stream, never stored): a reply as it streams
     TEXT_DELTA = "text.delta"
     REASONING_DELTA = "reasoning.delta"

@@ -7,6 +7,7 @@ import time
 
 from pydantic import BaseModel, Field
 
+from shared.engine.guard_plugins import guardrail
 from shared.engine.handlers import handler
 from shared.errors import ToolError
 from shared.tools import ToolContext, ToolResult, tool
@@ -126,3 +127,16 @@ def lost(args: Nothing, ctx: ToolContext) -> ToolResult:
 def _poisoned(text: str) -> str:
     """A router handler that fails the same way every time (a deterministic bug)."""
     raise RuntimeError(f"poisoned handler for {text[:40]!r}")
+
+
+@guardrail("no_secrets")
+def _no_secrets(text: str, stage: str) -> str | None:
+    """Trips on the word "secret" (a plugin guardrail for tests)."""
+    return f"the {stage} mentions a secret" if "secret" in text.lower() else None
+
+
+@guardrail("slow_no_secrets")
+def _slow_no_secrets(text: str, stage: str) -> str | None:
+    """``no_secrets`` after half a second (a parallel guardrail that fires mid-call)."""
+    time.sleep(0.5)
+    return _no_secrets(text, stage)

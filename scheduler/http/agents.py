@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from shared.agent.spec import AgentSpec, InlineTool
+from shared.agent.spec import AgentSpec, HandoffSpec, InlineTool
 from shared.engine.runtime import Runtime
 from shared.errors import NotFound, SpecError
 from shared.store import agents as agent_store
@@ -252,8 +252,11 @@ def _resolve_tool_agents(
 ) -> AgentSpec:
     """Agent tools naming an agent get its spec, and a sub-agent's (a tool agent run as a
     child run) own agent tools too, at most ``MAX_DEPTH`` levels down (an agent may name
-    itself). ``tenants_only``: a registered agent's name stays a name (the operator's: not
-    policed)."""
+    itself). Handoff targets naming an agent get its spec too (docs/handoffs.md).
+    ``tenants_only``: a registered agent's name stays a name (the operator's: not policed)."""
+    if spec.handoffs:
+        handoffs = [_resolve_handoff(h, lookup, depth, tenants_only) for h in spec.handoffs]
+        spec = spec.model_copy(update={"handoffs": handoffs})
     if not any(isinstance(t, InlineTool) and t.agent is not None for t in spec.tools):
         return spec
     tools = [_resolve_tool(tool, lookup, depth, tenants_only) for tool in spec.tools]
@@ -277,6 +280,32 @@ def _resolve_tool(
             raise SpecError(f"tool {tool.name!r}: sub-agents nest at most {MAX_DEPTH} levels")
         sub = _resolve_tool_agents(sub, lookup, depth + 1, tenants_only=tenants_only)
     return tool.model_copy(update={"agent": sub})
+
+
+def _resolve_handoff(
+    h: HandoffSpec, lookup: Lookup | None, depth: int, tenants_only: bool
+) -> HandoffSpec:
+    """A handoff's target as a spec (a named agent's, resolved now), its own tool agents and
+    handoffs too; a chain of handoffs at most ``MAX_DEPTH`` long (an agent that hands back
+    to one before it would be an endless chain: refused)."""
+    if isinstance(h.agent, str):
+        try:
+            target, _, tenants = _named(h.agent, lookup)
+        except NotFound:
+            raise NotFound(f"handoff {h.name!r}: {_unknown(h.agent)}") from None
+        if tenants_only and not tenants:
+            return h
+    else:
+        target = h.agent
+    if target.kind != "agent":
+        raise SpecError(f"handoff {h.name!r}: {h.agent!r} is not a kind agent spec")
+    if depth >= MAX_DEPTH:
+        raise SpecError(
+            f"handoff {h.name!r}: handoffs chain at most {MAX_DEPTH} agents (an agent may not "
+            "hand back to one before it)"
+        )
+    target = _resolve_tool_agents(target, lookup, depth + 1, tenants_only=tenants_only)
+    return h.model_copy(update={"agent": target})
 
 
 def _tool_agent(tool: str, name: str, lookup: Lookup | None) -> tuple[AgentSpec, bool]:

@@ -16,6 +16,7 @@ from fastapi.openapi.utils import get_openapi
 
 from scheduler.http.schemas import ERROR_RESPONSES, ErrorBody
 from shared.config import Settings, get_settings
+from shared.engine.guard_plugins import plugin_names
 from shared.engine.handlers import handler_names
 from shared.engine.spec_policy import SCHEMA_MAXIMA
 from shared.tools.registry import REGISTRY
@@ -103,6 +104,18 @@ def _handler_names(schema: dict[str, Any]) -> None:
     rule.setdefault("allOf", []).append({"if": local, "then": known})
 
 
+def _guardrail_plugins(schema: dict[str, Any]) -> None:
+    """A plugin guardrail names a registered plugin (``shared.engine.guard_plugins``): the
+    schema says which."""
+    guard = schema.get("components", {}).get("schemas", {}).get("GuardrailSpec")
+    if guard is None:
+        return
+    for branch in guard["properties"]["plugin"].get("anyOf", ()):
+        if branch.get("type") == "string":
+            branch["enum"] = plugin_names()
+            branch["description"] = "A registered guardrail plugin's name"
+
+
 def _assistant_context(schema: dict[str, Any]) -> None:
     """A LangGraph assistant's ``context`` is a set of agent spec fields, checked as a spec
     (``scheduler.interop.lg_assistants``): the schema says so."""
@@ -169,6 +182,7 @@ def install_openapi(app: FastAPI, settings: Callable[[], Settings] | None = None
             _components(schema)
             _tool_names(schema)
             _handler_names(schema)
+            _guardrail_plugins(schema)
             _assistant_context(schema)
             _maxima(schema, (settings or get_settings)())
             app.openapi_schema = schema

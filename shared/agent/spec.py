@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -27,6 +29,12 @@ __all__ = [
     "Budget",
     "Category",
     "ExtractField",
+    "GuardCategory",
+    "GuardrailModelCheck",
+    "GuardrailRule",
+    "GuardrailSpec",
+    "regex_window",
+    "HandoffSpec",
     "HttpToolSpec",
     "InlineTool",
     "KnowledgeToolSpec",
@@ -409,6 +417,268 @@ def _needs_items(kind: str, field: str) -> dict[str, Any]:
     }
 
 
+GUARD_NAME = r"^[A-Za-z0-9_-]{1,64}$"
+MAX_GUARD_REGEX = 512  # characters of a rule's pattern (Python ``re``; bounded, no timeout)
+
+
+class GuardCategory(_Strict):
+    """A category of a guardrail's model check; ``trip``: text classified so trips it."""
+
+    key: str = Field(min_length=1, max_length=128)
+    description: str = Field(default="", max_length=2000)
+    trip: bool = False
+
+
+def _allow_block() -> list[GuardCategory]:
+    return [
+        GuardCategory(key="allow", description="acceptable: nothing the instructions forbid"),
+        GuardCategory(key="block", description="violates the instructions", trip=True),
+    ]
+
+
+class GuardrailModelCheck(_Strict):
+    """A helper-model check, classify-style (SPEC H-1): the text is classified into
+    ``categories`` under ``instructions``; a category with ``trip: true`` trips the guardrail.
+    Priced and reserved like any call, with its own profile (``model``)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={  # ``_trips``, as a schema
+            "allOf": [
+                {
+                    "properties": {
+                        "categories": {
+                            "contains": {
+                                "required": ["trip"],
+                                "properties": {"trip": {"const": True}},
+                            }
+                        }
+                    }
+                }
+            ]
+        }
+    )
+
+    model: str | ModelProfile = "demo"
+    instructions: str = Field(default="", max_length=20_000)
+    categories: list[GuardCategory] = Field(
+        default_factory=_allow_block, min_length=2, max_length=20
+    )
+
+    @model_validator(mode="after")
+    def _trips(self) -> GuardrailModelCheck:
+        if not any(c.trip for c in self.categories):
+            raise ValueError("a guardrail's model check needs a category with `trip: true`")
+        return self
+
+    @property
+    def as_categories(self) -> list[Category]:
+        return [Category(key=c.key, description=c.description) for c in self.categories]
+
+    @property
+    def trip_on(self) -> frozenset[str]:
+        return frozenset(c.key for c in self.categories if c.trip)
+
+
+_SRE: Any = importlib.import_module("re._parser")  # the parser ``re`` compiles with
+_REPEATS = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
+_WIDE = 100  # a repeat of more than this many counts as unbounded
+MAX_REGEX_PATHS = 10_000  # the ways the bounded parts of a pattern may match one place
+REGEX_STEPS = 10**8  # what one search may cost, at worst: ``regex_window`` sizes the text
+
+
+class _Risky(ValueError):
+    pass
+
+
+def _paths(items: Any, nested: bool, wide: list[int]) -> float:
+    """How many ways ``items`` may match at one place (bounded repeats and alternations
+    multiply); refuses what backtracks without bound (``_Risky``)."""
+    total = 1.0
+    for op, arg in items:
+        name = str(op)
+        if name in ("GROUPREF", "GROUPREF_EXISTS", "ASSERT", "ASSERT_NOT"):
+            raise _Risky("back-references and look-arounds are not allowed in a rule's regex")
+        if name in _REPEATS:
+            low, high, body = int(arg[0]), int(arg[1]), arg[2]
+            inner = _paths(body, True, wide)
+            if high > _WIDE:
+                if nested or inner > 1:
+                    raise _Risky(
+                        "a repeat of a repeat or of alternatives (e.g. (a+)+, (a|ab)*) is not "
+                        "allowed in a rule's regex"
+                    )
+                wide[0] += 1
+            else:
+                total *= (high - low + 1) * inner**high
+        elif name == "SUBPATTERN":
+            total *= _paths(arg[3], nested, wide)
+        elif name == "BRANCH":
+            total *= sum(_paths(b, nested, wide) for b in arg[1])
+        elif name == "ATOMIC_GROUP":
+            total *= _paths(arg, nested, wide)
+        if total > MAX_REGEX_PATHS:
+            raise _Risky("a rule's regex has too many ways to match (nested optional parts)")
+    return total
+
+
+def _regex_shape(pattern: str) -> tuple[float, int]:
+    """The ways a pattern's bounded parts match one place, and its unbounded repeats.
+    Raises ``_Risky``."""
+    wide = [0]
+    paths = _paths(_SRE.parse(pattern), False, wide)
+    return paths, wide[0]
+
+
+def _regex_risk(pattern: str) -> str | None:
+    """Why a rule's regex could run for ages on a hostile text (Python's ``re`` backtracks
+    and has no timeout), or None: unbounded repeats only of a single character or class,
+    outside any other repeat; bounded parts with at most ``MAX_REGEX_PATHS`` ways to match;
+    no back-references or look-arounds."""
+    try:
+        _regex_shape(pattern)
+    except _Risky as exc:
+        return str(exc)
+    return None
+
+
+def regex_window(pattern: str) -> int:
+    """How much of a text a rule's regex searches: a flat pattern with ``k`` unbounded
+    repeats costs at worst about ``paths * n ** (k + 1)`` steps on ``n`` characters; ``n``
+    is chosen so that stays under ``REGEX_STEPS`` (100,000 characters without unbounded
+    repeats, 10,000 with one, about 460 with two)."""
+    paths, wide = _regex_shape(pattern)
+    return max(16, min(100_000, int((REGEX_STEPS / paths) ** (1 / (wide + 1)))))
+
+
+class GuardrailRule(_Strict):
+    model_config = ConfigDict(
+        json_schema_extra={"oneOf": [_set("regex"), _set("json_schema")]}  # ``_one_rule``
+    )
+
+    """A local rule: ``regex`` (Python syntax, searched in the text) trips on a match
+    (``trip_when: match``) or on no match (``no_match``); ``json_schema``: the text must be a
+    JSON object valid against it, else the guardrail trips."""
+
+    regex: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_GUARD_REGEX,
+        json_schema_extra={"format": "regex"},  # ``_compiles``: Python's syntax
+    )
+    trip_when: Literal["match", "no_match"] = "match"
+    ignore_case: bool = False
+    json_schema: dict[str, Any] | None = Field(
+        default=None,  # ``check_output_schema``: an object's schema
+        json_schema_extra={"required": ["type"], "properties": {"type": {"const": "object"}}},
+    )
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"regex does not compile: {exc}") from None
+            risk = _regex_risk(value)
+            if risk is not None:
+                raise ValueError(risk)
+        return value
+
+    @field_validator("json_schema")
+    @classmethod
+    def _bounded(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            check_output_schema(value)
+        return value
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> GuardrailRule:
+        if (self.regex is None) == (self.json_schema is None):
+            raise ValueError("a guardrail rule has exactly one of `regex` or `json_schema`")
+        return self
+
+
+class GuardrailSpec(_Strict):
+    """A check on the run's input (``input_guardrails``) or its final answer
+    (``output_guardrails``): exactly one of ``model``, ``rule``, ``plugin`` (a name registered
+    with ``shared.engine.guardrails.guardrail``). A tripwire ends the run with
+    ``stop_reason: guardrail`` (docs/guardrails.md)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"oneOf": [_set("model"), _set("rule"), _set("plugin")]}
+    )
+
+    name: str = Field(pattern=GUARD_NAME)
+    model: GuardrailModelCheck | None = None
+    rule: GuardrailRule | None = None
+    plugin: str | None = Field(default=None, pattern=GUARD_NAME)
+    # input only: checked while the first model call runs (aborted if the guardrail trips)
+    parallel: bool = False
+    # output only: each tool call's arguments are checked too, before the calls run
+    tool_calls: bool = False
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> GuardrailSpec:
+        kinds = [k for k in ("model", "rule", "plugin") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError(
+                f"guardrail {self.name!r} has exactly one of `model`, `rule`, `plugin`"
+            )
+        return self
+
+    @property
+    def kind(self) -> Literal["model", "rule", "plugin"]:
+        if self.model is not None:
+            return "model"
+        return "rule" if self.rule is not None else "plugin"
+
+
+class HandoffSpec(_Strict):
+    """An agent this one may hand the run to: the model sees a ``transfer_to_<name>`` tool;
+    taking it moves the run to ``agent`` (a registered agent's name, resolved at submit, or
+    an inline spec) at the round boundary (docs/handoffs.md). ``input_filter``:
+    ``drop_tools`` leaves tool calls and results out of what the new agent's model sees."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,48}$")
+    description: str = Field(default="", max_length=2000)
+    agent: AgentSpec | Annotated[str, Field(min_length=1, max_length=200)] = Field(
+        json_schema_extra={  # ``_an_agent``: an inline target is a tool agent
+            "if": {"type": "object"},
+            "then": {"properties": {"kind": {"const": "agent"}}},
+        }
+    )
+    input_filter: Literal["none", "drop_tools"] = "none"
+
+    @model_validator(mode="after")
+    def _an_agent(self) -> HandoffSpec:
+        if isinstance(self.agent, AgentSpec) and self.agent.kind != "agent":
+            raise ValueError(f"handoff {self.name!r}: the target is a kind agent spec")
+        return self
+
+    @property
+    def tool_name(self) -> str:
+        return f"transfer_to_{self.name}"
+
+    @property
+    def spec(self) -> AgentSpec:
+        """The target's spec (named agents are resolved into the spec at submit)."""
+        if not isinstance(self.agent, AgentSpec):
+            raise ValueError(f"handoff {self.name!r}: agent {self.agent!r} was not resolved")
+        return self.agent
+
+
+def _flag_off(name: str) -> dict[str, Any]:
+    return {"properties": {name: {"const": False}}}
+
+
+def _unique_names(items: list[Any], what: str) -> None:
+    names = [i.name for i in items]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"duplicate {what} names: {', '.join(dupes)}")
+
+
 MAX_ATTEMPTS_CAP = 20
 """The most attempts a spec may allow one round or tool call (each may bill a model call)."""
 
@@ -425,8 +695,18 @@ class AgentSpec(_Strict):
                         "not": {"properties": {"kind": {"const": "agent"}}},
                     },
                     "then": {
-                        "properties": {"mcp": {"maxItems": 0}, "output_schema": {"type": "null"}}
+                        "properties": {
+                            "mcp": {"maxItems": 0},
+                            "output_schema": {"type": "null"},
+                            "handoffs": {"maxItems": 0},
+                        }
                     },
+                },
+                {  # ``parallel`` on input guardrails, ``tool_calls`` on output ones
+                    "properties": {
+                        "input_guardrails": {"items": _flag_off("tool_calls")},
+                        "output_guardrails": {"items": _flag_off("parallel")},
+                    }
                 },
             ]
         }
@@ -470,6 +750,12 @@ class AgentSpec(_Strict):
     dataset_k: Int = Field(default=5, ge=1, le=50)
     # the remember / recall tools' namespace (default: ["memories", "{user_id}"])
     memory: MemorySpec | None = None
+    # guardrails (docs/guardrails.md): checks on the input before the first model call, and
+    # on the final answer; a tripwire ends the run with stop_reason guardrail
+    input_guardrails: list[GuardrailSpec] = Field(default_factory=list, max_length=8)
+    output_guardrails: list[GuardrailSpec] = Field(default_factory=list, max_length=8)
+    # handoffs (docs/handoffs.md): agents this one may hand the run to (kind agent)
+    handoffs: list[HandoffSpec] = Field(default_factory=list, max_length=16)
     # kind: classify
     categories: list[Category] = Field(default_factory=list)
     # kind: extract
@@ -493,10 +779,13 @@ class AgentSpec(_Strict):
             raise ValueError("kind extract needs at least one field")
         if self.kind != "agent" and (self.mcp or self.output_schema is not None):
             raise ValueError("`mcp` and `output_schema` are for kind agent")
-        names = [m.name for m in self.mcp]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"duplicate mcp server names: {', '.join(dupes)}")
+        _unique_names(self.mcp, "mcp server")
+        if self.handoffs and self.kind != "agent":
+            raise ValueError("`handoffs` are for kind agent")
+        if any(g.parallel for g in self.output_guardrails):
+            raise ValueError("`parallel` is for input guardrails")
+        if any(g.tool_calls for g in self.input_guardrails):
+            raise ValueError("`tool_calls` is for output guardrails")
         return self
 
     @property
@@ -519,3 +808,4 @@ class AgentSpec(_Strict):
 
 
 InlineTool.model_rebuild()
+HandoffSpec.model_rebuild()

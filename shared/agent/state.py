@@ -41,6 +41,11 @@ class LoopState:
     # since ``failover_at`` (back to the primary after the profile's cool-down)
     profile_index: int = 0
     failover_at: float | None = None
+    # guardrails (docs/guardrails.md) that passed: "input:<name>" (not run again)
+    guardrails_passed: tuple[str, ...] = ()
+    # handoffs (docs/handoffs.md): the names taken from the submitted spec to the agent that
+    # serves now (empty: the submitted agent)
+    handoffs: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -55,7 +60,14 @@ class LoopState:
         if version > SCHEMA_VERSION:
             raise ValueError(f"loop state version {version} is newer than this code")
         known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        values = {k: v for k, v in d.items() if k in known}
+        for k in ("guardrails_passed", "handoffs"):  # JSON lists
+            if k in values:
+                values[k] = tuple(values[k] or ())
+        return cls(**values)
+
+    def with_guardrails(self, passed: tuple[str, ...]) -> LoopState:
+        return replace(self, guardrails_passed=passed)
 
     def add_usage(self, input_tokens: int, output_tokens: int, cost: float) -> LoopState:
         return replace(

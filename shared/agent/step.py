@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from shared.agent import ask as ask_mod
+from shared.agent import handoff as handoff_mod
 from shared.agent import kinds
 from shared.agent import output as output_mod
 from shared.agent import plan as plan_mod
@@ -125,6 +126,7 @@ class _Walk:
 
     plan: dict[str, Any] | None
     then: AwaitAnswer | Finish | None = None
+    handoff: str | None = None  # the transfer this reply took (the first)
 
 
 def classify_calls(
@@ -233,6 +235,12 @@ def _run_internal(
         reason = str(args.get("reason") or "")
         walk.then = Finish(stop_reason="stop_tool", text=reason)
         return _done(call, index, "Stopped.")
+    handoff = handoff_mod.handoff_of(spec, call.name)
+    if handoff is not None:  # docs/handoffs.md: the next round is the target's
+        if walk.handoff is not None:
+            return _done(call, index, handoff_mod.SKIPPED_SECOND_HANDOFF)
+        walk.handoff = handoff.name
+        return _done(call, index, handoff_mod.transfer_text(handoff))
     return _run_ask(index, call, args, walk)
 
 
@@ -309,4 +317,5 @@ def step(
     state = _count_rounds(state, reply)
     calls, then, new_plan = classify_calls(spec, reply.tool_calls, catalog, plan)
     state = replace(state, tool_calls=state.tool_calls + len(calls))
+    state, _ = handoff_mod.taken_handoff(spec, calls, state)
     return StepResult(state, RunTools(calls=calls, then=then), message, new_plan)

@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy.engine import Connection
 
+from shared.agent.handoff import serving
 from shared.agent.messages import Message
 from shared.agent.spec import AgentSpec
 from shared.agent.tokens import estimate_tokens
@@ -106,6 +107,10 @@ class Given:
     inputs: dict[str, Any] | None
     rev: int = 0
 
+    def serving(self, loop: Mapping[str, Any] | None) -> AgentSpec:
+        """The spec of the agent that serves the run in this loop state (docs/handoffs.md)."""
+        return serving(self.spec, loop)
+
 
 class RunCaches:
     """What this process holds of the runs it works on: their specs (``given``), model views
@@ -136,8 +141,17 @@ class RunCaches:
         self.specs.put(run_id, found, size)
         return found
 
-    def spec_of(self, conn: Connection, run_id: str, rev: int | None = None) -> AgentSpec:
-        return self.given(conn, run_id, rev).spec
+    def spec_of(
+        self,
+        conn: Connection,
+        run_id: str,
+        rev: int | None = None,
+        *,
+        loop: Mapping[str, Any] | None = None,
+    ) -> AgentSpec:
+        """The run's spec; given its ``loop`` state, the spec of the agent that serves it
+        now (after its handoffs: docs/handoffs.md)."""
+        return serving(self.given(conn, run_id, rev).spec, loop)
 
     def schema_tokens(self, run_id: str, built: Catalog) -> int:
         """What the tool schemas add to each request, in estimated tokens."""

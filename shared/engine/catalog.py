@@ -9,13 +9,15 @@ from typing import Any
 from shared.agent import ask as ask_mod
 from shared.agent import plan as plan_mod
 from shared.agent.attachments import is_image
+from shared.agent.handoff import transfer_entries
 from shared.agent.messages import Message
 from shared.agent.request import RequestPlan
 from shared.agent.spec import AgentSpec, InlineTool, ModelProfile
 from shared.agent.state import CatalogEntry
 from shared.agent.step import INTERNAL_TOOLS
+from shared.engine.guard_plugins import check_plugins
 from shared.engine.handlers import check_router
-from shared.errors import ToolError
+from shared.errors import SpecError, ToolError
 from shared.tools import Tool, ToolContext, ToolResult, resolve
 from shared.tools.agent_tool import AgentTool, SubAgentTool
 from shared.tools.files import READ_FILES, describe_files
@@ -149,6 +151,7 @@ def build_catalog(
     (SPEC M-11). The tools of the spec's MCP servers are listed only given ``mcp`` (how to
     reach them: the engine's rounds and tool calls, never a submission; ``mcp_lists``: the
     process's cached lists), as many as the tool limit leaves room for."""
+    check_plugins(spec)  # a guardrail naming an unknown plugin: an error now (422)
     if spec.kind != "agent":
         return Catalog(entries={}, tools={})
     check_router(spec)  # a rule naming an unknown handler: an error now, not each round
@@ -178,6 +181,11 @@ def build_catalog(
         warnings += listing.warnings
         unreachable, deferred = listing.unreachable, listing.deferred
     entries.update(internal)
+    for h in spec.handoffs:  # the targets' own tools: an error now, not at the handoff
+        if not isinstance(h.agent, AgentSpec):
+            raise SpecError(f"handoff {h.name!r}: agent {h.agent!r} is not resolved")
+        build_catalog(h.agent, profiles)
+    entries.update({e.name: e for e in transfer_entries(spec)})
     docs = [a for a in attachments if not is_image(a)]  # images go to the model directly
     if docs:
         entries[READ_FILES.name] = _read_files_entry(docs)

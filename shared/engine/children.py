@@ -133,7 +133,7 @@ def _finish_child(tx: Tx, child: Run) -> None:
         cost=child.cost,
         event={"child_run_id": child.id},
     )
-    spec = tx.rt.caches.spec_of(tx.conn, parent.id)
+    spec = tx.rt.caches.spec_of(tx.conn, parent.id, loop=parent.loop)
     parent = finish_call(
         tx, parent, call, done, from_status=[CallStatus.CHILD], ask_timeout_s=spec.ask_timeout_s
     )

@@ -484,7 +484,7 @@ def expire_ask(rt: Runtime, run_id: str) -> None:
         run = run_store.load_run(tx.conn, run_id)
         if run is None or run.status != Status.WAITING or (run.pending or {}).get("kind") != "ask":
             return
-        spec = tx.rt.caches.spec_of(tx.conn, run_id)
+        spec = tx.rt.caches.spec_of(tx.conn, run_id, loop=run.loop)
         if spec.ask_timeout_action == "fail":
             tx.prepare(run, ending=True, tells_parent=True)
             change = _repair(tx, run, ask_mod.TIMEOUT_TEXT)
@@ -566,7 +566,7 @@ def _resolve(
 ) -> tuple[Resolved, ...]:
     given = tx.rt.caches.given(tx.conn, run.id)
     refs = attachment_refs(given.inputs)
-    catalog = toolkit.catalog(tx.rt, run.id, given.spec, refs, tenant=run.tenant)
+    catalog = toolkit.catalog(tx.rt, run.id, given.serving(run.loop), refs, tenant=run.tenant)
     schemas = {name: entry.parameters for name, entry in catalog.entries.items()}
     try:
         return resolve_approval(items, chosen, schemas)
@@ -616,7 +616,7 @@ def _apply_approval(
     by: str | None,
 ) -> Run:
     tx.prepare(run, ending=False, tells_parent=True)
-    spec = tx.rt.caches.spec_of(tx.conn, run.id)
+    spec = tx.rt.caches.spec_of(tx.conn, run.id, loop=run.loop)
     running = [r.call_id for r in resolved if r.run]
     window = running[: spec.effective_parallel_tools]
     records = [r.record(by, tx.ts) for r in resolved]

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.agent import ask as ask_mod
+from shared.agent.handoff import handoffs_at
 from shared.agent.messages import Message
 from shared.agent.plan import Plan, update_plan
 from shared.agent.spec import AgentSpec
@@ -257,6 +258,7 @@ class _Point:
     cut: int
     extra: list[Message] = field(default_factory=list)
     plan: dict[str, Any] | None = None
+    handoffs: tuple[str, ...] = ()  # the agent serving at round N (docs/handoffs.md)
 
 
 def fork_run(rt: Runtime, actor: Actor, run_id: str, req: ForkInput) -> RunRecord:
@@ -326,6 +328,8 @@ def _point(tx: Tx, source: Run, req: ForkInput) -> _Point:
         _answered_otherwise(tx, point, own, req)
     _complete(point, own)
     point.plan = _plan_at(tx, run, req.round)
+    found = records.list_events_of(tx.conn, run.id, (EventType.RUN_HANDOFF,))
+    point.handoffs = handoffs_at([ev["data"] or {} for ev in found], req.round)
     return point
 
 
@@ -413,7 +417,7 @@ def _create_fork(
         "base_kind": lineage.FORK,
         "fork_round": req.round,
         "round": req.round,
-        "loop": LoopState(round=req.round).to_dict(),
+        "loop": LoopState(round=req.round, handoffs=_handoffs(point, req)).to_dict(),
         "plan": point.plan,
         "view_start": view_start,
         "view_tokens": lineage.view_tokens(tx.conn, chain, view_start),
@@ -432,7 +436,22 @@ def _create_fork(
     change.event(EventType.RUN_QUEUED, kind=spec.kind, forked_from=link, by=actor.as_event())
     if point.plan is not None:
         change.event(EventType.PLAN_UPDATED, plan=point.plan)
+    if path := _handoffs(point, req):  # a fork of this fork finds it here
+        change.event(
+            EventType.RUN_HANDOFF,
+            round=req.round,
+            to=path[-1],
+            path=list(path),
+            inherited=True,
+            **{"from": None},
+        )
     tx.apply(change)
+
+
+def _handoffs(point: _Point, req: ForkInput) -> tuple[str, ...]:
+    """The handoffs a fork starts with: the source's at round N (a fork with a spec of its
+    own starts with that spec's agent)."""
+    return point.handoffs if req.spec is None else ()
 
 
 # --- steer ---------------------------------------------------------------------------------------

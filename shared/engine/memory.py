@@ -335,7 +335,7 @@ class RunMemory:
 
     def _scope(self) -> tuple[tuple[str, ...], MemorySpec]:
         with self._rt.engine.connect() as conn:
-            spec = self._rt.caches.spec_of(conn, self._run.id)
+            spec = self._rt.caches.spec_of(conn, self._run.id, loop=self._run.loop)
             meta = run_store.run_meta(conn, self._run.id)
         try:
             ns = run_namespace(spec, meta, self._rt.settings.memory_max_namespace_depth)

@@ -7,7 +7,9 @@ streams. A stale or duplicate dispatch finds nothing to claim and is dropped.
 
 from __future__ import annotations
 
+import contextvars
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -27,6 +29,14 @@ from shared.agent.compression import (
     tool_result_budget,
 )
 from shared.agent.decisions import Continue, Fail, Finish, RunTools
+from shared.agent.guardrails import (
+    GUARDRAIL_STOP,
+    pending_input,
+    tool_call_text,
+    tripped_finish,
+    with_passed,
+)
+from shared.agent.handoff import view_for
 from shared.agent.history import request_budget
 from shared.agent.messages import Message, Reply, Usage
 from shared.agent.plan import Plan
@@ -43,6 +53,7 @@ from shared.engine.busy import when_free
 from shared.engine.catalog import DEFER_S, Catalog, with_unavailable_note
 from shared.engine.change import Change, encode_after, finish_events, flush, settle
 from shared.engine.gate import Stage
+from shared.engine.guardrails import Checked, run_guardrails
 from shared.engine.handlers import run_handler
 from shared.engine.join import finish_call
 from shared.engine.knowledge import with_dataset_quotes
@@ -96,6 +107,7 @@ class _Claim:
     max_attempts: int = 1  # the round fails the run at its next claim past this (L-12)
     # this attempt's model calls not committed yet: billed if the attempt fails (L-12)
     billed: list[dict[str, Any]] = field(default_factory=list)
+    root: AgentSpec | None = None  # the submitted spec, when ``spec`` is a handoff's target
 
 
 class _Retry(Exception):  # noqa: N818 - control flow
@@ -324,15 +336,17 @@ def _read(
         input_tokens=run.input_tokens,
         output_tokens=run.output_tokens,
     )
-    profile, state = failover.serving(given.spec, state, rt.profiles, tx.ts)
+    spec = given.serving(run.loop)  # after a handoff, the serving agent's (docs/handoffs.md)
+    profile, state = failover.serving(spec, state, rt.profiles, tx.ts)
     based = run.base_run_id is not None
     history = rt.caches.history(tx.conn, run.id, run.view_start, run.msg_seq, based=based)
     if abandoned:  # a worker died during this round's model call: the provider billed it
         _bill_abandoned(tx, run, profile, state)
         spend.settle_left(tx.conn, run)
-    limit = given.spec.max_attempts or rt.settings.max_attempts
-    spec, inputs = given.spec, given.inputs or {}
-    return _Claim(run, spec, inputs, profile, state, history, owner, due_since, limit)
+    limit = spec.max_attempts or rt.settings.max_attempts
+    inputs = given.inputs or {}
+    root = given.spec if spec is not given.spec else None
+    return _Claim(run, spec, inputs, profile, state, history, owner, due_since, limit, root=root)
 
 
 def _crashed(rt: Runtime, claim: _Claim, exc: Exception) -> RoundResult:
@@ -484,32 +498,41 @@ def _drive(rt: Runtime, claim: _Claim, attempt_no: int) -> RoundResult:
         routed = _try_route(rt, claim)
         if routed is not None:
             return routed
+    guarded = _input_guardrails(rt, claim)
+    if guarded is not None:
+        return guarded
+    state = replace(claim.state, finalizing=state.finalizing)
     refs = attachment_refs(claim.inputs)
     catalog = toolkit.catalog(rt, run.id, spec, refs, tenant=run.tenant, deadline=run.deadline_at)
     if catalog.deferred:  # an MCP listing in flight: come back for it, holding no thread
         raise _Retry(DEFER_S, "mcp listing", counts=False)
     checkpoint = _maybe_checkpoint(rt, claim, catalog, attempt_no)
     history = claim.history + ([checkpoint.message] if checkpoint else [])
+    seen = history if claim.root is None else view_for(claim.root, state.handoffs, history)
     req_spec, inputs = with_dataset_quotes(
         rt,
         run.id,
         run.tenant,
         spec,
-        history,
+        seen,
         request_inputs(rt, run.tenant, claim.inputs, claim.profile),
     )
     req = plan_request(
         req_spec,
         profile=claim.profile,
         state=state,
-        messages=history,
+        messages=seen,
         catalog=catalog.entries,
         plan=run.plan,
         inputs=inputs,
-        known_tokens=None if checkpoint else run.view_tokens,
+        known_tokens=None if checkpoint or seen is not history else run.view_tokens,
     )
     req = with_unavailable_note(req, catalog)  # MCP servers not listed: the model is told
-    reply, latency = _call_model(rt, claim, req, attempt_no)
+    called = _call_guarded(rt, claim, req, attempt_no)
+    if isinstance(called, RoundResult):  # a parallel input guardrail tripped
+        return called
+    reply, latency, guards = called
+    state = with_passed(state, spec, guards.passed)
     cached = rt.caches.call_ids(run.id, run.view_start, run.msg_seq)
     used = set(cached) if cached is not None else _call_ids(history)
     question = last_user_text(history)
@@ -524,8 +547,11 @@ def _drive(rt: Runtime, claim: _Claim, attempt_no: int) -> RoundResult:
             call_cost=_price(claim.profile, clean),
             question=question,
         )
+        result, checked = _output_guardrails(rt, claim, result, clean)
         try:
-            return _commit(rt, claim, clean, result, catalog, latency, checkpoint)
+            return _commit(
+                rt, claim, clean, result, catalog, latency, checkpoint, guards.merged(checked)
+            )
         except _IdTaken:
             used |= _taken(rt, run.id, [c.id for c in clean.tool_calls])
     raise _Fatal("the reply's tool call ids collide with the run's", "engine_error")
@@ -600,6 +626,157 @@ def _try_route(rt: Runtime, claim: _Claim) -> RoundResult | None:
     return _end(rt, claim, Finish(stop_reason="routed", text=text), [msg])
 
 
+# --- guardrails (docs/guardrails.md) ------------------------------------------------------------
+
+
+def _guarded(rt: Runtime, claim: _Claim, guards: list[Any], text: str, stage: Any) -> Checked:
+    """``run_guardrails`` for the claimed round; what its model calls cost is billed even
+    when one of them fails (``claim.billed``)."""
+    out = Checked()
+    try:
+        run_guardrails(
+            rt, claim.run, claim.spec, guards, text, stage, claim.state.round + 1, out=out
+        )
+    except spend.OverBudget as exc:
+        raise _Budget(str(exc)) from exc
+    except spend.EnvelopeFull as exc:
+        raise _Budget(str(exc), exc.envelope, never=exc.never) from exc
+    except BaseException:
+        _billing(claim, out)
+        raise
+    return out
+
+
+def _input_guardrails(rt: Runtime, claim: _Claim) -> RoundResult | None:
+    """The input guardrails that run before the first model call: a tripwire ends the run;
+    passing ones are checkpointed (their calls billed, their names in the loop state) so a
+    re-run round does not run (or bill) them again."""
+    guards = pending_input(claim.spec, claim.state, parallel=False)
+    if not guards:
+        return None
+    checked = _guarded(rt, claim, guards, last_user_text(claim.history), "input")
+    if checked.trip is not None:
+        return _tripped(rt, claim, checked)
+    state = with_passed(claim.state, claim.spec, checked.passed)
+    state = state.add_usage(checked.input_tokens, checked.output_tokens, checked.cost)
+    change = Change(claim.run, owner=claim.owner, bump=False, usage=list(checked.usage))
+    change.values.update(
+        loop=state.to_dict(),
+        cost=Inc(checked.cost),
+        input_tokens=Inc(checked.input_tokens),
+        output_tokens=Inc(checked.output_tokens),
+    )
+    new = attempt(rt, lambda tx: tx.apply(change))
+    if new is None:  # the run moved on (a cancel): the calls are billed still
+        _billing(claim, checked)
+        _bill_lost(rt, claim)
+        return RoundResult("lost", kind=claim.spec.kind)
+    claim.run, claim.state = new, state
+    return None
+
+
+def _tripped(
+    rt: Runtime, claim: _Claim, checked: Checked, partial: dict[str, Any] | None = None
+) -> RoundResult:
+    """A guardrail tripped before the round's reply was used: the run ends (``stop_reason:
+    guardrail``, a ``guardrail.tripped`` event); the guardrails' calls, the model call it
+    made (``claim.billed``) or stopped (``partial``) are billed."""
+    assert checked.trip is not None
+    usage = checked.usage + claim.billed + ([partial] if partial else [])
+    cost = sum(float(u.get("cost") or 0.0) for u in usage)
+    change = Change.by_holder(claim.run, claim.owner)
+    change.usage += usage
+    change.values.update(
+        cost=claim.run.cost + cost,
+        input_tokens=claim.run.input_tokens + sum(u.get("input_tokens", 0) for u in usage),
+        output_tokens=claim.run.output_tokens + sum(u.get("output_tokens", 0) for u in usage),
+    )
+    change.event(EventType.GUARDRAIL_TRIPPED, round=claim.state.round, **checked.trip.as_dict())
+    settle(change, tripped_finish(checked.trip), ts=run_store.now())
+    new = attempt(rt, lambda tx: tx.apply(change))
+    if new is None:
+        _bill_lost(rt, claim)
+        return RoundResult("lost", kind=claim.spec.kind)
+    claim.billed.clear()
+    return RoundResult("committed", "Finish", claim.spec.kind)
+
+
+def _call_guarded(
+    rt: Runtime, claim: _Claim, req: RequestPlan, attempt_no: int
+) -> tuple[Reply, int, Checked] | RoundResult:
+    """The round's model call, with the input guardrails that run alongside it
+    (``parallel: true``) in a thread: one that trips aborts the call in flight."""
+    guards = pending_input(claim.spec, claim.state, parallel=True)
+    if not guards:
+        reply, latency = _call_model(rt, claim, req, attempt_no)
+        return reply, latency, Checked()
+    abort = Abort(claim.run.deadline_at)
+    box: dict[str, Any] = {}
+    text = last_user_text(claim.history)
+
+    def check() -> None:
+        try:
+            box["checked"] = found = _guarded(rt, claim, guards, text, "input")
+        except BaseException as exc:
+            box["error"] = exc
+            return
+        if found.trip is not None:
+            abort.cancel(f"guardrail {found.trip.name} tripped")
+
+    worker = threading.Thread(target=contextvars.copy_context().run, args=(check,), daemon=True)
+    worker.start()
+    try:
+        reply, latency = _call_model(rt, claim, req, attempt_no, abort=abort)
+    except BaseException as exc:
+        worker.join()
+        found = box.get("checked")
+        if isinstance(exc, _Stopped) and found is not None and found.trip is not None:
+            return _tripped(rt, claim, found, exc.usage)
+        if found is not None:  # the guardrails' calls are billed whatever became of the round
+            _billing(claim, found)
+        raise
+    worker.join()
+    if "error" in box:
+        raise box["error"]
+    found = box["checked"]
+    if found.trip is not None:  # the call came back first: its reply is not used
+        return _tripped(rt, claim, found)
+    _billing(claim, found)
+    return reply, latency, found
+
+
+def _billing(claim: _Claim, checked: Checked) -> None:
+    """Guardrail calls the round's commit will record: billed (``claim.billed``) if the
+    commit is lost or the attempt fails instead."""
+    claim.billed += [{**u, "committed": False} for u in checked.usage]
+
+
+def _output_guardrails(
+    rt: Runtime, claim: _Claim, result: StepResult, reply: Reply
+) -> tuple[StepResult, Checked]:
+    """The output guardrails on the final answer (and, for those with ``tool_calls``, on
+    each call the reply makes): a tripwire replaces what the round decided with the end of
+    the run (the answer withheld)."""
+    spec, decision = claim.spec, result.decision
+    if isinstance(decision, Finish) and decision.stop_reason != GUARDRAIL_STOP:
+        guards, texts = spec.output_guardrails, [decision.text]
+        stage = "output"
+    elif isinstance(decision, RunTools):
+        guards = [g for g in spec.output_guardrails if g.tool_calls]
+        texts = [tool_call_text(c.name, c.arguments) for c in reply.tool_calls]
+        stage = "tool_call"
+    else:
+        return result, Checked()
+    out = Checked()
+    for text in texts if guards else []:
+        checked = _guarded(rt, claim, list(guards), text, stage)
+        _billing(claim, checked)
+        out = out.merged(checked)
+        if checked.trip is not None:
+            return replace(result, decision=tripped_finish(checked.trip)), out
+    return result, out
+
+
 # --- the model call ------------------------------------------------------------------------------
 
 
@@ -614,7 +791,12 @@ def _to_model_request(req: RequestPlan) -> ModelRequest:
 
 
 def _call_model(
-    rt: Runtime, claim: _Claim, req: RequestPlan, attempt_no: int, live: bool = True
+    rt: Runtime,
+    claim: _Claim,
+    req: RequestPlan,
+    attempt_no: int,
+    live: bool = True,
+    abort: Abort | None = None,
 ) -> tuple[Reply, int]:
     run = claim.run
     model = make_model(claim.profile, run.tenant, rt.settings.allow_hosts, rt.tool_modes)
@@ -643,7 +825,8 @@ def _call_model(
         if not permit.granted:  # fleet capacity: give the thread back, come back later
             raise _Retry(permit.wait, "capacity", counts=False)
         started = run_store.now()
-        abort = Abort(run.deadline_at)  # the stream is closed at the deadline, or on a cancel
+        # the stream is closed at the deadline, on a cancel, or when a parallel guardrail trips
+        abort = abort or Abort(run.deadline_at)
         try:
             with _held(rt, claim, _to_model_request(req)) as held:
                 try:
@@ -873,12 +1056,25 @@ def _commit(
     catalog: Catalog,
     latency: int,
     checkpoint: _Checkpoint | None,
+    guards: Checked,
 ) -> RoundResult:
     run = claim.run
     round_ = result.state.round
     change = Change.by_holder(run, claim.owner)
+    if guards.trip is not None:
+        change.event(EventType.GUARDRAIL_TRIPPED, round=round_, **guards.trip.as_dict())
+    change.usage += guards.usage
     if (missing := catalog.unavailable_event()) is not None:
         change.event(EventType.TOOL_UNAVAILABLE, round=round_, **missing)
+    if (moved := result.state.handoffs) != claim.state.handoffs:  # docs/handoffs.md
+        before = claim.state.handoffs
+        change.event(
+            EventType.RUN_HANDOFF,
+            round=round_,
+            to=moved[-1],
+            path=list(moved),
+            **{"from": before[-1] if before else None},
+        )
     if checkpoint is not None:
         change.message(checkpoint.message, round_)
         change.usage.append(checkpoint.usage)
@@ -886,11 +1082,12 @@ def _commit(
     for m in result.followups:  # an output repair prompt
         change.message(m, round_)
     cost = result.state.cost + (checkpoint.usage["cost"] if checkpoint else 0.0)
+    loop = result.state.add_usage(guards.input_tokens, guards.output_tokens, guards.cost)
     change.values.update(
-        loop=result.state.to_dict(),
-        cost=cost,
-        input_tokens=result.state.input_tokens,
-        output_tokens=result.state.output_tokens,
+        loop=loop.to_dict(),
+        cost=cost + guards.cost,
+        input_tokens=loop.input_tokens,
+        output_tokens=loop.output_tokens,
         plan=result.plan,
         round=round_,
     )

@@ -65,12 +65,23 @@ def nested_specs(spec: AgentSpec) -> Iterator[AgentSpec]:
             for t in reversed(current.tools)
             if isinstance(t, InlineTool) and isinstance(t.agent, AgentSpec)
         )
+        stack.extend(h.agent for h in reversed(current.handoffs) if isinstance(h.agent, AgentSpec))
+
+
+def _profiles(s: AgentSpec) -> Iterator[ModelProfile]:
+    """The inline model profiles of one spec: its model's, its guardrails' checks'."""
+    if isinstance(s.model, ModelProfile):
+        yield s.model
+    for g in (*s.input_guardrails, *s.output_guardrails):
+        if g.model is not None and isinstance(g.model.model, ModelProfile):
+            yield g.model.model
 
 
 def _env_names(spec: AgentSpec) -> Iterator[str]:
     for s in nested_specs(spec):
-        if isinstance(s.model, ModelProfile) and s.model.api_key_env:
-            yield s.model.api_key_env
+        for p in _profiles(s):
+            if p.api_key_env:
+                yield p.api_key_env
         for tool in s.tools:
             if isinstance(tool, InlineTool) and tool.http is not None:
                 yield from tool.http.headers_env.values()
@@ -95,8 +106,9 @@ def _check_env(settings: Settings, names: list[str]) -> None:
 def _check_base_urls(settings: Settings, spec: AgentSpec) -> None:
     hosts = _split(settings.allow_hosts)
     for s in nested_specs(spec):
-        profile = s.model
-        if isinstance(profile, ModelProfile) and profile.provider == "openai" and profile.base_url:
+        for profile in _profiles(s):
+            if profile.provider != "openai" or not profile.base_url:
+                continue
             try:
                 check_url(profile.base_url, hosts)
             except ToolError as exc:
@@ -162,8 +174,8 @@ def _spec_maxima(settings: Settings, s: AgentSpec) -> list[str]:
         s.provider_wait_s, settings.provider_wait_max_s, "provider_wait_s",
         "TREADLE_PROVIDER_WAIT_MAX_S",
     )  # fmt: skip
-    if isinstance(s.model, ModelProfile):
-        out += _profile_maxima(settings, s.model)
+    for p in _profiles(s):
+        out += _profile_maxima(settings, p)
     for tool in s.tools:
         if isinstance(tool, InlineTool) and tool.http is not None:
             out += _over(
@@ -191,11 +203,12 @@ def check_profile_names(operator_names: Iterable[str], spec: AgentSpec | str) ->
         return
     taken = {*operator_names, DEMO_PROFILE.name}
     for s in nested_specs(spec):
-        if isinstance(s.model, ModelProfile) and s.model.name in taken:
-            raise SpecError(
-                f"model.name {s.model.name!r} is an operator's model profile: name it by "
-                "its name alone, or give the inline profile another name"
-            )
+        for p in _profiles(s):
+            if p.name in taken:
+                raise SpecError(
+                    f"model.name {p.name!r} is an operator's model profile: name it by "
+                    "its name alone, or give the inline profile another name"
+                )
 
 
 def check_test_models(settings: Settings, spec: AgentSpec | str) -> None:
@@ -204,7 +217,7 @@ def check_test_models(settings: Settings, spec: AgentSpec | str) -> None:
     if settings.test_models_allowed or not isinstance(spec, AgentSpec):
         return
     for s in nested_specs(spec):
-        if isinstance(s.model, ModelProfile) and s.model.provider == "scripted":
+        if any(p.provider == "scripted" for p in _profiles(s)):
             raise SpecError(
                 "model.provider 'scripted' is a test double and is not enabled on this "
                 "server (TREADLE_ALLOW_TEST_MODELS)"

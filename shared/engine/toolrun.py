@@ -66,7 +66,7 @@ def _run_tool(rt: Runtime, run_id: str, call_id: str, version: int) -> str:
         given = rt.caches.given(conn, run_id, run.spec_rev)
     if run.version != version or call.status not in (CallStatus.QUEUED, CallStatus.RUNNING):
         return "stale"
-    spec = given.spec
+    spec = given.serving(run.loop)  # after a handoff, the serving agent's
     refs = attachment_refs(given.inputs)
     catalog = toolkit.catalog(rt, run_id, spec, refs, tenant=run.tenant, deadline=run.deadline_at)
     tool = catalog.tool(call.name)

@@ -67,6 +67,8 @@ DURABLE_EVENTS = frozenset(
         EventType.RUN_RELEASED,
         *(e.value for e in MEMORY_EVENTS),
         EventType.TOOL_UNAVAILABLE.value,
+        EventType.GUARDRAIL_TRIPPED.value,  # docs/guardrails.md
+        EventType.RUN_HANDOFF.value,  # docs/handoffs.md
     }
 )
 DEFAULT_EVENTS = frozenset(

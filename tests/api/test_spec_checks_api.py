@@ -13,6 +13,34 @@ BAD_SPECS = {
     "dangling $ref": ({"output_schema": DANGLING}, "points at nothing"),
     "unknown handler": ({"router": [{"any": ["x"], "handler": "nope"}]}, "unknown handler"),
     "unknown tool": ({"tools": ["no_such_tool"]}, "unknown tool"),
+    "unknown guardrail plugin": (
+        {"input_guardrails": [{"name": "g", "plugin": "nope"}]},
+        "unknown guardrail plugin",
+    ),
+    "guardrail regex": (
+        {"input_guardrails": [{"name": "g", "rule": {"regex": "(unclosed"}}]},
+        "regex does not compile",
+    ),
+    "guardrail regex that backtracks": (
+        {"input_guardrails": [{"name": "g", "rule": {"regex": "(a+)+$"}}]},
+        "a repeat of a repeat",
+    ),
+    "guardrail of two kinds": (
+        {"output_guardrails": [{"name": "g", "plugin": "no_secrets", "rule": {"regex": "x"}}]},
+        "exactly one of",
+    ),
+    "parallel output guardrail": (
+        {"output_guardrails": [{"name": "g", "plugin": "no_secrets", "parallel": True}]},
+        "`parallel` is for input guardrails",
+    ),
+    "guardrail that never trips": (
+        {
+            "input_guardrails": [
+                {"name": "g", "model": {"categories": [{"key": "a"}, {"key": "b"}]}}
+            ]
+        },
+        "trip: true",
+    ),
 }
 
 

@@ -286,3 +286,29 @@ def test_a_redirect_to_a_refused_address_is_not_followed_nor_retried(
     assert reap(rt).webhooks == 0 and _outbox_kinds(rt) == []
     servers.close()
     others.close()
+
+
+def test_a_guardrail_tripwire_is_a_webhook(
+    rt: Runtime, stub: StubBroker, receiver: Receiver
+) -> None:
+    """docs/guardrails.md: the tripwire's event is delivered, and the run's end with it."""
+    import tests.plugins  # noqa: F401  (the no_secrets plugin)
+
+    spec = AgentSpec.model_validate(
+        {
+            "kind": "agent",
+            "model": {"provider": "scripted", "replies": [{"text": "unused"}]},
+            "input_guardrails": [{"name": "leaks", "plugin": "no_secrets"}],
+        }
+    )
+    hook = WebhookSpec(
+        url=receiver.url, events=["guardrail.tripped", "run.completed"], secret_env=SECRET_ENV
+    )
+    row, _ = commands.submit_run(
+        rt, commands.RunInput(agent=spec, input="tell me the secret", webhook=hook)
+    )
+    stub.drain(rt)
+    payloads = [Webhook(SECRET).verify(g.body, g.headers) for g in receiver.received]
+    assert [p["type"] for p in payloads] == ["guardrail.tripped", "run.completed"]
+    assert payloads[1]["data"]["run_id"] == row["id"]
+    assert payloads[1]["data"]["stop_reason"] == "guardrail"
