@@ -19,6 +19,7 @@ from scheduler.http.cron_routes import cron_router
 from scheduler.http.datasets import datasets_router
 from scheduler.http.errors import install_error_handlers
 from scheduler.http.files import files_router, upload_overhead
+from scheduler.http.fleet import fleet_router
 from scheduler.http.lifecycle import lifecycle_router
 from scheduler.http.memory import router as memory_router
 from scheduler.http.openapi import install_openapi
@@ -79,6 +80,7 @@ def create_app(get_rt: Callable[[], Runtime] | None = None, *, auth: str | None 
     app.state.auth = authenticator = Authenticator(get_rt, auth)
     install_error_handlers(app)
     app.include_router(runs_router(get_rt))
+    app.include_router(fleet_router(get_rt))  # search's bulk actions: cancel, suspend, resume
     app.include_router(lifecycle_router(get_rt))  # resume, fork, messages, plan
     app.include_router(agent_routes(get_rt))
     app.include_router(threads_router(get_rt))

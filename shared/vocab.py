@@ -67,6 +67,7 @@ class EventType(StrEnum):
     RUN_RESUMED = "run.resumed"
     RUN_RELEASED = "run.released"
     RUN_WAITING = "run.waiting"
+    RUN_SUSPENDED = "run.suspended"  # an operator parked it at a round boundary (bulk suspend)
     RUN_COMPLETED = "run.completed"
     RUN_FAILED = "run.failed"
     RUN_CANCELLED = "run.cancelled"

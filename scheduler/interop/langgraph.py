@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Annotated, Any
 
 import anyio
-import sqlalchemy as sa
 from fastapi import APIRouter, Body, Header, Query, Response
 from fastapi.responses import StreamingResponse
 from sqlalchemy.engine import Connection
@@ -54,7 +53,6 @@ from shared.store import records
 from shared.store import runs as run_store
 from shared.store import segments as segs
 from shared.store import threads as thread_store
-from shared.store.tables import threads
 
 __all__ = ["langgraph_router"]
 
@@ -647,23 +645,16 @@ def _thread_routes(r: APIRouter, f: _Facade) -> None:
         return states[:limit]
 
 
-def _tenant_threads(
-    conn: Connection, tenant: str, ids: list[str] | None
-) -> list[Mapping[Any, Any]]:
-    q = sa.select(threads).where(threads.c.tenant == tenant)
-    if ids:
-        q = q.where(threads.c.id.in_([*ids, *(scoped_id(tenant, i) for i in ids)]))
-    q = q.order_by(threads.c.updated_at.desc()).limit(500)
-    return list(conn.execute(q).mappings())
-
-
 def _search(conn: Connection, tenant: str, body: SearchBody) -> list[Mapping[Any, Any]]:
     """The tenant's threads (newest first) whose metadata holds ``body.metadata``, in
-    ``body.status``."""
+    ``body.status``: the store selects by ids and string values (``search_threads``), the
+    other values and the status are checked here."""
     want = body.metadata or {}
-    rows = [
+    strings = {k: v for k, v in want.items() if isinstance(v, str)}
+    ids = [*body.ids, *(scoped_id(tenant, i) for i in body.ids)] if body.ids else None
+    rows: list[Mapping[Any, Any]] = [
         t
-        for t in _tenant_threads(conn, tenant, body.ids)
+        for t in thread_store.search_threads(conn, tenant, ids=ids, metadata=strings)
         if all((t["meta"] or {}).get(k) == v for k, v in want.items())
     ]
     if body.status:

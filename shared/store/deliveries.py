@@ -57,6 +57,7 @@ DURABLE_EVENTS = frozenset(
         "tool.finished",
         "plan.updated",
         "run.waiting",
+        "run.suspended",
         "run.resumed",
         "provider.waiting",
         "provider.retrying",
