@@ -84,6 +84,7 @@ class EventType(StrEnum):
     TEXT_DELTA = "text.delta"
     REASONING_DELTA = "reasoning.delta"
     TOOL_DELTA = "tool.delta"
+    TOOL_PROGRESS = "tool.progress"  # a tool's progress as it runs (ctx.progress, HTTP, MCP)
 
 
 TERMINAL_EVENTS: Final = frozenset(
@@ -91,7 +92,7 @@ TERMINAL_EVENTS: Final = frozenset(
 )
 """The last event of a run that ended (an SSE stream ends after one)."""
 LIVE_EVENTS: Final = frozenset(
-    {EventType.TEXT_DELTA, EventType.REASONING_DELTA, EventType.TOOL_DELTA}
+    {EventType.TEXT_DELTA, EventType.REASONING_DELTA, EventType.TOOL_DELTA, EventType.TOOL_PROGRESS}
 )
 """Events that are only streamed, never stored."""
 MEMORY_EVENTS: Final = frozenset({EventType.MEMORY_READ, EventType.MEMORY_WRITTEN})

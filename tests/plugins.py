@@ -126,3 +126,18 @@ def lost(args: Nothing, ctx: ToolContext) -> ToolResult:
 def _poisoned(text: str) -> str:
     """A router handler that fails the same way every time (a deterministic bug)."""
     raise RuntimeError(f"poisoned handler for {text[:40]!r}")
+
+
+class ProgressArgs(BaseModel):
+    steps: int = Field(default=5, ge=1, le=50)
+    delay: float = Field(default=0.5, ge=0, le=10)
+
+
+@tool(read_only=True)
+def progressive(args: ProgressArgs, ctx: ToolContext) -> ToolResult:
+    """Wait ``delay`` seconds, then report progress ``steps`` times, then finish."""
+    time.sleep(args.delay)
+    for i in range(1, args.steps + 1):
+        ctx.progress(i, args.steps, f"step {i} of {args.steps}")
+        time.sleep(0.02)
+    return ToolResult(text=f"did {args.steps} steps")

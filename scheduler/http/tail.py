@@ -51,7 +51,7 @@ __all__ = [
 
 TERMINAL = frozenset({"run.completed", "run.failed", "run.cancelled"})
 SEGMENT_ENDS = frozenset(END_TYPES)  # a facade's segment also ends at a pause
-LIVE_TYPES = frozenset({"text.delta", "reasoning.delta"})
+LIVE_TYPES = frozenset({"text.delta", "reasoning.delta", "tool.progress"})
 HEARTBEAT_S = 15.0
 POLL_S = 1.0
 BATCH = 500
@@ -67,7 +67,7 @@ class Batch:
 
 @dataclass(frozen=True)
 class Delta:
-    """A live, unstored event (model text or reasoning) of the run."""
+    """A live, unstored event (model text or reasoning, a tool's progress) of the run."""
 
     type: str
     data: dict[str, Any] = field(default_factory=dict)
