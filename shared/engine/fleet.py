@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
-from shared.engine import commands
+from shared.engine import admission, commands
 from shared.engine.change import Change
 from shared.engine.runtime import Runtime
 from shared.engine.suspension import KIND, park, suspended
@@ -96,15 +96,27 @@ def resume_run(rt: Runtime, tenant: str, run_id: str) -> Outcome:
             return Outcome(run_id, "resumed", run.status.value)
         if not suspended(run):
             raise Conflict(f"run {run_id} is not suspended")
-        was = str((run.pending or {}).get("was") or Status.RUNNING.value)
-        status = Status(was) if Status(was) in RUNNABLE else Status.RUNNING
-        change = Change(run, queue_round=True)
-        change.values.update(status=status.value, pending=None, wake_at=None)
-        change.event(EventType.RUN_RESUMED, after=KIND)
-        new = tx.apply(change)
+        new = tx.apply(_resumed(tx, run))
         return Outcome(run_id, "resumed", new.status.value)
 
     return retrying(rt, op)
+
+
+def _resumed(tx: Tx, run: Run) -> Change:
+    """A suspended run goes on: its round is queued — or, when its tenant is at its limit of
+    runs in flight (``shared.engine.admission``), it waits ``queued`` and held to be admitted
+    like a new run (a run on a thread never waits here)."""
+    was = str((run.pending or {}).get("was") or Status.RUNNING.value)
+    status = Status(was) if Status(was) in RUNNABLE else Status.RUNNING
+    if run.thread_id is None and admission.gate(tx, run.tenant):
+        change = Change(run)
+        change.values.update(status=Status.QUEUED.value, held=True, pending=None, wake_at=None)
+        change.event(EventType.RUN_RESUMED, after=KIND, admitted=False)
+        return change
+    change = Change(run, queue_round=True)
+    change.values.update(status=status.value, pending=None, wake_at=None)
+    change.event(EventType.RUN_RESUMED, after=KIND)
+    return change
 
 
 def cancel_run(rt: Runtime, tenant: str, run_id: str) -> Outcome:

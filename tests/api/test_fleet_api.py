@@ -227,3 +227,24 @@ def test_bad_input_is_refused_and_writes_nothing(
     assert 400 <= got.status_code < 500, got.text
     assert set(got.json()["error"]) >= {"code", "message"}
     assert _state(sqlite_rt) == before
+
+
+def test_a_resumed_run_waits_for_its_tenants_admission(
+    sqlite_rt: Runtime, stub: StubBroker
+) -> None:
+    settings = sqlite_rt.settings.model_copy(update={"tenant_active_runs": 1})
+    rt = Runtime(engine=sqlite_rt.engine, settings=settings, publish=stub)
+    with TestClient(create_app(lambda: rt)) as client:
+        first = _submit(rt, 1, lambda i: None)[0]
+        parked = client.post("/v1/runs/suspend", json={"ids": [first]}).json()["results"]
+        assert parked[0]["outcome"] == "suspended"
+        second = _submit(rt, 1, lambda i: None)[0]  # the suspended run holds no slot
+        assert client.get(f"/v1/runs/{second}").json()["status"] == "queued"
+        back = client.post("/v1/runs/resume", json={"ids": [first]}).json()["results"]
+        assert (back[0]["outcome"], back[0]["status"]) == ("resumed", "queued")
+        with rt.engine.connect() as conn:
+            held = conn.execute(sa.select(runs.c.held).where(runs.c.id == first)).scalar_one()
+        assert held  # waits to be admitted: the tenant's slot is the second run's
+        stub.drain(rt)
+        for run_id in (first, second):
+            assert client.get(f"/v1/runs/{run_id}").json()["status"] == "completed"
