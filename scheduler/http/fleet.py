@@ -22,20 +22,25 @@ from shared.engine.runtime import Runtime
 from shared.errors import SpecError
 from shared.store.runs import RunFilter
 
-__all__ = ["MAX_META_FILTERS", "fleet_router", "query_filter"]
+__all__ = ["MAX_META_FILTERS", "fleet_router", "query_filter", "searchable"]
 
 MAX_META_FILTERS: Final = 8
 META_KEY = r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}$"
 _META_KEY = re.compile(META_KEY)
 _META_PREFIX = "metadata."
 MetaKey = Annotated[str, StringConstraints(pattern=META_KEY)]
-MetaValue = Annotated[str, StringConstraints(max_length=256)]
+MetaValue = Annotated[str, StringConstraints(max_length=256, pattern=r"^[^\x00]*$")]
 RunIdStr = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
 AgentNameStr = Annotated[str, StringConstraints(pattern=AGENT_NAME)]
 
 
 def _ts(value: datetime | None) -> float | None:
     return value.timestamp() if value is not None else None
+
+
+def searchable(key: str, value: object) -> bool:
+    """A metadata pair the store can select by (a plain key, a string without NUL)."""
+    return bool(_META_KEY.match(key)) and isinstance(value, str) and "\x00" not in value
 
 
 def meta_filters(params: QueryParams) -> dict[str, str]:
@@ -47,7 +52,7 @@ def meta_filters(params: QueryParams) -> dict[str, str]:
         key = name.removeprefix(_META_PREFIX)
         if not name.startswith(_META_PREFIX) or not _META_KEY.match(key):
             raise SpecError(f"invalid metadata filter {name[:80]!r}: metadata.<key>=<value>")
-        if key in found or len(value) > 256:
+        if key in found or len(value) > 256 or "\x00" in value:
             raise SpecError(f"metadata filter {key!r}: one value of at most 256 characters")
         found[key] = value
     if len(found) > MAX_META_FILTERS:

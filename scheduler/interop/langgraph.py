@@ -20,6 +20,7 @@ from starlette.concurrency import run_in_threadpool
 
 from scheduler.http.agents import resolve, store_lookup
 from scheduler.http.auth import Caller, ReadCaller, WriteCaller
+from scheduler.http.fleet import searchable
 from scheduler.http.tail import Batch, Beat, Delta, follow, wait_for_end
 from scheduler.interop.common import admit, facade_webhook, stream_responses
 from scheduler.interop.lg_assistants import assistant_routes
@@ -650,7 +651,7 @@ def _search(conn: Connection, tenant: str, body: SearchBody) -> list[Mapping[Any
     ``body.status``: the store selects by ids and string values (``search_threads``), the
     other values and the status are checked here."""
     want = body.metadata or {}
-    strings = {k: v for k, v in want.items() if isinstance(v, str)}
+    strings = {k: v for k, v in want.items() if searchable(k, v)}
     ids = [*body.ids, *(scoped_id(tenant, i) for i in body.ids)] if body.ids else None
     rows: list[Mapping[Any, Any]] = [
         t

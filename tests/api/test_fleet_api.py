@@ -211,6 +211,8 @@ def _types(rt: Runtime, run_id: str) -> list[str]:
         ("GET", "/v1/runs?metadata.a=1&metadata.a=2", None),
         ("GET", "/v1/runs?" + "&".join(f"metadata.k{i}=v" for i in range(9)), None),
         ("GET", "/v1/runs?metadata.k=" + "v" * 257, None),
+        ("GET", "/v1/runs?metadata.k=a%00b", None),
+        ("POST", "/v1/runs/cancel", {"filter": {"metadata": {"k": "a\u0000b"}}}),
         ("GET", "/v1/runs?created_after=yesterday", None),
         ("GET", "/v1/runs?created_after=2026-01-01T00:00:00", None),  # no offset
         ("GET", "/v1/runs?status=asleep", None),
