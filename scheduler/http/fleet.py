@@ -8,21 +8,30 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated, Final
+from typing import Annotated, Any, Final
 
-from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from fastapi import APIRouter, Body, Request
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
+from pydantic.json_schema import SkipJsonSchema
 from starlette.datastructures import QueryParams
 
 from scheduler.http.agents import AGENT_NAME
 from scheduler.http.auth import WriteCaller
-from scheduler.http.schemas import ID_PATTERN, JsonInt, JsonTime, RunStatus
+from scheduler.http.schemas import ID_PATTERN, JsonInt, RunStatus
 from shared.engine import fleet
 from shared.engine.runtime import Runtime
 from shared.errors import SpecError
 from shared.store.runs import RunFilter
 
-__all__ = ["MAX_META_FILTERS", "fleet_router", "query_filter", "searchable"]
+__all__ = ["MAX_META_FILTERS", "IsoTime", "fleet_router", "query_filter", "searchable"]
 
 MAX_META_FILTERS: Final = 8
 META_KEY = r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}$"
@@ -32,6 +41,21 @@ MetaKey = Annotated[str, StringConstraints(pattern=META_KEY)]
 MetaValue = Annotated[str, StringConstraints(max_length=256, pattern=r"^[^\x00]*$")]
 RunIdStr = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
 AgentNameStr = Annotated[str, StringConstraints(pattern=AGENT_NAME)]
+
+
+_ISO = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}")
+
+
+def _iso(value: object) -> object:
+    """A date-time as the schema means it: an ISO 8601 string (pydantic would take a number,
+    or a string of one, as epoch seconds)."""
+    if not isinstance(value, str) or not _ISO.match(value):
+        raise ValueError("Input should be an ISO 8601 date-time with an offset")
+    return value
+
+
+IsoTime = Annotated[AwareDatetime, BeforeValidator(_iso)]
+"""A ``date-time`` string with its offset, in a query or a body."""
 
 
 def _ts(value: datetime | None) -> float | None:
@@ -82,24 +106,43 @@ def query_filter(
     )
 
 
-class BulkFilter(BaseModel):
-    """Which runs (every given part must hold; at least one part)."""
+MetaFilter = Annotated[
+    dict[MetaKey, MetaValue],
+    Field(
+        min_length=1,
+        max_length=MAX_META_FILTERS,
+        json_schema_extra={"additionalProperties": False},  # keys: the pattern's only
+    ),
+]
+StatusList = Annotated[list[RunStatus], Field(min_length=1, max_length=7)]
 
-    model_config = ConfigDict(extra="forbid")
-    metadata: dict[MetaKey, MetaValue] | None = Field(
-        default=None, max_length=MAX_META_FILTERS, description="Exact string values"
+
+class BulkFilter(BaseModel):
+    """Which runs: every part given must hold; at least one part, none empty or null (the
+    schema says so: ``minProperties``, no nulls, non-empty ``metadata`` and ``status``)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
+    metadata: MetaFilter | SkipJsonSchema[None] = Field(
+        default=None, description="Exact string values"
     )
-    agent: AgentNameStr | None = None
-    status: list[RunStatus] | None = Field(default=None, max_length=7)
-    thread_id: RunIdStr | None = None
-    created_after: JsonTime | None = None
-    created_before: JsonTime | None = None
-    ended_after: JsonTime | None = None
-    ended_before: JsonTime | None = None
+    agent: AgentNameStr | SkipJsonSchema[None] = None
+    status: StatusList | SkipJsonSchema[None] = None
+    thread_id: RunIdStr | SkipJsonSchema[None] = None
+    created_after: IsoTime | SkipJsonSchema[None] = None
+    created_before: IsoTime | SkipJsonSchema[None] = None
+    ended_after: IsoTime | SkipJsonSchema[None] = None
+    ended_before: IsoTime | SkipJsonSchema[None] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nulls(cls, data: Any) -> Any:
+        if isinstance(data, dict) and any(v is None for v in data.values()):
+            raise ValueError("a filter's parts are not null: leave a part out instead")
+        return data
 
     @model_validator(mode="after")
     def _some(self) -> BulkFilter:
-        if not any(v not in (None, {}, []) for v in self.model_dump().values()):
+        if not any(v is not None for v in self.model_dump().values()):
             raise ValueError("an empty filter: name at least one of its parts")
         return self
 
@@ -116,19 +159,24 @@ class BulkFilter(BaseModel):
         )
 
 
-class BulkBody(BaseModel):
-    """``ids`` or ``filter`` (not both); ``limit``: the most runs a filter selects."""
+class ByIds(BaseModel):
+    """The runs named (1-500 ids; one named twice is acted on once)."""
 
     model_config = ConfigDict(extra="forbid")
-    ids: list[RunIdStr] | None = Field(default=None, min_length=1, max_length=fleet.MAX_BULK)
-    filter: BulkFilter | None = None
+    ids: list[RunIdStr] = Field(min_length=1, max_length=fleet.MAX_BULK)
+
+
+class ByFilter(BaseModel):
+    """The runs a filter matches that the action applies to, oldest first, at most
+    ``limit`` (``more`` in the answer says whether more match)."""
+
+    model_config = ConfigDict(extra="forbid")
+    filter: BulkFilter
     limit: JsonInt = Field(default=100, ge=1, le=fleet.MAX_BULK)
 
-    @model_validator(mode="after")
-    def _one(self) -> BulkBody:
-        if (self.ids is None) == (self.filter is None):
-            raise ValueError("give either ids or filter")
-        return self
+
+BulkBody = Annotated[ByIds | ByFilter, Body()]
+"""``{"ids": [...]}`` or ``{"filter": {...}, "limit"?}``, not both."""
 
 
 class BulkOutcome(BaseModel):
@@ -145,12 +193,12 @@ class BulkResult(BaseModel):
     more: bool = Field(description="A filter matched more runs than `limit`: call again")
 
 
-def _bulk(rt: Runtime, tenant: str, action: str, body: BulkBody) -> BulkResult:
+def _bulk(rt: Runtime, tenant: str, action: str, body: ByIds | ByFilter) -> BulkResult:
     more = False
-    if body.filter is not None:
+    if isinstance(body, ByFilter):
         ids, more = fleet.select_runs(rt, tenant, action, body.filter.run_filter(), body.limit)
     else:
-        ids = list(body.ids or ())
+        ids = list(body.ids)
     done = fleet.bulk(rt, tenant, action, ids)
     return BulkResult(
         results=[

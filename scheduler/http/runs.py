@@ -8,13 +8,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
-from pydantic import AwareDatetime
 
 from scheduler.http import limits
 from scheduler.http.agents import AGENT_NAME, resolve, store_lookup
 from scheduler.http.auth import Caller, ReadCaller, ResumeCaller, WriteCaller
 from scheduler.http.deliveries import DeliveryList, DeliveryView, delivery_view
-from scheduler.http.fleet import query_filter
+from scheduler.http.fleet import IsoTime, query_filter
 from scheduler.http.schemas import (
     CURSOR_PATTERN,
     AnswerBody,
@@ -135,10 +134,10 @@ def runs_router(get_rt: Callable[[], Runtime]) -> APIRouter:
         status: Annotated[list[RunStatus] | None, Query(max_length=7)] = None,
         thread_id: Annotated[str | None, Query(max_length=40)] = None,
         agent: Annotated[str | None, Query(pattern=AGENT_NAME)] = None,
-        created_after: Annotated[AwareDatetime | None, Query()] = None,
-        created_before: Annotated[AwareDatetime | None, Query()] = None,
-        ended_after: Annotated[AwareDatetime | None, Query()] = None,
-        ended_before: Annotated[AwareDatetime | None, Query()] = None,
+        created_after: Annotated[IsoTime | None, Query()] = None,
+        created_before: Annotated[IsoTime | None, Query()] = None,
+        ended_after: Annotated[IsoTime | None, Query()] = None,
+        ended_before: Annotated[IsoTime | None, Query()] = None,
         limit: Annotated[int, Query(ge=1, le=200)] = 50,
         cursor: Annotated[str | None, Query(pattern=CURSOR_PATTERN)] = None,
     ) -> RunList:

@@ -197,6 +197,10 @@ def _types(rt: Runtime, run_id: str) -> list[str]:
         ("POST", "/v1/runs/cancel", {}),  # neither ids nor filter
         ("POST", "/v1/runs/cancel", {"ids": ["run_a"], "filter": {"status": ["queued"]}}),
         ("POST", "/v1/runs/cancel", {"filter": {}}),  # an empty filter: not "every run"
+        ("POST", "/v1/runs/cancel", {"filter": {"metadata": {}, "status": []}}),
+        ("POST", "/v1/runs/cancel", {"filter": {"agent": None, "status": ["queued"]}}),
+        ("POST", "/v1/runs/cancel", {"ids": ["run_a"], "limit": 5}),  # limit: a filter's
+        ("GET", "/v1/runs?created_after=1764000000", None),  # epoch seconds: not ISO 8601
         ("POST", "/v1/runs/suspend", {"ids": [f"run_{i}" for i in range(501)]}),
         ("POST", "/v1/runs/suspend", {"filter": {"status": ["queued"]}, "limit": 501}),
         ("POST", "/v1/runs/resume", {"ids": []}),
