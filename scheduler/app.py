@@ -20,6 +20,7 @@ from scheduler.http.datasets import router as datasets_router
 from scheduler.http.errors import install_error_handlers
 from scheduler.http.files import router as files_router
 from scheduler.http.files import upload_overhead
+from scheduler.http.fleet import fleet_router
 from scheduler.http.lifecycle import lifecycle_router
 from scheduler.http.memory import router as memory_router
 from scheduler.http.openapi import install_openapi
@@ -80,6 +81,7 @@ def create_app(get_rt: Callable[[], Runtime] | None = None, *, auth: str | None 
     app.state.auth = authenticator = Authenticator(get_rt, auth)
     install_error_handlers(app)
     app.include_router(runs_router(get_rt))
+    app.include_router(fleet_router(get_rt))  # search's bulk actions: cancel, suspend, resume
     app.include_router(lifecycle_router(get_rt))  # resume, fork, messages, plan
     app.include_router(agent_routes(get_rt))
     app.include_router(threads_router(get_rt))

@@ -70,6 +70,7 @@ class EventType(StrEnum):
     RUN_RESUMED = "run.resumed"
     RUN_RELEASED = "run.released"
     RUN_WAITING = "run.waiting"
+    RUN_SUSPENDED = "run.suspended"  # an operator parked it at a round boundary (bulk suspend)
     RUN_COMPLETED = "run.completed"
     RUN_FAILED = "run.failed"
     RUN_CANCELLED = "run.cancelled"
@@ -88,6 +89,7 @@ class EventType(StrEnum):
     TEXT_DELTA = "text.delta"
     REASONING_DELTA = "reasoning.delta"
     TOOL_DELTA = "tool.delta"
+    TOOL_PROGRESS = "tool.progress"  # a tool's progress as it runs (ctx.progress, HTTP, MCP)
 
 
 TERMINAL_EVENTS: Final = frozenset(
@@ -97,7 +99,7 @@ TERMINAL_EVENTS: Final = frozenset(
 SEGMENT_ENDS: Final = frozenset({EventType.RUN_WAITING, *TERMINAL_EVENTS})
 """The events a stretch of a run's work ends with: it waits for a person, or it ended."""
 LIVE_EVENTS: Final = frozenset(
-    {EventType.TEXT_DELTA, EventType.REASONING_DELTA, EventType.TOOL_DELTA}
+    {EventType.TEXT_DELTA, EventType.REASONING_DELTA, EventType.TOOL_DELTA, EventType.TOOL_PROGRESS}
 )
 """Events that are only streamed, never stored."""
 MEMORY_EVENTS: Final = frozenset({EventType.MEMORY_READ, EventType.MEMORY_WRITTEN})

@@ -4,7 +4,8 @@ served over streamable HTTP or SSE on 127.0.0.1 by uvicorn in a thread, or over 
 
 Tools: ``lookup`` (annotated read-only), ``book`` (a write: like a well-behaved API it applies
 each ``Idempotency-Key`` from ``_meta`` once and replays its answer), ``tally`` (a write the
-spec may declare read-only), ``fail`` (``isError``), ``big`` (a large result), ``slow``.
+spec may declare read-only), ``fail`` (``isError``), ``big`` (a large result), ``slow``,
+``steps`` (progress notifications).
 """
 
 from __future__ import annotations
@@ -76,6 +77,14 @@ def make_server(effects: Effects, name: str = "bookings") -> MCPServer:
     def big(size: int) -> str:
         """A large result."""
         return "x" * size
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def steps(count: int, ctx: Context) -> str:
+        """Report progress ``count`` times (MCP progress notifications), then answer."""
+        for i in range(1, count + 1):
+            await ctx.report_progress(i, count, f"step {i} of {count}")
+            await anyio.sleep(0.02)
+        return f"did {count} steps"
 
     @server.tool()
     async def slow(seconds: float) -> str:

@@ -140,3 +140,18 @@ def _slow_no_secrets(text: str, stage: str) -> str | None:
     """``no_secrets`` after half a second (a parallel guardrail that fires mid-call)."""
     time.sleep(0.5)
     return _no_secrets(text, stage)
+
+
+class ProgressArgs(BaseModel):
+    steps: int = Field(default=5, ge=1, le=50)
+    delay: float = Field(default=0.5, ge=0, le=10)
+
+
+@tool(read_only=True)
+def progressive(args: ProgressArgs, ctx: ToolContext) -> ToolResult:
+    """Wait ``delay`` seconds, then report progress ``steps`` times, then finish."""
+    time.sleep(args.delay)
+    for i in range(1, args.steps + 1):
+        ctx.progress(i, args.steps, f"step {i} of {args.steps}")
+        time.sleep(0.02)
+    return ToolResult(text=f"did {args.steps} steps")

@@ -148,6 +148,19 @@ class ApiClient:
         out: dict[str, Any] = self.request("GET", "/v1/runs", params=params)
         return out
 
+    def search(
+        self, params: list[tuple[str, str]], *, limit: int = 50, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """``GET /v1/runs`` with filters (``metadata.<key>``, ``agent``, ``status``...)."""
+        query = [*params, ("limit", str(limit))] + ([("cursor", cursor)] if cursor else [])
+        out: dict[str, Any] = self.request("GET", "/v1/runs", params=query)
+        return out
+
+    def bulk(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /v1/runs/{cancel|suspend|resume}`` by ids or filter."""
+        out: dict[str, Any] = self.request("POST", f"/v1/runs/{action}", json=body)
+        return out
+
     def messages(self, run_id: str) -> list[dict[str, Any]]:
         return list(self.request("GET", f"/v1/runs/{run_id}/messages")["messages"])
 

@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from scheduler.cli import fleet as cli_fleet
 from scheduler.cli import keys as keys_cli
 from scheduler.cli import prune as prune_cli
 from scheduler.cli import runs as cli_runs
@@ -265,7 +266,8 @@ def _interactive_demo(question: str, agent: str) -> int:
     return exit_code(run)
 
 
-cli_runs.register(app)  # submit, watch, answer, approve, cancel, resume, runs, show
+cli_runs.register(app)  # submit, watch, answer, approve, cancel, resume, show
+cli_fleet.register(app)  # runs | runs search | runs cancel|suspend|resume --filter
 keys_cli.register(app)  # keys create | list | revoke
 prune_cli.register(app)  # prune --older-than 30d [--dry-run]
 spend_cli.register(app)  # spend | spend set SCOPE KEY --cap N | spend delete SCOPE KEY

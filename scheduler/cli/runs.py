@@ -1,5 +1,6 @@
 """The ``treadle`` commands that talk to the API: submit, watch, answer, approve, cancel,
-resume, runs, show. The API is ``--url`` / ``TREADLE_URL``; the key ``--key`` / ``TREADLE_API_KEY``.
+resume, show (``runs`` is ``scheduler.cli.fleet``'s). The API is ``--url`` /
+``TREADLE_URL``; the key ``--key`` / ``TREADLE_API_KEY``.
 
 Exit codes: 0 the run completed (or the command did what it was asked), 1 the run failed or
 was cancelled, 2 a usage or API error, 3 the run is waiting (on a question or an approval).
@@ -27,7 +28,7 @@ from scheduler.cli.prompts import interactive_terminal
 from scheduler.cli.render import print_run, print_transcript, print_warnings
 from scheduler.cli.watch import STATUS_STYLE, model_name
 
-__all__ = ["DEFAULT_URL", "exit_code", "load_agent", "register"]
+__all__ = ["DEFAULT_URL", "exit_code", "load_agent", "register", "runs_table"]
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 EXIT_OK, EXIT_RUN, EXIT_USAGE, EXIT_WAITING = 0, 1, 2, 3
@@ -394,24 +395,12 @@ def _age(created: str) -> str:
     return f"{secs:.0f}s ago"
 
 
-def runs(
-    status: Annotated[str | None, typer.Option(help="only runs with this status")] = None,
-    thread: Annotated[str | None, typer.Option(help="only runs on this thread")] = None,
-    limit: Annotated[int, typer.Option(help="how many (newest first)")] = 20,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    key: KeyOpt = None,
-) -> None:
-    """List runs, newest first."""
-    with api(url, key) as client:
-        page = client.runs(status=status, thread_id=thread, limit=limit)
-    if as_json:
-        print(json.dumps(page, ensure_ascii=False))
-        return
+def runs_table(rows: list[dict[str, Any]]) -> Table:
+    """Runs as a table: id, status, kind, model, round, tokens, cost, age."""
     table = Table(box=None, header_style="bold dim", pad_edge=False)
     for col in ("run", "status", "kind", "model", "round", "tokens in→out", "cost", "created"):
         table.add_column(col, justify="right" if col in ("round", "cost") else "left")
-    for r in page["runs"]:
+    for r in rows:
         u = r["usage"]
         table.add_row(
             r["id"],
@@ -423,7 +412,7 @@ def runs(
             f"${u['cost']:.4f}",
             _age(r["created_at"]),
         )
-    console.print(table if page["runs"] else Text("no runs", style="dim"))
+    return table
 
 
 def show(
@@ -443,5 +432,5 @@ def show(
 
 
 def register(app: typer.Typer) -> None:
-    for command in (submit, watch, answer, approve, cancel, resume, runs, show):
+    for command in (submit, watch, answer, approve, cancel, resume, show):
         app.command()(command)

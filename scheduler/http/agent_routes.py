@@ -1,16 +1,18 @@
 """Agents over the API (docs/api.md, "Agents"): a tenant creates an agent (``POST
 /v1/agents``), adds immutable versions (``PUT /v1/agents/{name}``), reads one
-(``GET /v1/agents/{name}``, ``name@3`` for a version) and lists its versions; a run names it
-(``agent: "name"`` for the latest, ``"name@3"``). A spec is checked as a run's is, before
-anything is written. Registered agents (built-ins, ``TREADLE_AGENTS_FILE``) read the same and
-are read-only (409)."""
+(``GET /v1/agents/{name}``, ``name@3`` for a version, ``name@prod`` for a tag) and lists its
+versions, tags versions (``PUT /v1/agents/{name}/tags/{tag}``: made or moved, a rollback) and
+deletes the agent (``DELETE /v1/agents/{name}``: its runs keep the spec they started with); a
+run names it (``agent: "name"`` for the latest, ``"name@3"``, ``"name@prod"``). A spec is
+checked as a run's is, before anything is written. Registered agents (built-ins,
+``TREADLE_AGENTS_FILE``) read the same and are read-only (409)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from scheduler.http import limits
@@ -23,6 +25,7 @@ from scheduler.http.agents import (
     store_lookup,
 )
 from scheduler.http.auth import Caller, ReadCaller, WriteCaller
+from scheduler.http.schemas import JsonInt
 from shared.agent.spec import AgentSpec
 from shared.engine.catalog import build_catalog
 from shared.engine.knowledge import check_sources
@@ -39,14 +42,21 @@ __all__ = [
     "add_agent_version",
     "agent_routes",
     "check_agent_spec",
+    "delete_agent",
     "read_agent",
+    "tag_version",
 ]
 
 AgentName = Annotated[str, Field(pattern=AGENT_NAME, description="[A-Za-z0-9][A-Za-z0-9_.-]*")]
 AgentRef = Annotated[
     str,
-    Path(max_length=80, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}(@[0-9]{1,9})?$"),
+    Path(
+        max_length=100,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}(@([0-9]{1,9}|[a-z][a-z0-9_-]{0,31}))?$",
+    ),
 ]
+AgentNamePath = Annotated[str, Path(pattern=AGENT_NAME)]
+TagPath = Annotated[str, Path(pattern=store.TAG, description="[a-z][a-z0-9_-]*, e.g. prod")]
 
 
 class _Strict(BaseModel):
@@ -77,14 +87,26 @@ class AgentView(BaseModel):
     description: str | None = None
     metadata: dict[str, Any] | None = None
     created_at: str | None = None
+    tags: list[str] = Field(default_factory=list, description="The tags on this version")
 
 
 class AgentVersionList(BaseModel):
     versions: list[AgentView]
 
 
-def version_view(v: AgentVersion) -> AgentView:
+class TagBody(_Strict):
+    """``PUT /v1/agents/{name}/tags/{tag}``: the version the tag points at from now on."""
+
+    version: JsonInt = Field(ge=1, le=999_999_999)
+
+
+class TagList(BaseModel):
+    tags: dict[str, int] = Field(description="Each tag and the version it points at")
+
+
+def version_view(v: AgentVersion, tags: list[str] | None = None) -> AgentView:
     return AgentView(
+        tags=tags or [],
         name=v.name,
         version=v.version,
         ref=v.ref,
@@ -127,8 +149,7 @@ def add_agent_version(
 ) -> AgentVersion:
     """The agent's first (``new``) or next version, after the checks, within the tenant's
     quotas (``TREADLE_MAX_AGENTS``, ``TREADLE_MAX_AGENT_VERSIONS``: 403 past them)."""
-    if is_registered(name):
-        raise Conflict(f"agent {name!r} is registered by the operator and read-only")
+    _writable(name)
     check_agent_spec(rt, caller, spec)
     quota = store.Quota(rt.settings.max_agents, rt.settings.max_agent_versions)
     with rt.engine.begin() as conn:
@@ -153,9 +174,32 @@ def read_agent(rt: Runtime, tenant: str, ref: str) -> AgentView:
         return _registered_view(name)
     with rt.engine.connect() as conn:
         found = store.get_version(conn, tenant, name, version)
+        tags = store.tags_by_version(conn, tenant, name)
     if found is None:
         raise NotFound(f"agent {ref!r} not found")
-    return version_view(found)
+    return version_view(found, tags.get(found.version))
+
+
+def _writable(name: str) -> None:
+    if is_registered(name):
+        raise Conflict(f"agent {name!r} is registered by the operator and read-only")
+
+
+def delete_agent(rt: Runtime, tenant: str, name: str) -> None:
+    """Delete the tenant's agent: every version and tag (its runs keep their specs)."""
+    _writable(name)
+    with rt.engine.begin() as conn:
+        if not store.delete_agent(conn, tenant, name):
+            raise NotFound(f"agent {name!r} not found")
+
+
+def tag_version(rt: Runtime, tenant: str, name: str, tag: str, version: int) -> AgentView:
+    """Point ``tag`` at ``version`` (a rollback when it moves back)."""
+    _writable(name)
+    with rt.engine.begin() as conn:
+        found = store.set_tag(conn, tenant, name, tag, version, run_store.now())
+        tags = store.tags_by_version(conn, tenant, name)
+    return version_view(found, tags.get(found.version))
 
 
 def agent_routes(get_rt: Callable[[], Runtime]) -> APIRouter:
@@ -208,8 +252,43 @@ def agent_routes(get_rt: Callable[[], Runtime]) -> APIRouter:
             return AgentVersionList(versions=[_registered_view(name)][offset : offset + limit])
         with get_rt().engine.connect() as conn:
             found = store.list_versions(conn, caller.tenant, name, limit=limit, offset=offset)
+            tags = store.tags_by_version(conn, caller.tenant, name)
         if not found and offset == 0:
             raise NotFound(f"agent {name!r} not found")
-        return AgentVersionList(versions=[version_view(v) for v in found])
+        return AgentVersionList(versions=[version_view(v, tags.get(v.version)) for v in found])
 
+    _lifecycle_routes(r, get_rt)
     return r
+
+
+def _lifecycle_routes(r: APIRouter, get_rt: Callable[[], Runtime]) -> None:
+    @r.delete("/agents/{name}", status_code=204, response_class=Response)
+    def delete(name: AgentNamePath, caller: WriteCaller) -> Response:
+        """Delete the agent: every version and tag. Runs that named it keep the spec they
+        started with; new runs naming it get 404."""
+        delete_agent(get_rt(), caller.tenant, name)
+        return Response(status_code=204)
+
+    @r.get("/agents/{name}/tags", response_model=TagList)
+    def tags(name: AgentNamePath, caller: ReadCaller) -> TagList:
+        """The agent's tags and the version each points at."""
+        with get_rt().engine.connect() as conn:
+            by_version = store.tags_by_version(conn, caller.tenant, name)
+            if not by_version and store.get_version(conn, caller.tenant, name) is None:
+                raise NotFound(f"agent {name!r} not found")
+        return TagList(tags={t: v for v, ts in sorted(by_version.items()) for t in ts})
+
+    @r.put("/agents/{name}/tags/{tag}", response_model=AgentView)
+    def put_tag(name: AgentNamePath, tag: TagPath, body: TagBody, caller: WriteCaller) -> AgentView:
+        """Point the tag at a version (made, or moved: a rollback). ``latest`` is what the
+        bare name resolves to until the next version is added."""
+        return tag_version(get_rt(), caller.tenant, name, tag, body.version)
+
+    @r.delete("/agents/{name}/tags/{tag}", status_code=204, response_class=Response)
+    def delete_tag(name: AgentNamePath, tag: TagPath, caller: WriteCaller) -> Response:
+        """Remove the tag (404 when it is not set)."""
+        _writable(name)
+        with get_rt().engine.begin() as conn:
+            if not store.drop_tag(conn, caller.tenant, name, tag):
+                raise NotFound(f"agent {name!r} has no tag {tag!r}")
+        return Response(status_code=204)

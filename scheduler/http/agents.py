@@ -3,7 +3,8 @@
 Registered agents are the operator's: the built-ins below, plus a YAML/JSON file named by
 ``TREADLE_AGENTS_FILE`` (``name: spec``); they are read-only. A tenant's own agents are
 created over the API (``scheduler.http.agent_routes``), each version immutable: ``"name"``
-is the latest, ``"name@3"`` version 3. A registered name wins (a tenant cannot take it).
+is the latest, ``"name@3"`` version 3, ``"name@prod"`` the version its tag ``prod`` points
+at. A registered name wins (a tenant cannot take it).
 """
 
 from __future__ import annotations
@@ -44,9 +45,10 @@ __all__ = [
 
 AGENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 _NAME = re.compile(AGENT_NAME)
-_REF = re.compile(r"^(?P<name>[^@]+)@(?P<version>[0-9]{1,9})$")
-Lookup = Callable[[str, int | None], AgentVersion | None]
-"""A tenant's agents: (name, version or None for the latest) → that version, or None."""
+_REF = re.compile(r"^(?P<name>[^@]+)@(?:(?P<version>[0-9]{1,9})|(?P<tag>[a-z][a-z0-9_-]{0,31}))$")
+Lookup = Callable[[str, int | str | None], AgentVersion | None]
+"""A tenant's agents: (name, a version, a tag, or None for the latest) → that version, or
+None."""
 
 
 def _call(call_id: str, tool: str, **arguments: Any) -> dict[str, Any]:
@@ -179,18 +181,21 @@ def is_registered(name: str) -> bool:
     return name in _registered()
 
 
-def parse_ref(ref: str) -> tuple[str, int | None]:
-    """``"name"`` → (name, None); ``"name@3"`` → (name, 3)."""
+def parse_ref(ref: str) -> tuple[str, int | str | None]:
+    """``"name"`` → (name, None); ``"name@3"`` → (name, 3); ``"name@prod"`` → (name,
+    "prod"): the version its tag points at."""
     found = _REF.match(ref)
     if found is None:
         return ref, None
+    if found["tag"] is not None:
+        return found["name"], str(found["tag"])
     return found["name"], int(found["version"])
 
 
 def store_lookup(rt: Runtime, tenant: str) -> Lookup:
     """The tenant's agents in the database."""
 
-    def lookup(name: str, version: int | None) -> AgentVersion | None:
+    def lookup(name: str, version: int | str | None) -> AgentVersion | None:
         with rt.engine.connect() as conn:
             return agent_store.get_version(conn, tenant, name, version)
 

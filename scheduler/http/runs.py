@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Header, Query, Response
+from fastapi import APIRouter, Body, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from scheduler.http import limits
-from scheduler.http.agents import resolve, store_lookup
+from scheduler.http.agents import AGENT_NAME, resolve, store_lookup
 from scheduler.http.auth import Caller, ReadCaller, ResumeCaller, WriteCaller
 from scheduler.http.deliveries import DeliveryList, DeliveryView, delivery_view
+from scheduler.http.fleet import IsoTime, query_filter
 from scheduler.http.schemas import (
     CURSOR_PATTERN,
     AnswerBody,
@@ -128,20 +129,33 @@ def runs_router(get_rt: Callable[[], Runtime]) -> APIRouter:
 
     @r.get("/runs", response_model=RunList)
     def list_runs(
+        request: Request,
         caller: ReadCaller,
-        status: Annotated[RunStatus | None, Query()] = None,
+        status: Annotated[list[RunStatus] | None, Query(max_length=7)] = None,
         thread_id: Annotated[str | None, Query(max_length=40)] = None,
+        agent: Annotated[str | None, Query(pattern=AGENT_NAME)] = None,
+        created_after: Annotated[IsoTime | None, Query()] = None,
+        created_before: Annotated[IsoTime | None, Query()] = None,
+        ended_after: Annotated[IsoTime | None, Query()] = None,
+        ended_before: Annotated[IsoTime | None, Query()] = None,
         limit: Annotated[int, Query(ge=1, le=200)] = 50,
         cursor: Annotated[str | None, Query(pattern=CURSOR_PATTERN)] = None,
     ) -> RunList:
+        """The tenant's runs, newest first, filtered: ``metadata.<key>=<value>`` (exact,
+        up to 8), ``agent``, ``status`` (repeatable), ``thread_id``, creation and end
+        ranges (ISO 8601 with an offset; after: inclusive, before: exclusive). Keyset
+        paging: pass ``next_cursor`` back as ``cursor``."""
+        found = query_filter(
+            request,
+            agent=agent,
+            status=list(status or ()),
+            thread_id=thread_id,
+            created=(created_after, created_before),
+            ended=(ended_after, ended_before),
+        )
         with get_rt().engine.connect() as conn:
-            rows = run_store.list_runs(
-                conn,
-                caller.tenant,
-                status=status,
-                thread_id=thread_id,
-                limit=limit + 1,
-                before=_parse_cursor(cursor),
+            rows = run_store.search_runs(
+                conn, caller.tenant, found, limit=limit + 1, before=_parse_cursor(cursor)
             )
         nxt = _cursor(rows[limit - 1]) if len(rows) > limit else None
         return RunList(runs=[run_view(x) for x in rows[:limit]], next_cursor=nxt)

@@ -2,10 +2,10 @@
 
 The stream replays the durable events after the client's cursor (``Last-Event-ID`` or
 ``?after=``), then tails the run: ``id:`` is the event seq; model text and reasoning deltas
-are interleaved live, without an id (they are not stored, so a reconnect does not replay
-them); a ``: heartbeat`` comment every 15 s; the stream ends after the terminal event
-(``run.completed``, ``run.failed``, ``run.cancelled``). ``: connected`` is sent once the tail
-is subscribed, so anything published after it reaches this stream.
+and tools' ``tool.progress`` are interleaved live, without an id (they are not stored, so a
+reconnect does not replay them); a ``: heartbeat`` comment every 15 s; the stream ends after
+the terminal event (``run.completed``, ``run.failed``, ``run.cancelled``). ``: connected`` is
+sent once the tail is subscribed, so anything published after it reaches this stream.
 """
 
 from __future__ import annotations

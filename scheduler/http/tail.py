@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 TERMINAL = frozenset({EventType.RUN_COMPLETED, EventType.RUN_FAILED, EventType.RUN_CANCELLED})
-LIVE_TYPES = frozenset({EventType.TEXT_DELTA, EventType.REASONING_DELTA})
+LIVE_TYPES = frozenset({EventType.TEXT_DELTA, EventType.REASONING_DELTA, EventType.TOOL_PROGRESS})
 HEARTBEAT_S = 15.0
 POLL_S = 1.0
 BATCH = 500
@@ -65,7 +65,7 @@ class Batch:
 
 @dataclass(frozen=True)
 class Delta:
-    """A live, unstored event (model text or reasoning) of the run."""
+    """A live, unstored event (model text or reasoning, a tool's progress) of the run."""
 
     type: str
     data: dict[str, Any] = field(default_factory=dict)

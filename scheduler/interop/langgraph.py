@@ -20,6 +20,7 @@ from starlette.concurrency import run_in_threadpool
 
 from scheduler.http.agents import resolve, store_lookup
 from scheduler.http.auth import Caller, ReadCaller, WriteCaller
+from scheduler.http.fleet import searchable
 from scheduler.http.tail import Batch, Beat, Delta, follow, wait_for_end
 from scheduler.interop.common import admit, facade_webhook, stream_responses
 from scheduler.interop.lg_assistants import assistant_routes
@@ -650,13 +651,14 @@ def _thread_routes(r: APIRouter, f: _Facade) -> None:
 
 def _search(conn: Connection, tenant: str, body: SearchBody) -> list[Mapping[Any, Any]]:
     """The tenant's threads (newest first) whose metadata holds ``body.metadata``, in
-    ``body.status``."""
+    ``body.status``: the store selects by ids and string values (``search_threads``), the
+    other values and the status are checked here."""
     want = body.metadata or {}
+    strings = {k: v for k, v in want.items() if searchable(k, v)}
+    ids = [*body.ids, *(scoped_id(tenant, i) for i in body.ids)] if body.ids else None
     rows: list[Mapping[Any, Any]] = [
         t
-        for t in thread_store.tenant_threads(
-            conn, tenant, body.ids, also=[scoped_id(tenant, i) for i in body.ids or []]
-        )
+        for t in thread_store.search_threads(conn, tenant, ids=ids, metadata=strings)
         if all((t["meta"] or {}).get(k) == v for k, v in want.items())
     ]
     if body.status:

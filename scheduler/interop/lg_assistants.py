@@ -5,7 +5,9 @@ assistant of its own graph (version 1, read-only). ``assistants.create(graph_id,
 makes a tenant's agent whose spec is the ``graph_id`` agent's spec with the ``context`` fields
 over it (and the spec fields found in ``config["configurable"]``); ``update`` adds a version
 (the same, over the latest version or a new ``graph_id``), ``get_versions`` lists them, and a
-run names a version as ``"<assistant_id>@<version>"``.
+run names a version as ``"<assistant_id>@<version>"``. ``set_latest`` (a rollback) points the
+agent's ``latest`` tag at a version: the bare name resolves to it until a new version is
+added; ``delete`` deletes the agent (``DELETE /v1/agents/{name}``).
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Path
+from fastapi import APIRouter, Body, Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from scheduler.http.agent_routes import add_agent_version
+from scheduler.http.agent_routes import add_agent_version, delete_agent, tag_version
 from scheduler.http.agents import (
     AGENT_NAME,
     BUILTIN_AGENTS,
@@ -62,6 +64,14 @@ class AssistantBody(BaseModel):
     if_exists: str | None = Field(default=None, max_length=32)
     name: str | None = Field(default=None, max_length=200)
     description: str | None = Field(default=None, max_length=2000)
+
+
+class LatestBody(BaseModel):
+    """``POST /assistants/{id}/latest``: the version the assistant resolves to from now on."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    version: JsonInt = Field(ge=1, le=999_999_999)
 
 
 class AssistantPage(BaseModel):
@@ -250,6 +260,22 @@ def assistant_routes(r: APIRouter, get_rt: Callable[[], Runtime]) -> None:
 
     @r.get("/assistants/{assistant_id}")
     def get_assistant(assistant_id: AssistantId, caller: ReadCaller) -> dict[str, Any]:
+        return a.get(caller.tenant, assistant_id)
+
+    @r.delete("/assistants/{assistant_id}", status_code=204, response_class=Response)
+    def delete_assistant(assistant_id: AssistantId, caller: WriteCaller) -> Response:
+        if parse_ref(assistant_id)[1] is not None:
+            raise Conflict("delete an assistant by its id, not one of its versions")
+        delete_agent(get_rt(), caller.tenant, assistant_id)
+        return Response(status_code=204)
+
+    @r.post("/assistants/{assistant_id}/latest")
+    def set_latest(
+        assistant_id: AssistantId, body: LatestBody, caller: WriteCaller
+    ) -> dict[str, Any]:
+        if parse_ref(assistant_id)[1] is not None:
+            raise Conflict("set the latest version of an assistant by its id")
+        tag_version(get_rt(), caller.tenant, assistant_id, store.LATEST_TAG, body.version)
         return a.get(caller.tenant, assistant_id)
 
     @r.post("/assistants/{assistant_id}/versions")

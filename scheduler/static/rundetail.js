@@ -39,6 +39,7 @@ export class RunDetail {
     this.liveText = new Map();
     this.liveReasoning = new Map();
     this.started = new Map();
+    this.progress = new Map(); // call_id -> its latest tool.progress (live only)
     this.currentRound = 0;
     this.reasoningOpen = new Map();
     this.pauseKey = null;
@@ -79,7 +80,10 @@ export class RunDetail {
     for (const m of messages) {
       if (m.role === "assistant") { this.liveText.delete(m.round); this.liveReasoning.delete(m.round); }
     }
-    for (const c of calls) this.started.delete(c.call_id);
+    for (const c of calls) {
+      this.started.delete(c.call_id);
+      if (c.status === "done") this.progress.delete(c.call_id);
+    }
     this.currentRound = Math.max(this.currentRound, run.round);
     if (FINAL.has(run.status) && this.es) {
       this.es.close();
@@ -105,6 +109,7 @@ export class RunDetail {
     for (const type of ["text.delta", "reasoning.delta"]) {
       es.addEventListener(type, (e) => this.onDelta(type, JSON.parse(e.data)));
     }
+    es.addEventListener("tool.progress", (e) => this.onProgress(JSON.parse(e.data)));
     es.onopen = () => this.setLive("live");
     es.onerror = () => {
       if (es.readyState === EventSource.CLOSED) {
@@ -136,6 +141,13 @@ export class RunDetail {
     if (this.messages.some((m) => m.role === "assistant" && m.round === n)) return;
     buf.set(n, (buf.get(n) || "") + (d.text || ""));
     this.currentRound = Math.max(this.currentRound, n);
+    this.queueRender();
+  }
+
+  onProgress(d) {
+    const prev = this.progress.get(d.call_id);
+    if (prev && prev.seq >= d.seq) return;
+    this.progress.set(d.call_id, d);
     this.queueRender();
   }
 
@@ -332,6 +344,8 @@ export class RunDetail {
     const icon = running ? h("span", { class: "spinner" }) : h("span", { class: `ti ti-${state}` }, { ok: "✓", error: "✕", declined: "⊘", waiting: "●", pending: "…" }[state] || "•");
     const args = c.arguments ? prettyJson(c.arguments) : "";
     const result = c.error || c.result || "";
+    const p = running ? this.progress.get(c.call_id) : null;
+    const pct = p && p.total ? ` ${Math.round((100 * (p.progress || 0)) / p.total)}%` : p && p.progress != null ? ` ${p.progress}` : "";
     return h("div", { class: `tool tool-${state}`, "data-testid": "tool-card", "data-tool": c.name },
       h("div", { class: "tool-head" }, icon,
         h("span", { class: "tool-name mono" }, c.name),
@@ -342,6 +356,7 @@ export class RunDetail {
         c.attempts > 1 ? h("span", { class: "muted" }, `${c.attempts} attempts`) : null,
         c.cost ? h("span", { class: "muted mono" }, fmtCost(c.cost)) : null,
         h("span", { class: "muted mono" }, fmtSeconds(secs))),
+      p ? h("div", { class: "tool-progress muted", "data-testid": "tool-progress" }, `${p.message || ""}${pct}`.trim()) : null,
       args && args !== "{}" && c.status !== "waiting" ? h("pre", { class: "args" }, args) : null, // waiting: the approval card shows them
       c.decision && c.decision.action === "edit" ? h("details", { class: "result", "data-testid": "tool-proposed" },
         h("summary", {}, "proposed by the model"), h("pre", {}, prettyJson(c.decision.proposed_arguments))) : null,

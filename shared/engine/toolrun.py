@@ -30,6 +30,7 @@ from shared.engine.gate import Stage
 from shared.engine.join import finish_call
 from shared.engine.knowledge import Knowledge
 from shared.engine.memory import RunMemory
+from shared.engine.progress import progress_sink
 from shared.engine.runtime import Runtime
 from shared.engine.transition import attempt
 from shared.engine.tx import Tx
@@ -184,6 +185,7 @@ def execute_tool(
         knowledge=Knowledge(rt, run.tenant),
         memory=RunMemory(rt, run),
         confinement=rt.confinement,
+        on_progress=progress_sink(rt, run.id, call),
     )
     try:  # strict JSON first: json5 is pure Python (~100 ms for 500 characters)
         args = parse_arguments(call.arguments or "{}")

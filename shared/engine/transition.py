@@ -10,7 +10,8 @@ in this order (``FOLLOW_UPS``):
 2. ``children``: a child run that ends, pauses or resumes tells its parent (the join, or its
    surfaced pause);
 3. ``threads``: a run that ends on a thread starts the thread's next held run;
-4. ``admission``: a top-level run that ends or pauses lets its tenant's next waiting run in.
+4. ``admission``: a top-level run that ends or pauses lets its tenant's next waiting run in;
+5. ``suspension``: a run asked to suspend whose round a change queued parks instead.
 
 After the commit (never before, never on rollback) the dispatches are published — the broker
 is only a doorbell, a lost one is re-sent by the reaper from the state itself —, the runs' SSE
@@ -27,7 +28,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Final, TypeVar
 
-from shared.engine import admission, children, posted, threads
+from shared.engine import admission, children, posted, suspension, threads
 from shared.engine.change import LostRace
 from shared.engine.runtime import Runtime
 from shared.engine.tx import FollowUp, Tx
@@ -43,6 +44,7 @@ FOLLOW_UPS: Final[tuple[FollowUp, ...]] = (
     children.follow_up,
     threads.follow_up,
     admission.follow_up,
+    suspension.follow_up,
 )
 
 

@@ -152,6 +152,11 @@ class Tx:
         """The guarded UPDATE and the change's rows (messages, events, usage, calls): one
         statement on PostgreSQL (``Beside``)."""
         values = dict(change.values)
+        if change.status is not None:  # when it ended: the search's ended range reads it
+            ended = change.status in FINAL
+            values.setdefault("ended_at", self.ts if ended else None)
+            if ended:  # a suspend asked of it is moot
+                values.setdefault("suspend_at", None)
         if change.queue_round:  # when its dispatch goes out (the reaper's clock for it)
             values.setdefault("dispatched_at", self.ts)
         if tokens and "view_tokens" not in values:

@@ -57,6 +57,7 @@ DURABLE_EVENTS = frozenset(
         EventType.TOOL_FINISHED,
         EventType.PLAN_UPDATED,
         EventType.RUN_WAITING,
+        EventType.RUN_SUSPENDED,
         EventType.RUN_RESUMED,
         "provider.waiting",
         "provider.retrying",

@@ -97,6 +97,8 @@ class Run(_Readable):
     steer: list[dict[str, Any]] | None = None
     priority: int = 5
     ttl_s: float | None = None
+    ended_at: float | None = None
+    suspend_at: float | None = None
 
     @classmethod
     def of(cls, row: Mapping[Any, Any]) -> Run:

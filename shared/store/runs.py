@@ -5,18 +5,23 @@ guarded write (``shared.store.write.Store.update_run``)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Connection
 
 from shared.store.rows import Run, RunRecord
 from shared.store.tables import run_specs, runs, workers
 
 __all__ = [
+    "RunFilter",
     "now",
+    "search_runs",
     "record_of",
     "record_query",
     "live",
@@ -26,6 +31,8 @@ __all__ = [
     "load_run",
     "lock_run",
     "make_due",
+    "matching_ids",
+    "meta_match",
     "release_round",
     "run_meta",
     "run_spec",
@@ -121,11 +128,84 @@ def list_runs(
     limit: int = 50,
     before: tuple[float, str] | None = None,
 ) -> list[RunRecord]:
-    q = _RECORD.where(runs.c.tenant == tenant)
-    if status:
-        q = q.where(runs.c.status == status)
-    if thread_id:
-        q = q.where(runs.c.thread_id == thread_id)
+    found = RunFilter(statuses=(status,) if status else (), thread_id=thread_id)
+    return search_runs(conn, tenant, found, limit=limit, before=before)
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """What a search or a bulk action selects (every part must hold; empty: no constraint).
+    ``metadata``: exact string values of the client's metadata keys; ``agent``: the named
+    agent it ran (any version); ``suspended``: waiting with ``pending.kind`` suspended."""
+
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    agent: str | None = None
+    statuses: tuple[str, ...] = ()
+    thread_id: str | None = None
+    created_after: float | None = None
+    created_before: float | None = None
+    ended_after: float | None = None
+    ended_before: float | None = None
+    ids: tuple[str, ...] = ()
+    top_level: bool = False
+    suspended: bool = False
+
+
+def meta_match(conn: Connection, column: Any, want: Mapping[str, str]) -> Any:
+    """SQL: the JSON ``column`` holds each key with that string value (PostgreSQL: by
+    containment, which migration 0084's GIN index serves for runs; SQLite: JSON paths)."""
+    if conn.dialect.name == "postgresql":
+        doc = sa.cast(sa.literal(json.dumps(dict(want))), JSONB)
+        return sa.cast(column, JSONB).op("@>")(doc)
+    return sa.and_(*(column[k].as_string() == v for k, v in want.items()))
+
+
+def _agent_match(name: str) -> Any:
+    escaped = name.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    ref = run_specs.c.agent_ref
+    return sa.or_(ref == name, ref.like(f"{escaped}@%", escape="\\"))
+
+
+def _where(conn: Connection, tenant: str, f: RunFilter) -> list[Any]:
+    c = runs.c
+    parts: list[Any] = [c.tenant == tenant]
+    if f.metadata:
+        parts.append(meta_match(conn, run_specs.c.meta, f.metadata))
+    if f.agent:
+        parts.append(_agent_match(f.agent))
+    if f.statuses:
+        parts.append(c.status.in_(f.statuses))
+    if f.thread_id:
+        parts.append(c.thread_id == f.thread_id)
+    if f.ids:
+        parts.append(c.id.in_(f.ids))
+    if f.top_level:
+        parts.append(c.parent_run_id.is_(None))
+    if f.suspended:
+        parts.append(c.pending["kind"].as_string() == "suspended")
+    bounds = [
+        (f.created_after, c.created_at, True),
+        (f.created_before, c.created_at, False),
+        (f.ended_after, c.ended_at, True),
+        (f.ended_before, c.ended_at, False),
+    ]
+    for value, col, lower in bounds:
+        if value is not None:
+            parts.append(col >= value if lower else col < value)
+    return parts
+
+
+def search_runs(
+    conn: Connection,
+    tenant: str,
+    f: RunFilter,
+    *,
+    limit: int = 50,
+    before: tuple[float, str] | None = None,
+) -> list[RunRecord]:
+    """The tenant's runs that match ``f``, newest first; a page ends before ``before`` (the
+    last row's ``(created_at, id)`` of the previous page: keyset paging, no offset)."""
+    q = _RECORD.where(*_where(conn, tenant, f))
     if before:
         ts, rid = before
         q = q.where(
@@ -133,6 +213,18 @@ def list_runs(
         )
     q = q.order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(limit)
     return [record_of(r) for r in conn.execute(q).mappings()]
+
+
+def matching_ids(conn: Connection, tenant: str, f: RunFilter, limit: int) -> list[str]:
+    """The ids of at most ``limit`` of the tenant's runs that match ``f``, oldest first."""
+    q = (
+        sa.select(runs.c.id)
+        .join(run_specs, run_specs.c.run_id == runs.c.id)
+        .where(*_where(conn, tenant, f))
+        .order_by(runs.c.created_at, runs.c.id)
+        .limit(limit)
+    )
+    return [str(r) for r in conn.execute(q).scalars()]
 
 
 def run_spec(conn: Connection, run_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:

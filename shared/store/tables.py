@@ -11,6 +11,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 __all__ = [
+    "agent_tags",
     "agent_versions",
     "api_keys",
     "cron_fires",
@@ -108,6 +109,10 @@ runs = sa.Table(
     sa.Column("ttl_s", sa.Float, nullable=True),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("updated_at", sa.Float, nullable=False),
+    # when it last ended (None while it has not): the search's ``ended_after``/``ended_before``
+    sa.Column("ended_at", sa.Float, nullable=True),
+    # a suspend asked while its round or tools were in flight: its next round boundary parks it
+    sa.Column("suspend_at", sa.Float, nullable=True),
     sa.UniqueConstraint("tenant", "idempotency_key", name="uq_runs_idempotency"),
 )
 sa.Index("ix_runs_status", runs.c.status)
@@ -116,6 +121,7 @@ sa.Index("ix_runs_thread", runs.c.thread_id)
 sa.Index("ix_runs_wake", runs.c.wake_at)
 sa.Index("ix_runs_lease_owner", runs.c.lease_owner)
 sa.Index("ix_runs_base", runs.c.base_run_id)
+sa.Index("ix_runs_tenant_ended", runs.c.tenant, runs.c.ended_at)
 sa.Index("ix_runs_tenant_status", runs.c.tenant, runs.c.status)  # admission counts
 sa.Index("ix_runs_status_updated", runs.c.status, runs.c.updated_at)  # retention
 sa.Index("ix_runs_ttl", runs.c.ttl_s)  # retention: runs with their own ttl_s
@@ -147,6 +153,18 @@ agent_versions = sa.Table(
     sa.Column("meta", sa.JSON, nullable=True),  # the client's metadata
     sa.Column("facade", sa.JSON, nullable=True),  # how a facade made it (LangGraph graph_id...)
     sa.Column("created_at", sa.Float, nullable=False),
+)
+
+agent_tags = sa.Table(
+    # a name's tags (``prod``, ``staging``): each points at one of its versions; ``name@tag``
+    # resolves through it, and moving it is a rollback
+    "agent_tags",
+    metadata,
+    sa.Column("tenant", sa.String(64), primary_key=True),
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("tag", sa.String(32), primary_key=True),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
 )
 
 workers = sa.Table(

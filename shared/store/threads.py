@@ -3,6 +3,7 @@ history. The policy (one active run, multitask) is in ``shared.engine.threads``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
@@ -10,6 +11,7 @@ from sqlalchemy.engine import Connection, RowMapping
 
 from shared.store.rows import ACTIVE as ACTIVE_STATUSES
 from shared.store.rows import Run
+from shared.store.runs import meta_match
 from shared.store.tables import messages, runs, threads
 from shared.vocab import Status
 
@@ -22,6 +24,7 @@ __all__ = [
     "last_started",
     "lock_thread",
     "next_held",
+    "search_threads",
     "stalled_threads",
     "thread_messages",
     "thread_runs",
@@ -167,13 +170,20 @@ def stalled_threads(conn: Connection, limit: int = 200) -> list[str]:
     return [str(t) for t in conn.execute(q).scalars()]
 
 
-def tenant_threads(
-    conn: Connection, tenant: str, ids: list[str] | None, also: list[str] | None = None
+def search_threads(
+    conn: Connection,
+    tenant: str,
+    *,
+    ids: list[str] | None = None,
+    metadata: Mapping[str, str] | None = None,
+    limit: int = 500,
 ) -> list[RowMapping]:
-    """The tenant's threads, newest first (at most 500): those of ``ids`` (and ``also``, the
-    same ids as stored) when given, else all."""
+    """The tenant's threads, most recently updated first: those named (``ids``), whose
+    metadata holds each key with that string value (``shared.store.runs.meta_match``)."""
     q = sa.select(threads).where(threads.c.tenant == tenant)
     if ids:
-        q = q.where(threads.c.id.in_([*ids, *(also or [])]))
-    q = q.order_by(threads.c.updated_at.desc()).limit(500)
+        q = q.where(threads.c.id.in_(ids))
+    if metadata:
+        q = q.where(meta_match(conn, threads.c.meta, metadata))
+    q = q.order_by(threads.c.updated_at.desc()).limit(limit)
     return list(conn.execute(q).mappings())

@@ -35,6 +35,7 @@ __all__ = [
     "InvalidToolArguments",
     "KnowledgeSource",
     "MemorySource",
+    "ProgressSink",
     "Tool",
     "ToolContext",
     "ToolFunction",
@@ -51,6 +52,14 @@ class InvalidToolArguments(ToolError):
     """Arguments that fail the tool's schema; the message is the validation message (L-5)."""
 
     code = "invalid_tool_arguments"
+
+
+class ProgressSink(Protocol):
+    """Takes a tool's progress reports (``ToolContext.progress``)."""
+
+    def __call__(
+        self, progress: float | None, total: float | None, message: str | None
+    ) -> None: ...
 
 
 class FileSource(Protocol):
@@ -100,6 +109,17 @@ class ToolContext:
     memory: MemorySource | None = None  # the run's long-term memory (remember, recall)
     abort: Abort | None = None
     confinement: Confinement | None = None  # the worker's sandbox slots and cgroups
+    on_progress: ProgressSink | None = None  # where ``progress`` goes (the run's live stream)
+
+    def progress(
+        self, progress: float | None = None, total: float | None = None, message: str | None = None
+    ) -> None:
+        """Report how far the call is (``progress`` of ``total``, and/or a ``message``): the
+        run's live stream shows it as a ``tool.progress`` event. Ephemeral, as model deltas
+        are (never stored, not replayed); bounded (``shared.engine.progress``); a no-op
+        outside a run."""
+        if self.on_progress is not None:
+            self.on_progress(progress, total, message)
 
     @property
     def idempotency_key(self) -> str:

@@ -6,7 +6,8 @@ values come only from environment variables named in ``headers_env``, read at ca
 A tool is read-only only if declared so (N-5); every call of a write tool, and every call
 with a write method, sends ``Idempotency-Key: <run_id>:<call_id>``. A successful response
 with the header ``Treadle-Stop: true`` ends the run after this call (SPEC L-6), as a plugin
-tool's ``ToolResult(stop=True)`` does.
+tool's ``ToolResult(stop=True)`` does. A ``text/event-stream`` answer reports its
+``progress`` frames as they arrive (``shared.tools.http_progress``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import httpx
 from shared.agent.spec import HttpToolSpec, InlineTool
 from shared.errors import SpecError, ToolError
 from shared.tools.base import InvalidToolArguments, ToolContext, ToolResult
+from shared.tools.http_progress import is_event_stream, progress_watch, sse_result
 from shared.tools.netguard import SafeResponse, safe_request
 
 __all__ = [
@@ -95,10 +97,12 @@ class HttpTool:
             allow_hosts=ctx.allow_hosts,
             client=self._client,
             abort=ctx.abort,
+            watch=progress_watch(ctx),
         )
         if response.status_code >= 400:
             raise ToolError(f"HTTP {response.status_code}: {error_excerpt(response)}")
-        text = response.text or f"HTTP {response.status_code} (empty response)"
+        text = sse_result(response.text) if is_event_stream(response.headers) else response.text
+        text = text or f"HTTP {response.status_code} (empty response)"
         return ToolResult(
             text=text, data={"status": response.status_code}, stop=wants_stop(response)
         )

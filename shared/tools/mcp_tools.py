@@ -215,8 +215,15 @@ class McpServer:
         async def prepare() -> Callable[[], Any]:
             return maker
 
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            ctx.progress(progress, total, message)  # the server's notifications/progress
+
         def session() -> Awaitable[mcp_types.CallToolResult]:
-            return self._session(lambda c: c.call_tool(tool, args, meta=meta), prepare, timeout)
+            return self._session(
+                lambda c: c.call_tool(tool, args, progress_callback=on_progress, meta=meta),
+                prepare,
+                timeout,
+            )
 
         try:
             return run_async(session, timeout + _GRACE)

@@ -205,6 +205,10 @@ def _resolve(host: str, port: int) -> list[IPAddress]:
     return found
 
 
+Watch = Callable[[httpx.Headers], Callable[[bytes], None] | None]
+"""Given a response's headers, maybe a callback for each piece of its body as it arrives."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Hop:
     method: str
@@ -219,6 +223,7 @@ class _Limits:
     deadline: float  # time.monotonic()
     max_bytes: int
     allow_hosts: tuple[str, ...]
+    watch: Watch | None = None
 
     def remaining(self) -> float:
         left = self.deadline - time.monotonic()
@@ -239,11 +244,14 @@ def safe_request(
     allow_hosts: Sequence[str] = (),
     client: httpx.Client | None = None,
     abort: Abort | None = None,
+    watch: Watch | None = None,
 ) -> SafeResponse:
     """One guarded HTTP exchange; every failure is a ToolError with a readable message, except
-    that a fired ``abort`` ends it at once with its ``Aborted`` error."""
+    that a fired ``abort`` ends it at once with its ``Aborted`` error. ``watch``: given the
+    final response's headers, maybe a callback that sees each piece of its body as it
+    arrives (a streamed body's progress), before the whole body is returned."""
     handle = abort or Abort()
-    limits = _Limits(timeout, time.monotonic() + timeout, max_bytes, tuple(allow_hosts))
+    limits = _Limits(timeout, time.monotonic() + timeout, max_bytes, tuple(allow_hosts), watch)
     hop = _first_hop(method, url, headers, params, json)
     try:
         with handle.bound():
@@ -338,6 +346,7 @@ def _read(response: httpx.Response, url: httpx.URL, limits: _Limits) -> SafeResp
         raise _too_large(limits)
     chunks: list[bytes] = []
     size = 0
+    seen = limits.watch(response.headers) if limits.watch is not None else None
     try:
         with _watchdog(response, limits):
             for chunk in response.iter_bytes():
@@ -345,6 +354,8 @@ def _read(response: httpx.Response, url: httpx.URL, limits: _Limits) -> SafeResp
                 if size > limits.max_bytes:
                     raise _too_large(limits)
                 chunks.append(chunk)
+                if seen is not None:
+                    seen(chunk)
                 limits.remaining()
     except httpx.HTTPError as exc:
         limits.remaining()  # a watchdog shutdown surfaces as a broken stream: say "timed out"

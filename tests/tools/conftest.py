@@ -2,7 +2,8 @@
 
 Paths: ``/status/<code>``, ``/redirect?to=<url>&code=<n>``, ``/loop``, ``/big?n=<bytes>``
 (with Content-Length), ``/stream?n=<bytes>`` (chunked, no length), ``/slow?delay=<s>`` (a trickle),
-``/binary``, ``/gzip``; anything else echoes the request as JSON.
+``/events?n=<k>`` (an event stream: k progress frames, then the result), ``/binary``,
+``/gzip``; anything else echoes the request as JSON.
 """
 
 from __future__ import annotations
@@ -104,6 +105,16 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(
                 200, b"done here", "text/plain", headers={"Treadle-Stop": q.get("value", "")}
             )
+        elif seen.path == "/events":  # progress frames, then the result (an event stream)
+            n = int(q.get("n", "5"))
+            frames = [
+                "event: progress\r\ndata: "
+                + json.dumps({"progress": i, "total": n, "message": f"step {i}"})
+                + "\r\n\r\n"
+                for i in range(1, n + 1)
+            ]
+            frames.append("event: result\ndata: all\ndata: done\n\n")
+            self._chunked([f.encode() for f in frames], delay=0.05, kind="text/event-stream")
         elif seen.path == "/binary":
             self._send(200, b"\x89PNG\r\n\x1a\n" + bytes(100), "image/png")
         elif seen.path == "/gzip":
@@ -143,9 +154,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def _chunked(self, chunks: list[bytes], delay: float) -> None:
+    def _chunked(self, chunks: list[bytes], delay: float, kind: str = "text/plain") -> None:
         self.send_response(200)
-        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Type", kind)
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         for chunk in chunks:

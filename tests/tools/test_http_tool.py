@@ -292,3 +292,15 @@ def test_a_stop_from_an_external_tool_skips_the_replys_later_calls(
         "e2": ("done", {"skipped": "stop"}),
     }
     assert (calls["e1"].attempts, calls["e2"].attempts) == (0, 0)  # never claimed
+
+
+def test_an_event_stream_reports_progress_as_it_arrives(server: LocalServer) -> None:
+    seen: list[tuple[Any, Any, Any, float]] = []
+    ctx = context(server, on_progress=lambda p, t, m: seen.append((p, t, m, time.monotonic())))
+    remote = make_tool(server, "GET", "/events", read_only=True)
+    started = time.monotonic()
+    result = remote.execute({"id": "x", "n": 5}, ctx)
+    ended = time.monotonic()
+    assert result.text == "all\ndone"
+    assert [(p, t, m) for p, t, m, _ in seen] == [(i, 5, f"step {i}") for i in range(1, 6)]
+    assert seen[0][3] - started < (ended - started) / 2  # streamed: not all at the end

@@ -46,7 +46,7 @@ def _tools(server: McpTestServer, **kw: Any) -> dict[str, Any]:
 
 def test_tools_listed_with_schemas_and_hints(mcp: McpTestServer) -> None:
     tools = _tools(mcp, read_only=["tally"])
-    assert set(tools) == {"lookup", "book", "tally", "fail", "big", "slow"}
+    assert set(tools) == {"lookup", "book", "tally", "fail", "big", "slow", "steps"}
     assert tools["lookup"].description == "Look up the weather of a city."
     assert tools["lookup"].parameters["required"] == ["city"]
     assert tools["lookup"].read_only  # readOnlyHint
@@ -80,6 +80,14 @@ def test_call_passes_idempotency_key_in_meta(mcp: McpTestServer) -> None:
     assert result.text == "booked Ada"
     assert result.data == {"mcp_server": "bookings", "structured": {"result": "booked Ada"}}
     assert mcp.effects.hits["run_1:call_1"] >= 1
+
+
+def test_progress_notifications_reach_the_context_in_order(mcp: McpTestServer) -> None:
+    seen: list[tuple[float | None, float | None, str | None]] = []
+    ctx = _ctx(on_progress=lambda p, t, m: seen.append((p, t, m)))
+    result = _tools(mcp)["steps"].execute({"count": 5}, ctx)
+    assert result.text == "did 5 steps"
+    assert seen == [(float(i), 5.0, f"step {i} of 5") for i in range(1, 6)]
 
 
 def test_tool_error_is_a_tool_error(mcp: McpTestServer) -> None:
