@@ -423,7 +423,7 @@ def tool_call_view(row: Mapping[str, Any]) -> ToolCallRow:
     view = {**row, "started_at": iso_or_none(row["started_at"])}
     decision = (row["data"] or {}).get("decision")
     if decision is not None:
-        decision = {**decision, "at": iso_or_none(decision.get("at"))}
+        decision = iso_times(decision)
     return ToolCallRow.model_validate(
         {**view, "finished_at": iso_or_none(row["finished_at"]), "decision": decision}
     )
