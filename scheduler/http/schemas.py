@@ -382,10 +382,21 @@ def message_view(row: Mapping[Any, Any]) -> MessageView:
     )
 
 
+class FieldError(BaseModel):
+    """One invalid field of a 422: ``path`` names it as the client sent it (``agent.tools.0.name``,
+    a query parameter's name; empty for the body as a whole)."""
+
+    path: str
+    message: str
+    type: str = Field(description="pydantic's error type (missing, string_type, ...)")
+
+
 class ErrorDetail(BaseModel):
     code: str
     message: str
-    details: Any = None
+    details: list[FieldError] | None = Field(
+        default=None, description="A 422's invalid fields (``invalid_request``)"
+    )
 
 
 class ErrorBody(BaseModel):
