@@ -11,7 +11,11 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["epoch", "iso", "iso_or_none", "iso_times"]
+__all__ = ["TIME_KEYS", "epoch", "is_time_key", "iso", "iso_or_none", "iso_times"]
+
+TIME_KEYS = frozenset({"at", "since"})
+"""Keys of stored documents that hold a time without the ``_at`` suffix: a decision's or a
+posted message's ``at``, an outage's ``since``."""
 
 
 def iso(ts: float) -> str:
@@ -28,15 +32,20 @@ def epoch(value: str) -> float:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
+def is_time_key(key: object) -> bool:
+    """Does a stored document's key name a time (``*_at``, ``at``, ``since``)?"""
+    return isinstance(key, str) and (key.endswith("_at") or key in TIME_KEYS)
+
+
 def _is_time(key: object, value: object) -> bool:
     number = isinstance(value, int | float) and not isinstance(value, bool)
-    return number and isinstance(key, str) and key.endswith("_at")
+    return number and is_time_key(key)
 
 
 def iso_times(value: Any) -> Any:
-    """A copy of a JSON-like value with every number under a key ending in ``_at`` (``asked_at``,
-    ``expires_at``...) as ISO 8601: stored documents (a run's ``pending``, an event's data)
-    keep epoch seconds; what is shown of them does not."""
+    """A copy of a JSON-like value with every number under a key naming a time (``asked_at``,
+    ``expires_at``..., ``at``, ``since``: ``is_time_key``) as ISO 8601: stored documents (a
+    run's ``pending``, an event's data) keep epoch seconds; what is shown of them does not."""
     if isinstance(value, Mapping):
         return {k: iso(v) if _is_time(k, v) else iso_times(v) for k, v in value.items()}
     if isinstance(value, list):

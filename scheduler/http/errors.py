@@ -7,6 +7,8 @@ same shape, never a plain-text 500: the request wrote nothing, and may be sent a
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
@@ -30,8 +32,10 @@ from shared.errors import (
 __all__ = [
     "ApiError",
     "allowed_methods",
+    "client_path",
     "error_body",
     "error_response",
+    "field_errors",
     "install_error_handlers",
     "outage",
     "unavailable",
@@ -124,15 +128,71 @@ def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
     return {"error": err}
 
 
-def _field_errors(errors: list[Any]) -> list[dict[str, Any]]:
-    return [
-        {
-            "path": ".".join(str(p) for p in e.get("loc", ())),
-            "message": e.get("msg", ""),
-            "type": e.get("type", ""),
-        }
-        for e in errors
-    ]
+_LOCATIONS = frozenset({"body", "query", "path", "header", "cookie"})
+_UNKNOWN = object()  # the input under a location is not known: the loc is read by its shape
+# pydantic's own steps in a location: a union member (``function-after[…]``, ``list[…]``,
+# ``constrained-str``, ``str``, a model's class name), a dict key's ``[key]``
+_PYDANTIC_STEP = re.compile(
+    r"[\[\]()]|^[A-Z][A-Za-z0-9_]*$|^(constrained-)?(str|int|float|bool|bytes|none|dict|list)$"
+)
+
+
+def _step(node: Any, part: Any) -> tuple[bool, Any]:
+    """Is ``part`` a key or index of the client's ``node``, and what is under it?"""
+    if node is _UNKNOWN:
+        known = isinstance(part, int) or not _PYDANTIC_STEP.search(str(part))
+        return known, _UNKNOWN
+    if isinstance(node, Mapping) and part in node:
+        return True, node[part]
+    if isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+        return True, node[part]
+    return False, node
+
+
+def client_path(loc: Sequence[Any], body: Any = _UNKNOWN, missing: bool = False) -> str:
+    """The field as the client sent it (``agent.output_schema``, ``input.0.content``, ``limit``)
+    from a pydantic error's ``loc``: the location (``body``, ``query``...) and pydantic's own
+    steps (union members, validators) left out. ``body``: the parsed body the loc walks (a key
+    or index it has is the client's, any other step pydantic's; a ``missing`` field's name is
+    the loc's last step); without it, the steps are told apart by their shape."""
+    parts, node = list(loc), body
+    if parts and parts[0] in _LOCATIONS:
+        node = body if parts[0] == "body" else _UNKNOWN
+        parts = parts[1:]
+    out: list[str] = []
+    for i, part in enumerate(parts):
+        known, node = _step(node, part)
+        if known or (missing and i == len(parts) - 1):
+            out.append(str(part))
+    return ".".join(out)
+
+
+def _wrong_branch(detail: dict[str, Any], paths: set[str]) -> bool:
+    """A union member's type mismatch where another member's errors go deeper (``agent`` is
+    not a string, but ``agent.output_schema`` is what is wrong with the object sent)."""
+    prefix = f"{detail['path']}." if detail["path"] else ""
+    deeper = any(p.startswith(prefix) and p != detail["path"] for p in paths)
+    return detail["type"].endswith("_type") and deeper
+
+
+def field_errors(errors: Sequence[Any], body: Any = _UNKNOWN) -> list[dict[str, Any]]:
+    """pydantic's errors as ``{path, message, type}``, each path the client's field
+    (``client_path``), without the other union members' type mismatches or repeats."""
+    details: list[dict[str, Any]] = []
+    for e in errors:
+        kind = str(e.get("type", ""))
+        path = client_path(e.get("loc", ()), body, missing=kind == "missing")
+        detail = {"path": path, "message": str(e.get("msg", "")), "type": kind}
+        if detail not in details:
+            details.append(detail)
+    paths = {d["path"] for d in details}
+    return [d for d in details if not _wrong_branch(d, paths)] or details
+
+
+def _invalid_request(details: list[dict[str, Any]], message: str | None = None) -> JSONResponse:
+    first = details[0] if details else {"path": "", "message": "invalid request"}
+    msg = f"{first['path']}: {first['message']}" if first["path"] else first["message"]
+    return JSONResponse(error_body("invalid_request", message or msg, details), status_code=422)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -159,17 +219,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        details = _field_errors(list(exc.errors()))
-        first = details[0] if details else {"path": "", "message": "invalid request"}
-        msg = f"{first['path']}: {first['message']}" if first["path"] else first["message"]
-        return JSONResponse(error_body("invalid_request", msg, details), status_code=422)
+        return _invalid_request(field_errors(exc.errors(), exc.body))
 
     @app.exception_handler(ValidationError)
     async def _pydantic(_: Request, exc: ValidationError) -> JSONResponse:
-        details = _field_errors(list(exc.errors()))
-        return JSONResponse(
-            error_body("invalid_request", "invalid request", details), status_code=422
-        )
+        return _invalid_request(field_errors(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

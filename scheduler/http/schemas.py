@@ -383,10 +383,21 @@ def message_view(row: Mapping[Any, Any]) -> MessageView:
     )
 
 
+class FieldError(BaseModel):
+    """One invalid field of a 422: ``path`` names it as the client sent it (``agent.tools.0.name``,
+    a query parameter's name; empty for the body as a whole)."""
+
+    path: str
+    message: str
+    type: str = Field(description="pydantic's error type (missing, string_type, ...)")
+
+
 class ErrorDetail(BaseModel):
     code: str
     message: str
-    details: Any = None
+    details: list[FieldError] | None = Field(
+        default=None, description="A 422's invalid fields (``invalid_request``)"
+    )
 
 
 class ErrorBody(BaseModel):
@@ -424,7 +435,7 @@ def tool_call_view(row: Mapping[str, Any]) -> ToolCallRow:
     view = {**row, "started_at": iso_or_none(row["started_at"])}
     decision = (row["data"] or {}).get("decision")
     if decision is not None:
-        decision = {**decision, "at": iso_or_none(decision.get("at"))}
+        decision = iso_times(decision)
     return ToolCallRow.model_validate(
         {**view, "finished_at": iso_or_none(row["finished_at"]), "decision": decision}
     )

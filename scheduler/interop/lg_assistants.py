@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Response
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from scheduler.http.agent_routes import add_agent_version, delete_agent, tag_version
 from scheduler.http.agents import (
@@ -125,6 +126,28 @@ def _overrides(body: AssistantBody) -> dict[str, Any]:
     return {**picked, **(body.context or {})}
 
 
+def _assistant_spec(base: dict[str, Any], body: AssistantBody) -> AgentSpec:
+    """The spec ``body`` makes of ``base``; an invalid field is named where the client set it
+    (``context.max_rounds``, ``config.configurable.model``), not as a spec field."""
+    try:
+        return AgentSpec.model_validate({**base, **_overrides(body)})
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("body", *_set_in(body, e["loc"]), *e["loc"])} for e in exc.errors()]
+        raise RequestValidationError(errors, body=body.model_dump(mode="json")) from exc
+
+
+def _set_in(body: AssistantBody, loc: tuple[Any, ...]) -> tuple[str, ...]:
+    """Where the body set the spec field ``loc`` starts with (the graph's own spec: its id)."""
+    field = loc[0] if loc else None
+    if field is None:
+        return ()
+    if field in (body.context or {}):
+        return ("context",)
+    if field in ((body.config or {}).get("configurable") or {}):
+        return ("config", "configurable")
+    return ("graph_id",)
+
+
 def _spec_of(rt: Runtime, tenant: str, graph_id: str) -> dict[str, Any]:
     """The raw spec of the agent a ``graph_id`` names."""
     name, version = parse_ref(graph_id)
@@ -163,7 +186,7 @@ class _Assistants:
         if (known is not None or is_registered(name)) and body.if_exists == "do_nothing":
             return _version_view(known) if known is not None else _registered_view(name)
         base = _spec_of(rt, tenant, body.graph_id) if body.graph_id else {}
-        spec = AgentSpec.model_validate({**base, **_overrides(body)})
+        spec = _assistant_spec(base, body)
         made = add_agent_version(
             rt,
             caller,
@@ -185,7 +208,7 @@ class _Assistants:
             raise NotFound(f"assistant {assistant_id!r} not found")
         made = latest.facade or {}
         base = _spec_of(rt, tenant, body.graph_id) if body.graph_id else latest.spec
-        spec = AgentSpec.model_validate({**base, **_overrides(body)})
+        spec = _assistant_spec(base, body)
         facade = {
             "graph_id": body.graph_id or made.get("graph_id"),
             "config": body.config if body.config is not None else made.get("config"),

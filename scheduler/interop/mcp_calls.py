@@ -29,6 +29,7 @@ from starlette.concurrency import run_in_threadpool
 from scheduler.http import limits
 from scheduler.http.agents import resolve, store_lookup
 from scheduler.http.auth import Caller
+from scheduler.http.errors import client_path
 from scheduler.http.schemas import run_view
 from scheduler.http.tail import Batch, follow
 from scheduler.interop.common import progress_text
@@ -110,7 +111,8 @@ def parse_args(arguments: dict[str, Any] | None) -> CallArgs | str:
         return CallArgs.model_validate(arguments or {})
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "arguments"
+        missing = first["type"] == "missing"
+        where = client_path(first["loc"], arguments or {}, missing=missing) or "arguments"
         return f"invalid arguments: {where}: {first['msg']}"
 
 

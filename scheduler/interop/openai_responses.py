@@ -24,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 
 from scheduler.http.agents import resolve, store_lookup
 from scheduler.http.auth import Caller, ReadCaller, WriteCaller
+from scheduler.http.errors import client_path
 from scheduler.http.tail import Batch, Beat, Delta, follow, wait_for_end
 from scheduler.interop.common import admit, facade_webhook, stream_responses
 from scheduler.interop.oa_bodies import CREATE_REQUEST, RESUME_TYPES, CreateBody
@@ -55,8 +56,9 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 # --- errors ------------------------------------------------------------------------------
 
 
-def _error(exc: Exception) -> JSONResponse:
-    """OpenAI's error body. A conflict is 400: the SDK retries 409s."""
+def _error(exc: Exception, sent: Any = None) -> JSONResponse:
+    """OpenAI's error body. A conflict is 400: the SDK retries 409s. An invalid field is named
+    as sent (``sent``: the parsed body), in the message and in ``param``."""
     status, code = 400, "invalid_request_error"
     if isinstance(exc, NotFound):
         status, code = 404, "not_found"
@@ -64,13 +66,13 @@ def _error(exc: Exception) -> JSONResponse:
         status, code = 401, "invalid_api_key"
     elif isinstance(exc, Conflict):
         code = "conflict"
-    message = str(exc)
+    message, param = str(exc), None
     if isinstance(exc, ValidationError) and exc.errors():
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        message = f"{where}: {first['msg']}" if where else first["msg"]
+        param = client_path(first["loc"], sent, missing=first["type"] == "missing") or None
+        message = f"{param}: {first['msg']}" if param else first["msg"]
     body = {
-        "error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}
+        "error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}
     }
     return JSONResponse(body, status_code=status)
 
@@ -451,12 +453,14 @@ def openai_router(get_rt: Callable[[], Runtime]) -> APIRouter:
         responses=stream_responses(json=True),
     )
     async def create(request: Request, caller: WriteCaller) -> Response:
+        sent: Any = None
         try:
-            body = CreateBody.model_validate(await request.json())
+            sent = await request.json()
+            body = CreateBody.model_validate(sent)
             key = request.headers.get("idempotency-key") or None
             leg = await run_in_threadpool(f.create, caller, body, key)
         except FACADE_ERRORS as exc:
-            return _error(exc)
+            return _error(exc, sent)
         if body.stream:
             return _sse_response(_stream(f, leg, None))
         if body.background:

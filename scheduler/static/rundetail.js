@@ -376,11 +376,11 @@ export class RunDetail {
   }
 
   providerCard(p) {
-    const at = new Date(p.retry_at * 1000).toLocaleTimeString();
+    const at = new Date(p.retry_at).toLocaleTimeString();  // ISO 8601, as every API time
     return h("section", { class: "pause-card", "data-testid": "provider-card" },
       h("header", {}, h("span", { class: "tag tag-wait" }, "provider"),
         h("strong", {}, `Waiting for the model provider ${p.profile}`)),
-      h("div", { class: "muted" }, `Try ${p.tries + 1} at ${at}; the run holds no worker meanwhile.`),
+      h("div", { class: "muted" }, `Try ${p.tries + 1} at ${at} (first failed ${ago(p.since)}); the run holds no worker meanwhile.`),
       p.error ? h("pre", { class: "args" }, p.error) : null);
   }
 

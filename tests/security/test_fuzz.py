@@ -51,7 +51,7 @@ from shared.store import keys
 from shared.store.db import make_engine, migrate
 from tests.support import FUZZ_TALLY_ENV
 
-MAX_EXAMPLES = int(os.environ.get("TREADLE_FUZZ_EXAMPLES", "25"))
+MAX_EXAMPLES = int(os.environ.get("TREADLE_FUZZ_EXAMPLES", "30"))
 _RT: list[Runtime] = []
 LAST_MESSAGE_IS_USERS = {  # operation → where its input messages are in the body
     "POST /v1/runs": ("input",),
