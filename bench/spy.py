@@ -1,5 +1,7 @@
-"""Where a real worker's CPU goes: the throughput bench's shape (tool runs on the scripted model
-with a 200 ms reply, one ``treadle worker -P threads -c 64``), sampled by py-spy while it works.
+"""Where a real worker's CPU goes: the throughput bench's shape on the path users run (tool
+runs on the fake model in its own process, streamed SSE over HTTP with a 200 ms reply, one
+inline HTTP tool per round, one ``treadle worker -P threads -c 64``, defaults), sampled by
+py-spy while it works.
 
     python -m bench.spy          (SPY_RUNS=500, SPY_SECONDS=20; needs py-spy: pip install
                                   py-spy; writes bench/results/worker-profile.md)
@@ -26,7 +28,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from bench.common import (
-    TEXT_500,
+    Outside,
     Procs,
     close_runtime,
     new_prefix,
@@ -35,7 +37,6 @@ from bench.common import (
     scratch_db,
     start_treadle_workers,
     submit,
-    tool_agent,
     treadle_env,
     treadle_runtime,
     wait_for,
@@ -92,12 +93,11 @@ def main() -> None:
         rt = treadle_runtime(url, prefix, pool_size=4)
         admin = sa.create_engine(url, pool_size=2)
         try:
-            agent = tool_agent(8, sleep=0.2, text=TEXT_500[:200])
+            outside = Outside(procs, latency=0.2, text_chars=200)
+            agent = outside.agent(8)
             with ThreadPoolExecutor(4) as pool:
                 list(pool.map(lambda _: submit(rt, agent), range(RUNS)))
-            env = treadle_env(
-                url, prefix, TREADLE_DB_POOL_SIZE="6", TREADLE_WORKER_CONCURRENCY=str(CONC)
-            )
+            env = treadle_env(url, prefix)  # defaults but `-c`
             pid = procs.pid(start_treadle_workers(procs, env, 1, CONC, tag="spy-")[0])
             wait_for(lambda: _rounds(admin) > 0, 120, "the first round")
             time.sleep(4)
@@ -123,8 +123,10 @@ def main() -> None:
             "# Profile of a real worker (py-spy, threads holding the GIL)",
             "",
             f"`python -m bench.spy`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
-            f"{RUNS} tool runs (scripted model, 200 ms per reply, one quick read-only tool per "
-            f"round) on one `treadle worker -P threads -c {CONC}`, PostgreSQL + Redis; "
+            f"{RUNS} tool runs on the path users run (HTTP model in its own process, 200 ms "
+            f"per reply, one inline read-only HTTP tool per round, defaults) on one "
+            f"`treadle worker -P threads -c {CONC}`, "
+            f"PostgreSQL + Redis; "
             f"`py-spy record --gil -r 250` for {SECONDS} s: {total} samples. Over the window: "
             f"**{rounds / (t1 - t0):.1f} rounds/s, {1000 * (c1 - c0) / rounds:.2f} ms of worker "
             "CPU per round** (the profiler's own cost included).",
