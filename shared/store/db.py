@@ -119,6 +119,10 @@ def make_engine(
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
     connect_args = (limits or PgLimits()).connect_args() if url.startswith("postgresql") else {}
+    if url.startswith("postgresql+psycopg"):
+        from shared.store.described import DescribedCursor
+
+        connect_args["cursor_factory"] = DescribedCursor  # description once per statement shape
     # workers: no pre-ping (a round trip per checkout, 4 per round): a connection broken by a
     # database restart fails one task, which retries; SQLAlchemy then drops the whole stale
     # pool. The API pings (``ping_on_checkout``): a request never fails on a dead connection.
