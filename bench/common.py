@@ -500,9 +500,10 @@ def treadle_env(url: str, prefix: str, **extra: str) -> dict[str, str]:
         "TREADLE_BROKER_PREFIX": prefix,
         "TREADLE_PLUGINS": "bench.plugins",
         "TREADLE_LOG_LEVEL": "WARNING",
-        "TREADLE_ALLOW_TEST_MODELS": "true",  # the benchmarks' agents use the scripted model
-        # one synthetic tenant stands for the whole fleet's: no per-tenant admission limit
-        "TREADLE_TENANT_ACTIVE_RUNS": "0",
+        "TREADLE_ALLOW_TEST_MODELS": "true",  # the quick-tool rows use the scripted model
+        # the HTTP tool's endpoint is on loopback, which the SSRF guard refuses unless allowed
+        "TREADLE_ALLOW_HOSTS": "127.0.0.1",
+        # everything else (admission, gate, pools, in-place driving) is the user's default
         **extra,
     }
 
@@ -567,7 +568,7 @@ def treadle_runtime(url: str, prefix: str, pool_size: int = 10) -> Any:
         broker_url=REDIS_URL,
         broker_prefix=prefix,
         plugins="bench.plugins",
-        tenant_active_runs=0,  # as the workers (``treadle_env``)
+        allow_hosts="127.0.0.1",  # as the workers (``treadle_env``)
     )
     return Runtime(
         engine=make_engine(url, pool_size=pool_size),
@@ -603,13 +604,13 @@ def submit(rt: Any, agent: dict[str, Any], text: str = "go") -> str:
     return str(row["id"])
 
 
-def tool_agent(
+def scripted_quick_tool_agent(
     rounds: int, sleep: float = 0.0, name: str = "scripted", text: str = TEXT_500
 ) -> dict[str, Any]:
-    """A tool agent on the scripted model: reply k is one ``bench_echo`` call (id ``call_k``)
-    with a ~500-char argument (assistant and tool messages ~500 chars), after ``sleep``
-    seconds; the run ends on ``max_rounds`` after ``rounds`` tool rounds (that last round
-    makes no model call). The spec holds one reply per round (~0.6 KB each)."""
+    """NOT the path users run: a tool agent on the in-process scripted model whose tool is the
+    in-process ``quick`` ``bench_echo``. Reply k is one ``bench_echo`` call (id ``call_k``)
+    with a ~500-char argument, after ``sleep`` seconds; the run ends on ``max_rounds`` after
+    ``rounds`` tool rounds (that last round makes no model call)."""
     replies: list[dict[str, Any]] = []
     for k in range(rounds):
         reply: dict[str, Any] = {
@@ -627,9 +628,9 @@ def tool_agent(
     }
 
 
-def tool_responder(body: dict[str, Any]) -> Any:
-    """Fake-server replies for a tool agent: always one ``bench_echo`` call with a ~500-char
-    argument, its id numbered by the assistant turns so far (stateless, any worker)."""
+def quick_tool_responder(body: dict[str, Any]) -> Any:
+    """Fake-server replies for ``http_model_quick_tool_agent``: always one ``bench_echo`` call
+    with a ~500-char argument, its id numbered by the assistant turns so far (stateless)."""
     from shared.llm.fake_server import ReplySpec
 
     n = sum(1 for m in body.get("messages") or () if m.get("role") == "assistant")
@@ -638,9 +639,10 @@ def tool_responder(body: dict[str, Any]) -> Any:
     )
 
 
-def http_tool_agent(base_url: str, rounds: int) -> dict[str, Any]:
-    """A tool agent on the fake OpenAI-compatible server (``tool_responder``): ``rounds`` tool
-    rounds, then the run ends on ``max_rounds`` (no model call in that last round)."""
+def http_model_quick_tool_agent(base_url: str, rounds: int) -> dict[str, Any]:
+    """A tool agent on a fake OpenAI-compatible server (``quick_tool_responder``) whose tool
+    is the in-process ``quick`` ``bench_echo`` (run inside the round's task; NOT the path
+    users run): ``rounds`` tool rounds, then the run ends on ``max_rounds``."""
     return {
         "kind": "agent",
         "tools": ["bench_echo"],
@@ -648,6 +650,81 @@ def http_tool_agent(base_url: str, rounds: int) -> dict[str, Any]:
         "force_answer_after": 10_000,
         "model": {"provider": "openai", "base_url": base_url, "model": "fake"},
     }
+
+
+def http_model_http_tool_agent(model_url: str, tool_url: str, rounds: int) -> dict[str, Any]:
+    """The path users run: a tool agent on the fake model in its own process (streamed SSE
+    over HTTP, ``bench.services model``) whose one tool is an inline read-only HTTP tool
+    posting to ``bench.services tool`` in another process (every call a ``treadle.tool``
+    task); ``rounds`` tool rounds, then the run ends on ``max_rounds``."""
+    from bench.services import HTTP_TOOL
+
+    return {
+        "kind": "agent",
+        "tools": [
+            {
+                "name": HTTP_TOOL,
+                "description": "Echo the text back.",
+                "read_only": True,
+                "parameters": {
+                    "type": "object",
+                    "properties": {"text": {"type": "string"}},
+                    "required": ["text"],
+                },
+                "http": {"method": "POST", "url": f"{tool_url}/echo", "timeout_s": 30},
+            }
+        ],
+        "max_rounds": rounds,
+        "force_answer_after": 10_000,
+        "model": {"provider": "openai", "base_url": model_url, "model": "fake"},
+    }
+
+
+class Outside:
+    """The fake model and the HTTP tool's endpoint, each its own process (``bench.services``).
+    ``latency``: seconds the model waits before its first byte."""
+
+    def __init__(self, procs: Procs, latency: float = 0.0, text_chars: int = 480) -> None:
+        self.procs = procs
+        self.model_port, self.tool_port = free_port(), free_port()
+        self.names = [f"model-{uuid.uuid4().hex[:4]}", f"tool-{uuid.uuid4().hex[:4]}"]
+        svc = [PY, "-m", "bench.services"]
+        procs.start(
+            self.names[0],
+            [*svc, "model", "--port", str(self.model_port), "--latency", str(latency)]
+            + ["--text-chars", str(text_chars)],
+            {},
+        )
+        procs.start(self.names[1], [*svc, "tool", "--port", str(self.tool_port)], {})
+        import httpx
+
+        for url in (f"http://127.0.0.1:{self.model_port}/healthz", f"{self.tool_url}/health"):
+            wait_for(lambda u=url: _ok(httpx, u), 30, f"{url} up", interval=0.1)
+
+    @property
+    def model_url(self) -> str:
+        return f"http://127.0.0.1:{self.model_port}/v1"
+
+    @property
+    def tool_url(self) -> str:
+        return f"http://127.0.0.1:{self.tool_port}"
+
+    def agent(self, rounds: int) -> dict[str, Any]:
+        return http_model_http_tool_agent(self.model_url, self.tool_url, rounds)
+
+    def pids(self) -> list[int]:
+        return [self.procs.pid(n) for n in self.names if n in self.procs.procs]
+
+    def close(self) -> None:
+        for name in self.names:
+            self.procs.stop(name)
+
+
+def _ok(httpx: Any, url: str) -> bool:
+    try:
+        return bool(httpx.get(url, timeout=2).is_success)
+    except httpx.HTTPError:
+        return False
 
 
 def count_status(engine: sa.Engine, statuses: Sequence[str]) -> int:

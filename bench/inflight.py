@@ -6,19 +6,20 @@ gap a run spends between two model calls (the engine's own round: commit, tool, 
 the workers' total RSS (peak), the peak number of PostgreSQL connections the workers hold, and
 CPU per round of the workers, of PostgreSQL's backends and of the whole machine.
 
-Each worker runs ``-P threads`` with a thread per concurrent model call (runs / processes + 20)
-and a small database pool (``TREADLE_DB_POOL_SIZE``, default 10, + the engine's 5 overflow):
-a model call must not hold a connection, which the connection count checks. The model is the
-scripted one with ``sleep`` in each reply (an interruptible wait, like a stalled HTTP read,
-without a fake server's CPU); each round is one cheap read-only tool call (``bench_echo``,
-200-char argument), so a round is the real model → commit → tool → join → next round cycle.
+The path users run, defaults but `-c`: each worker runs ``-P threads`` with a thread per
+concurrent model call (runs / processes + 20) and its default database pool; a model call must
+not hold a connection, which the connection count checks. The model is the fake
+OpenAI-compatible server in its own process (streamed SSE over HTTP, the latency before the
+first byte); each round is one inline read-only HTTP tool call (200-char argument) against an
+endpoint in another process, so a round is the real model → commit → tool task → join → next
+round task cycle.
 
     python -m bench.inflight   (BENCH_INFLIGHT_RUNS=1000 — a comma list measures several
                                 sizes, e.g. 1000,300 —, BENCH_INFLIGHT_START=spread,burst,
                                 BENCH_INFLIGHT_LATENCY=10, BENCH_INFLIGHT_ROUNDS=5,
                                 BENCH_INFLIGHT_PROCS=2,
-                                BENCH_INFLIGHT_CONCURRENCY=runs/procs+20,
-                                BENCH_INFLIGHT_POOL=10; writes bench/results/inflight.md)
+                                BENCH_INFLIGHT_CONCURRENCY=runs/procs+20;
+                                writes bench/results/inflight.md)
 
 Two starts. ``spread``: the workers run, then the runs arrive evenly over one latency, as
 independent users' runs do; the window opens half a latency after the last arrival. ``burst``:
@@ -48,6 +49,7 @@ import sqlalchemy as sa
 from bench.common import (
     RESULTS,
     TEXT_500,
+    Outside,
     Procs,
     Section,
     close_runtime,
@@ -71,7 +73,6 @@ from bench.common import (
     scratch_db,
     start_treadle_workers,
     submit,
-    tool_agent,
     treadle_env,
     treadle_runtime,
     verdict,
@@ -84,7 +85,6 @@ LATENCY = float(os.environ.get("BENCH_INFLIGHT_LATENCY", "10"))
 ROUNDS = int(os.environ.get("BENCH_INFLIGHT_ROUNDS", "5"))
 PROCS = int(os.environ.get("BENCH_INFLIGHT_PROCS", "2"))
 CONC_ENV = os.environ.get("BENCH_INFLIGHT_CONCURRENCY", "")
-POOL = os.environ.get("BENCH_INFLIGHT_POOL", "10")
 WINDOW = float(os.environ.get("BENCH_INFLIGHT_WINDOW", str(2 * LATENCY)))
 TEXT = TEXT_500[:200]
 TARGET = 0.9
@@ -250,6 +250,7 @@ def measure(procs: Procs, url: str, runs: int, start: str) -> dict[str, Any]:
     prefix = new_prefix(f"if{runs}")
     admin = bench_engine(url)
     names: list[str] = []
+    outside: Outside | None = None
     sampler: Sampler | None = None
     out: dict[str, Any] = {"runs": runs, "conc": conc, "ideal": ideal, "start": start}
     try:
@@ -257,10 +258,9 @@ def measure(procs: Procs, url: str, runs: int, start: str) -> dict[str, Any]:
             for table in ("usage", "events", "messages", "tool_calls", "outbox", "runs"):
                 conn.execute(sa.text(f"DELETE FROM {table}"))
         rt = treadle_runtime(url, prefix, pool_size=4)
-        agent = tool_agent(ROUNDS, sleep=LATENCY, text=TEXT)
-        env = treadle_env(
-            url, prefix, TREADLE_DB_POOL_SIZE=POOL, TREADLE_WORKER_CONCURRENCY=str(conc)
-        )
+        outside = Outside(procs, latency=LATENCY, text_chars=len(TEXT))
+        agent = outside.agent(ROUNDS)
+        env = treadle_env(url, prefix)  # defaults but `-c`
         if start == "burst":
             t = time.time()
             with ThreadPoolExecutor(4) as pool:
@@ -325,6 +325,8 @@ def measure(procs: Procs, url: str, runs: int, start: str) -> dict[str, Any]:
             )
         for name in names:
             procs.stop(name)
+        if outside is not None:
+            outside.close()
         admin.dispose()
         redis_cleanup(prefix)
     return out
@@ -350,7 +352,7 @@ def main() -> None:
             procs.stop_all()
     s = Section(
         f"Runs in flight: model latency {LATENCY:.0f} s, {ROUNDS} tool rounds per run, "
-        f"{PROCS} worker processes `-P threads`, `TREADLE_DB_POOL_SIZE={POOL}`",
+        f"{PROCS} worker processes `-P threads`, HTTP model + one HTTP tool, defaults but `-c`",
         [
             "measure",
             *[f"{r['runs']} runs, {r['start']} start" for r in results],
@@ -418,8 +420,7 @@ def main() -> None:
         "claims and the engine gate's line between two model calls; the ideal is 0). "
         "Connections: pg_stat_activity rows on the scratch database other than the bench's own, "
         "sampled "
-        "every 0.5 s; the workers' pools allow "
-        f"{PROCS} x ({POOL} + 5 overflow) = {PROCS * (int(POOL) + 5)}. RSS and threads: "
+        "every 0.5 s; the workers' pools are the default size. RSS and threads: "
         "/proc of the worker processes, sampled every 0.5 s. CPU per round: utime+stime in "
         "the window / rounds in it; with 2 cores the machine cannot exceed 2,000 ms of CPU "
         "per second, so 2,000 / (whole-machine ms per round) is the CPU-bound ceiling in "

@@ -26,7 +26,7 @@ from typing import Any
 from bench.common import (
     close_runtime,
     free_port,
-    http_tool_agent,
+    http_model_quick_tool_agent,
     new_prefix,
     scratch_db,
     submit,
@@ -40,9 +40,9 @@ OUT = Path(__file__).parent / "results" / "profile.md"
 
 SERVER = """
 import sys, time
-from bench.common import tool_responder
+from bench.common import quick_tool_responder
 from shared.llm.fake_server import FakeLLMServer
-s = FakeLLMServer(tool_responder, port=int(sys.argv[1])).start()
+s = FakeLLMServer(quick_tool_responder, port=int(sys.argv[1])).start()
 print("ready", flush=True)
 while True:
     time.sleep(3600)
@@ -55,7 +55,7 @@ def _drive(rt: Any, queue: deque[Any], base_url: str, runs: int, rounds: int) ->
     broker = StubBroker()
     rt2 = replace(rt, publish=broker)
     for _ in range(runs):
-        submit(rt2, http_tool_agent(base_url, rounds))
+        submit(rt2, http_model_quick_tool_agent(base_url, rounds))
     return broker.drain(rt2)
 
 

@@ -1,6 +1,10 @@
-"""Tool rounds against the floor: a tool agent (one ``bench_echo`` call per round, ~500-char
-assistant and tool messages, the fake OpenAI-compatible server with no latency) on Redis +
-PostgreSQL through a real worker process. Per-round overhead (a round's wall time minus its
+"""Tool rounds against the floor, on the path users run: a tool agent whose model is the fake
+OpenAI-compatible server in its own process (streamed SSE over HTTP, no latency) and whose one
+tool is an inline read-only HTTP tool posting to an endpoint in another process (one call per
+round, ~500-char assistant and tool messages), on Redis + PostgreSQL through a real worker
+process with the defaults (every round its own Celery task). A labelled quick-tool row (the
+in-process ``quick`` ``bench_echo``, NOT the path users run) is measured in the same blocks.
+Per-round overhead (a round's wall time minus its
 model call) against the floor hop measured in the same run, interleaved; where the time of a
 round goes; the Redis commands of a round; and, driving the same engine in this process, the
 statements, transactions and bytes written at rounds 1, 10, 25, 50 and 200.
@@ -15,7 +19,7 @@ import subprocess
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
@@ -26,12 +30,13 @@ from bench.common import (
     REDIS_URL,
     Floor,
     FloorResult,
+    Outside,
     Probe,
     Procs,
     Section,
     close_runtime,
     emit,
-    http_tool_agent,
+    http_model_quick_tool_agent,
     log,
     med,
     merge,
@@ -39,11 +44,11 @@ from bench.common import (
     new_prefix,
     num,
     p95,
+    quick_tool_responder,
     redis_cleanup,
     scratch_db,
     start_treadle_workers,
     submit,
-    tool_responder,
     treadle_env,
     treadle_runtime,
     verdict,
@@ -144,7 +149,9 @@ def window(rows: list[dict[str, float]], k: int, key: str, span: int = 2) -> lis
 # --------------------------------------------------------------------------- Redis commands
 
 
-def redis_commands(rt: Any, base_url: str, rounds: int) -> tuple[Counter[str], int]:
+def redis_commands(
+    rt: Any, make_agent: Callable[[int], dict[str, Any]], rounds: int
+) -> tuple[Counter[str], int]:
     """Commands on our Redis DB during one run of ``rounds`` tool rounds (MONITOR)."""
     db = REDIS_URL.rsplit("/", 1)[-1] or "0"
     hostport = REDIS_URL.split("//", 1)[1].split("/", 1)[0]
@@ -161,7 +168,7 @@ def redis_commands(rt: Any, base_url: str, rounds: int) -> tuple[Counter[str], i
     )  # type: ignore[union-attr]
     reader.start()
     time.sleep(0.3)
-    run_and_wait(rt, http_tool_agent(base_url, rounds))
+    run_and_wait(rt, make_agent(rounds))
     time.sleep(0.3)
     mon.terminate()
     mon.wait(5)
@@ -205,7 +212,11 @@ def client_cpu() -> Iterator[list[float]]:
 
 
 def anatomy(
-    url: str, prefix: str, base_url: str, rounds: int, repeats: int = 1
+    url: str,
+    prefix: str,
+    make_agent: Callable[[int], dict[str, Any]],
+    rounds: int,
+    repeats: int = 1,
 ) -> dict[int, dict[str, Any]]:
     """Drive tool runs with the engine's own functions in this process (no broker: a list),
     snapshotting the WAL position, the statements and the rows at each round boundary."""
@@ -263,7 +274,7 @@ def anatomy(
         with client_cpu() as client, lsn_engine.connect() as lsn_conn:
             _walinspect(lsn_conn)
             for _ in range(repeats):
-                run_id = submit(rt, http_tool_agent(base_url, rounds))
+                run_id = submit(rt, make_agent(rounds))
                 marks: list[
                     tuple[int, int, float, int, Counter[str], Counter[str], float, float, float]
                 ] = []
@@ -418,7 +429,9 @@ def runs_row_bytes(url: str) -> int:
 GROWTH_PAIRS, GROWTH_NEAR = 5, 5  # pairs of runs; rounds either side of 10 and of LONG
 
 
-def cpu_growth(url: str, prefix: str, base_url: str, pairs: int = GROWTH_PAIRS) -> dict[str, Any]:
+def cpu_growth(
+    url: str, prefix: str, make_agent: Callable[[int], dict[str, Any]], pairs: int = GROWTH_PAIRS
+) -> dict[str, Any]:
     """Engine CPU per round at round LONG vs round 10, side by side: a long run is driven
     alone to round LONG - 10, then a new run starts and the two are driven turn about (one
     broker list, first in first out), so the long run's rounds LONG±5 and the new run's
@@ -432,7 +445,7 @@ def cpu_growth(url: str, prefix: str, base_url: str, pairs: int = GROWTH_PAIRS) 
     early: list[float] = []
     try:
         with client_cpu() as client:
-            _drive_pairs(rt, queue, base_url, pairs, client, late, early)
+            _drive_pairs(rt, queue, make_agent, pairs, client, late, early)
     finally:
         close_runtime(rt)
     return {"late": med(late), "early": med(early), "n": len(late)}
@@ -441,7 +454,7 @@ def cpu_growth(url: str, prefix: str, base_url: str, pairs: int = GROWTH_PAIRS) 
 def _drive_pairs(
     rt: Any,
     queue: deque[Any],
-    base_url: str,
+    make_agent: Callable[[int], dict[str, Any]],
     pairs: int,
     client: list[float],
     late: list[float],
@@ -451,7 +464,7 @@ def _drive_pairs(
     from shared.engine.toolrun import run_tool
 
     for _ in range(pairs):
-        long_id = submit(rt, http_tool_agent(base_url, LONG + GROWTH_NEAR + 3))
+        long_id = submit(rt, make_agent(LONG + GROWTH_NEAR + 3))
         cpu: dict[tuple[str, int], float] = {}
         rounds: dict[str, int] = {}
         while queue:
@@ -459,7 +472,7 @@ def _drive_pairs(
             if d.kind == "round":
                 rounds[d.run_id] = rounds.get(d.run_id, 0) + 1
                 if d.run_id == long_id and rounds[d.run_id] == LONG - 10:
-                    submit(rt, http_tool_agent(base_url, 10 + GROWTH_NEAR + 3))
+                    submit(rt, make_agent(10 + GROWTH_NEAR + 3))
             c, m = time.thread_time(), client[0]
             if d.kind == "round":
                 run_round(rt, d.run_id, d.version, d.attempt)
@@ -481,37 +494,46 @@ def main() -> None:
     started = time.time()
     procs = Procs()
     sections: list[Section] = []
-    llm = FakeLLMServer(tool_responder).start()
-    base = llm.base_url
+    llm = FakeLLMServer(quick_tool_responder).start()  # the quick-tool row's model (a thread)
     with scratch_db("rounds") as url:
         prefix, fprefix = new_prefix("rounds"), new_prefix("rfloor")
         rt = treadle_runtime(url, prefix)
         floors: list[FloorResult] = []
         run_ids: list[str] = []
+        quick_ids: list[str] = []
         try:
+            outside = Outside(procs)
+            real = outside.agent
+
+            def quick(n: int) -> dict[str, Any]:
+                return http_model_quick_tool_agent(llm.base_url, n)
+
             floor = Floor(procs, url, fprefix, concurrency=4)
             start_treadle_workers(procs, treadle_env(url, prefix), 1, 8)
-            run_and_wait(rt, http_tool_agent(base, 3), timeout=60)  # ready and warm
+            run_and_wait(rt, real(3), timeout=60)  # ready and warm
+            run_and_wait(rt, quick(3), timeout=60)
             for i in range(RUNS):
-                log(f"rounds: block {i + 1}/{RUNS}: floor, then a {ROUNDS}-round run")
+                log(f"rounds: block {i + 1}/{RUNS}: floor, a {ROUNDS}-round run, a quick one")
                 floors.append(floor.run(chains=1, hops=FLOOR_HOPS))
-                run_ids.append(run_and_wait(rt, http_tool_agent(base, ROUNDS)))
+                run_ids.append(run_and_wait(rt, real(ROUNDS)))
+                quick_ids.append(run_and_wait(rt, quick(ROUNDS)))
             floors.append(floor.run(chains=1, hops=FLOOR_HOPS))
             log(f"rounds: a {LONG}-round run")
-            long_id = run_and_wait(rt, http_tool_agent(base, LONG), timeout=600)
+            long_id = run_and_wait(rt, real(LONG), timeout=600)
             floors.append(floor.run(chains=1, hops=FLOOR_HOPS))
             floor.close()
             log("rounds: Redis commands of a 20-round run (MONITOR)")
-            commands, mon_rounds = redis_commands(rt, base, 20)
+            commands, mon_rounds = redis_commands(rt, real, 20)
             rows = [r for rid in run_ids for r in round_phases(rt.engine, rid)]
+            quick_rows = [r for rid in quick_ids for r in round_phases(rt.engine, rid)]
             long_rows = round_phases(rt.engine, long_id)
+            log(f"rounds: in-process anatomy, a {LONG}-round run")
+            per_round = anatomy(url, prefix, real, LONG)
+            log(f"rounds: engine CPU at round {LONG} vs round 10, side by side")
+            growth = cpu_growth(url, prefix, real)
         finally:
             procs.stop_all()
             close_runtime(rt)
-        log(f"rounds: in-process anatomy, a {LONG}-round run")
-        per_round = anatomy(url, prefix, base, LONG)
-        log(f"rounds: engine CPU at round {LONG} vs round 10, side by side")
-        growth = cpu_growth(url, prefix, base)
         row_size = runs_row_bytes(url)
         redis_cleanup(prefix)
         redis_cleanup(fprefix)
@@ -521,8 +543,9 @@ def main() -> None:
     over = [r["overhead"] for r in rows]
 
     s = Section(
-        f"Tool round overhead vs the floor ({RUNS} runs x {ROUNDS} rounds, 1 worker "
-        "`-P threads -c 8`)",
+        f"Tool round overhead vs the floor, the path users run ({RUNS} runs x {ROUNDS} "
+        "rounds, HTTP model in its own process, one inline HTTP tool, 1 worker "
+        "`-P threads -c 8`, defaults)",
         ["measure", "median ms", "p95 ms", "in floor hops (median)", "target", "verdict"],
     )
     s.row("floor hop (1 chain, interleaved)", ms(hop_med, 2), ms(hop_p95, 2), "1.00", "", "")
@@ -535,9 +558,20 @@ def main() -> None:
         f"<= {TARGET_HOPS}",
         verdict(ratio <= TARGET_HOPS),
     )
+    quick = [r["overhead"] for r in quick_rows]
+    qratio = med(quick) / hop_med
+    s.row(
+        "quick-tool round overhead (NOT the path users run: in-process `quick` tool, "
+        "fake model in a thread of the bench process)",
+        ms(med(quick), 2),
+        ms(p95(quick), 2),
+        f"{qratio:.2f}",
+        "no slower than before (1.79)",
+        "",
+    )
     models = [r["model"] for r in rows]
     s.row(
-        "model call (fake server, no latency; `usage.latency_ms`)",
+        "model call (fake model process, no latency; `usage.latency_ms`)",
         ms(med(models), 2),
         ms(p95(models), 2),
         "",
@@ -683,10 +717,16 @@ def main() -> None:
     x1, xl = growth["early"], growth["late"]
     head = [
         [
-            "tool round overhead, in floor hops (median)",
+            "tool round overhead, HTTP model + HTTP tool, in floor hops (median)",
             f"{ratio:.2f} ({ms(med(over), 1)} ms vs hop {ms(hop_med, 2)} ms)",
             f"<= {TARGET_HOPS}",
             verdict(ratio <= TARGET_HOPS),
+        ],
+        [
+            "quick-tool round overhead (in-process tool, NOT the path users run), floor hops",
+            f"{qratio:.2f} ({ms(med(quick), 1)} ms)",
+            "<= 1.79 (before)",
+            verdict(qratio <= 1.79),
         ],
         [
             f"WAL bytes per round, round {AT[-1]} vs round {AT[0]}",

@@ -1,5 +1,7 @@
-"""Where a real worker's CPU goes: the throughput bench's shape (tool runs on the scripted model
-with a 200 ms reply, one ``treadle worker -P threads -c 64``), sampled by py-spy while it works.
+"""Where a real worker's CPU goes: the throughput bench's shape on the path users run (tool
+runs on the fake model in its own process, streamed SSE over HTTP with a 200 ms reply, one
+inline HTTP tool per round, one ``treadle worker -P threads -c 64``, defaults), sampled by
+py-spy while it works.
 
     python -m bench.spy          (SPY_RUNS=500, SPY_SECONDS=20; needs py-spy: pip install
                                   py-spy; writes bench/results/worker-profile.md)
@@ -19,23 +21,27 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
+import httpx
 import sqlalchemy as sa
 
 from bench.common import (
-    TEXT_500,
+    PY,
+    Outside,
     Procs,
     close_runtime,
+    free_port,
     new_prefix,
     proc_cpu,
     redis_cleanup,
     scratch_db,
     start_treadle_workers,
     submit,
-    tool_agent,
     treadle_env,
     treadle_runtime,
     wait_for,
@@ -45,6 +51,7 @@ RUNS = int(os.environ.get("SPY_RUNS", "500"))
 SECONDS = int(os.environ.get("SPY_SECONDS", "20"))
 CONC = 64
 OUT = Path(__file__).parent / "results" / "worker-profile.md"
+API_OUT = Path(__file__).parent / "results" / "api-profile.md"
 _FRAME = re.compile(r"\s*\(([^)]*?)(:\d+)?\)$")
 
 
@@ -82,6 +89,43 @@ def tables(raw: str, own_rows: int = 20, cum_rows: int = 40) -> tuple[int, str, 
     return total, table(own, own_rows), table(cum, cum_rows)
 
 
+def _record(spy: str, pid: int, path: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [spy, "record", "-p", str(pid), "-d", str(SECONDS), "-r", "250", "--gil"]
+        + ["--nonblocking", "-f", "raw", "-o", str(path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _api(procs: Procs, env: dict[str, str]) -> str:
+    port = free_port()
+    cmd = [PY, "-m", "uvicorn", "--factory", "scheduler.app:create_app", "--host", "127.0.0.1"]
+    procs.start("api", [*cmd, "--port", str(port), "--log-level", "warning"], env)
+    api = f"http://127.0.0.1:{port}"
+    wait_for(lambda: _healthy(api), 60, "the API")
+    return api
+
+
+def _healthy(api: str) -> bool:
+    try:
+        return httpx.get(f"{api}/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _clients(api: str, agent: dict[str, Any], stop: threading.Event, ids: list[str]) -> None:
+    """What users do meanwhile: submit runs over HTTP and poll their status."""
+    with httpx.Client(timeout=30) as client:
+        while not stop.is_set():
+            r = client.post(f"{api}/v1/runs", json={"agent": agent, "input": "go"})
+            if r.status_code < 300:
+                ids.append(r.json()["id"])
+            for run_id in ids[-5:]:
+                client.get(f"{api}/v1/runs/{run_id}")
+            stop.wait(0.05)
+
+
 def main() -> None:
     spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
     if spy is None:
@@ -91,56 +135,77 @@ def main() -> None:
         prefix = new_prefix("spy")
         rt = treadle_runtime(url, prefix, pool_size=4)
         admin = sa.create_engine(url, pool_size=2)
+        stop = threading.Event()
         try:
-            agent = tool_agent(8, sleep=0.2, text=TEXT_500[:200])
+            outside = Outside(procs, latency=0.2, text_chars=200)
+            agent = outside.agent(8)
             with ThreadPoolExecutor(4) as pool:
                 list(pool.map(lambda _: submit(rt, agent), range(RUNS)))
-            env = treadle_env(
-                url, prefix, TREADLE_DB_POOL_SIZE="6", TREADLE_WORKER_CONCURRENCY=str(CONC)
-            )
+            env = treadle_env(url, prefix)  # defaults but `-c`
+            api = _api(procs, {**env, "TREADLE_AUTH": "off"})
             pid = procs.pid(start_treadle_workers(procs, env, 1, CONC, tag="spy-")[0])
             wait_for(lambda: _rounds(admin) > 0, 120, "the first round")
+            ids: list[str] = []
+            clients = [
+                threading.Thread(target=_clients, args=(api, agent, stop, ids), daemon=True)
+                for _ in range(2)
+            ]
+            for c in clients:
+                c.start()
             time.sleep(4)
             n0, c0, t0 = _rounds(admin), proc_cpu(pid), time.time()
-            raw_path = Path(tmp) / "worker.raw"
-            subprocess.run(
-                [spy, "record", "-p", str(pid), "-d", str(SECONDS), "-r", "250", "--gil"]
-                + ["--nonblocking", "-f", "raw", "-o", str(raw_path)],
-                check=True,
-                capture_output=True,
-            )
+            a0 = proc_cpu(procs.pid("api"))
+            paths = {"worker": Path(tmp) / "worker.raw", "api": Path(tmp) / "api.raw"}
+            recs = [
+                _record(spy, pid, paths["worker"]),
+                _record(spy, procs.pid("api"), paths["api"]),
+            ]
+            for rec in recs:
+                rec.wait(SECONDS + 60)
             n1, c1, t1 = _rounds(admin), proc_cpu(pid), time.time()
-            raw = raw_path.read_text()
+            a1 = proc_cpu(procs.pid("api"))
+            stop.set()
+            raws = {k: v.read_text() for k, v in paths.items()}
         finally:
+            stop.set()
             procs.stop_all()
             close_runtime(rt)
             admin.dispose()
             redis_cleanup(prefix)
     rounds = max(1, n1 - n0)
-    total, own, cum = tables(raw)
-    text = "\n".join(
-        [
-            "# Profile of a real worker (py-spy, threads holding the GIL)",
-            "",
-            f"`python -m bench.spy`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
-            f"{RUNS} tool runs (scripted model, 200 ms per reply, one quick read-only tool per "
-            f"round) on one `treadle worker -P threads -c {CONC}`, PostgreSQL + Redis; "
-            f"`py-spy record --gil -r 250` for {SECONDS} s: {total} samples. Over the window: "
-            f"**{rounds / (t1 - t0):.1f} rounds/s, {1000 * (c1 - c0) / rounds:.2f} ms of worker "
-            "CPU per round** (the profiler's own cost included).",
-            "",
-            "## Top 20 by own time",
-            "",
-            own,
-            "",
-            "## Top 40 by cumulative time",
-            "",
-            cum,
-            "",
-        ]
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    shape = (
+        f"{RUNS} tool runs queued, then more submitted over HTTP by two clients that also poll "
+        f"(~{len(ids)} in all), on the path users run (HTTP model in its own process, 200 ms "
+        f"per reply, one inline read-only HTTP tool per round, defaults) on one "
+        f"`treadle worker -P threads -c {CONC}` and one API process (uvicorn), PostgreSQL + "
+        f"Redis; `py-spy record --gil -r 250` on both for {SECONDS} s."
     )
-    OUT.write_text(text)
-    print(text)
+    for what, out, cpu in (
+        ("worker", OUT, f"{1000 * (c1 - c0) / rounds:.2f} ms of worker CPU per round"),
+        ("api", API_OUT, f"{a1 - a0:.1f} s of API CPU over the window"),
+    ):
+        total, own, cum = tables(raws[what])
+        text = "\n".join(
+            [
+                f"# Profile of a real {what} process (py-spy, threads holding the GIL)",
+                "",
+                f"`python -m bench.spy`, {when}: {shape} {total} samples. Over the window: "
+                f"**{rounds / (t1 - t0):.1f} rounds/s, {cpu}** (the profiler's own cost "
+                "included).",
+                "",
+                "## Top 20 by own time",
+                "",
+                own,
+                "",
+                "## Top 40 by cumulative time",
+                "",
+                cum,
+                "",
+            ]
+        )
+        out.write_text(text)
+        print(text)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
-"""Throughput: 500 concurrent tool-agent runs, model latency 200 ms, with 1, 2 and 3 worker
-processes of the threads pool at concurrency 64. Rounds/s against the ideal (concurrency /
+"""Throughput on the path users run: concurrent tool-agent runs (the fake model in its own
+process, streamed SSE over HTTP, answering after the latency; one inline read-only HTTP tool
+per round against an endpoint in another process; defaults but `-c`), model latency 200 ms,
+with 1, 2 and 3 worker processes of the threads pool. Rounds/s against the ideal (concurrency /
 latency) and against the floor doing the same work shape (500 chains, each "round" a hop that
 sleeps 200 ms then one SQL transaction, plus a hop that only does the transaction — the tool);
 CPU per round of the workers, of PostgreSQL's backends and of the whole machine.
 
-The model is the scripted one with ``sleep: 0.2`` in each reply: it holds the worker thread
-200 ms like an HTTP call would, without a fake server's CPU on this 2-core machine.
+The fake model's and the tool endpoint's CPU is on this machine too (and counted in the
+whole-machine column); the floor pays none of it.
 
     python -m bench.throughput   (BENCH_TP_RUNS=500, BENCH_TP_ROUNDS=8, BENCH_TP_PROCS=1,2,3,
                                   BENCH_TP_CONCURRENCY=64, BENCH_TP_LATENCY=0.2,
@@ -25,6 +27,7 @@ import sqlalchemy as sa
 from bench.common import (
     TEXT_500,
     Floor,
+    Outside,
     Procs,
     Section,
     close_runtime,
@@ -44,7 +47,6 @@ from bench.common import (
     scratch_db,
     start_treadle_workers,
     submit,
-    tool_agent,
     treadle_env,
     treadle_runtime,
     verdict,
@@ -59,7 +61,6 @@ TEXT = TEXT_500[:200]
 PROCS = [int(x) for x in os.environ.get("BENCH_TP_PROCS", "1,2,3").split(",")]
 CONC = int(os.environ.get("BENCH_TP_CONCURRENCY", "64"))
 LATENCY = float(os.environ.get("BENCH_TP_LATENCY", "0.2"))
-POOL = os.environ.get("BENCH_TP_POOL", "6")
 TARGET = 0.8
 
 
@@ -150,17 +151,17 @@ def measure(procs: Procs, url: str, n_procs: int) -> dict[str, Any]:
     prefix = new_prefix(f"tp{n_procs}")
     rt = treadle_runtime(url, prefix, pool_size=4)
     names: list[str] = []
+    outside: Outside | None = None
     sampler = ConnSampler(url)
     try:
         with admin.begin() as conn:  # a fresh count for this configuration
             for table in ("usage", "events", "messages", "tool_calls", "outbox", "runs"):
                 conn.execute(sa.text(f"DELETE FROM {table}"))
-        agent = tool_agent(ROUNDS, sleep=LATENCY, text=TEXT)
+        outside = Outside(procs, latency=LATENCY, text_chars=len(TEXT))
+        agent = outside.agent(ROUNDS)
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(lambda _: submit(rt, agent), range(RUNS)))
-        env = treadle_env(
-            url, prefix, TREADLE_DB_POOL_SIZE=POOL, TREADLE_WORKER_CONCURRENCY=str(CONC)
-        )
+        env = treadle_env(url, prefix)  # defaults: the pool follows `-c`
         names = start_treadle_workers(procs, env, n_procs, CONC, tag=f"tp{n_procs}-")
         pids = [procs.pid(n) for n in names]
         wait_for(lambda: count_usage(admin) > 0, 120, "the first round")
@@ -195,6 +196,8 @@ def measure(procs: Procs, url: str, n_procs: int) -> dict[str, Any]:
         out["peak_conns"] = sampler.close()
         for name in names:
             procs.stop(name)
+        if outside is not None:
+            outside.close()
         close_runtime(rt)
         admin.dispose()
         redis_cleanup(prefix)
@@ -245,8 +248,9 @@ def main() -> None:
         finally:
             procs.stop_all()
     s = Section(
-        f"Throughput: {RUNS} concurrent tool runs x {ROUNDS} rounds, model latency "
-        f"{LATENCY * 1000:.0f} ms, `-P threads -c {CONC}` per process",
+        f"Throughput, the path users run: {RUNS} concurrent runs x {ROUNDS} rounds, HTTP "
+        f"model (latency {LATENCY * 1000:.0f} ms) + one HTTP tool per round, "
+        f"`-P threads -c {CONC}` per process, defaults",
         [
             "worker processes",
             "ideal rounds/s",
@@ -311,10 +315,8 @@ def main() -> None:
         "is the CPU-bound ceiling in rounds/s."
     )
     c.note(
-        f"Workers run with `TREADLE_DB_POOL_SIZE={POOL}` (+ the engine's 5 overflow) per "
-        "process: the default, concurrency + 4 = 68 (+5) per 64-thread process, could open "
-        "more connections than PostgreSQL's max_connections = 100, which other test runs "
-        "share on this machine."
+        "Workers run with the defaults a user gets (only `-c` and the process count set): "
+        "admission, engine gate, model-client and database pools as shipped."
     )
     for e in errors:
         c.note(f"**not measured**: {e}")

@@ -12,27 +12,39 @@ from typing import Any
 from celery.signals import task_received, worker_init, worker_shutdown
 
 from shared.celery_app import app
-from shared.config import get_settings
+from shared.config import Settings, get_settings
 from shared.names import PRIORITY_HEADER, SENT_HEADER, TASK_QUEUES
 from shared.priorities import DEFAULT_PRIORITY
 
-__all__ = ["app"]
+__all__ = ["adopt_concurrency", "app"]
 
 
 @worker_init.connect
-def _on_worker_init(**_: Any) -> None:
-    """Logging as configured; a /metrics endpoint when TREADLE_WORKER_METRICS_PORT is set;
+def _on_worker_init(sender: Any = None, **_: Any) -> None:
+    """The process's concurrency is the worker's ``-c`` (what the pools are sized for);
+    logging as configured; a /metrics endpoint when TREADLE_WORKER_METRICS_PORT is set;
     traces when the ``OTEL_*`` variables ask for them."""
     from shared import tracing
     from shared.logs import configure_logging
 
     settings = get_settings()
+    adopt_concurrency(settings, getattr(sender, "concurrency", None))
     configure_logging(settings.log_level, settings.log_format)
     tracing.configure("treadle-worker")
     if settings.worker_metrics_port:
         from prometheus_client import start_http_server
 
         start_http_server(settings.worker_metrics_port)
+
+
+def adopt_concurrency(settings: Settings, concurrency: object) -> None:
+    """``celery worker -c N`` sets the threads; unless ``TREADLE_WORKER_CONCURRENCY`` says
+    otherwise, the settings follow it, so the database and model-client pools (sized from
+    ``worker_concurrency``) never hold in-flight work below ``-c``."""
+    if "worker_concurrency" in settings.model_fields_set:
+        return
+    if isinstance(concurrency, int) and concurrency > 0:
+        settings.worker_concurrency = concurrency
 
 
 @worker_shutdown.connect

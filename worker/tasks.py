@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
 from celery.worker import state as worker_state
 
@@ -40,6 +41,14 @@ def _more(rt: Runtime) -> Callable[[int], bool]:
     return more
 
 
+def _in_place(rt: Runtime, run_id: str) -> AbstractContextManager[Runtime]:
+    """The runtime a task works with: as is (the default, every round its own task), or,
+    with ``TREADLE_WORKER_IN_PLACE_S`` set, one that drives the run's next due round here."""
+    if rt.settings.worker_in_place_s <= 0:
+        return nullcontext(rt)
+    return rounds_in_place(rt, run_id, _more(rt), _drive)
+
+
 def _drive(rt: Runtime, d: Dispatch) -> None:
     """How a task drives a round in place: the round's own span in the run's trace (a child
     of the run's context, as a round task's would be) and a log line in place of Celery's."""
@@ -63,7 +72,7 @@ def round_task(self: DatabaseRetry[...], run_id: str, version: int, attempt: int
         task_span("treadle.round", self.request, run_id, version=version) as span,
     ):
         rt = get_runtime()
-        with rt.gate.inside(Stage.CLAIM), rounds_in_place(rt, run_id, _more(rt), _drive) as here:
+        with rt.gate.inside(Stage.CLAIM), _in_place(rt, run_id) as here:
             result = run_round(here, run_id, int(version), int(attempt))
         span.set_attribute("treadle.outcome", result.status)
 
@@ -75,7 +84,7 @@ def tool_task(self: DatabaseRetry[...], run_id: str, call_id: str, version: int)
         task_span("treadle.tool", self.request, run_id, call_id=call_id) as span,
     ):
         rt = get_runtime()
-        with rt.gate.inside(Stage.TOOL), rounds_in_place(rt, run_id, _more(rt), _drive) as here:
+        with rt.gate.inside(Stage.TOOL), _in_place(rt, run_id) as here:
             outcome = run_tool(here, run_id, call_id, int(version))
         span.set_attribute("treadle.outcome", outcome)
 

@@ -49,7 +49,13 @@ DEMO_PROFILE = ModelProfile(name="demo", provider="demo").as_operator()
 
 _clients: dict[tuple[int, str, tuple[str, ...] | None], httpx.Client] = {}
 _clients_lock = threading.Lock()
-_LIMITS = httpx.Limits(max_connections=256, max_keepalive_connections=64, keepalive_expiry=30.0)
+
+
+def _limits() -> httpx.Limits:
+    """No cap on connections (the worker's threads bound the calls in flight, so a pool
+    never holds a model call back below ``-c``); as many kept alive as there are threads."""
+    keep = max(64, get_settings().worker_concurrency)
+    return httpx.Limits(max_connections=None, max_keepalive_connections=keep, keepalive_expiry=30.0)
 
 
 def _read_document(path: Path) -> Any:
@@ -119,7 +125,7 @@ def _new_client(guard: tuple[str, ...] | None) -> httpx.Client:
     from shared.tools.netguard import GuardedBackend
 
     backend = None if guard is None else GuardedBackend(guard, refuse=FatalModelError)
-    return httpx.Client(transport=abortable_transport(backend, limits=_LIMITS))
+    return httpx.Client(transport=abortable_transport(backend, limits=_limits()))
 
 
 def _guard(profile: ModelProfile, tenant: str, allow_hosts: str | None) -> tuple[str, ...] | None:

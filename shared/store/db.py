@@ -119,6 +119,10 @@ def make_engine(
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
     connect_args = (limits or PgLimits()).connect_args() if url.startswith("postgresql") else {}
+    if url.startswith("postgresql+psycopg"):
+        from shared.store.described import DescribedCursor
+
+        connect_args["cursor_factory"] = DescribedCursor  # description once per statement shape
     # workers: no pre-ping (a round trip per checkout, 4 per round): a connection broken by a
     # database restart fails one task, which retries; SQLAlchemy then drops the whole stale
     # pool. The API pings (``ping_on_checkout``): a request never fails on a dead connection.
@@ -169,6 +173,16 @@ def limits_of(settings: Settings) -> PgLimits:
     )
 
 
+def default_pool_size(concurrency: int, engine_slots: int) -> int:
+    """Connections a worker process's threads can use at once: only threads inside the engine
+    gate touch the database (a model call or a tool holds no connection), so 2 x the gate's
+    slots + 4 (the heartbeat, the stop backstop, a thread between stages), never more than
+    the threads + 4; with no gate, every thread may."""
+    if engine_slots <= 0:
+        return concurrency + 4
+    return min(concurrency, 2 * engine_slots) + 4
+
+
 def get_engine(url: str | None = None) -> Engine:
     """The process-wide engine for ``url`` (default: the configured database)."""
     from shared.config import get_settings
@@ -178,7 +192,9 @@ def get_engine(url: str | None = None) -> Engine:
     with _lock:
         engine = _engines.get(url)
         if engine is None:
-            size = settings.db_pool_size or settings.worker_concurrency + 4
+            size = settings.db_pool_size or default_pool_size(
+                settings.worker_concurrency, settings.worker_engine_slots
+            )
             engine = _engines[url] = make_engine(url, pool_size=size, limits=limits_of(settings))
         return engine
 

@@ -1,5 +1,5 @@
-"""Flower starts against the Redis broker and lists the workers and recent
-tasks."""
+"""Flower starts against the Redis broker and lists the workers and recent tasks; with the
+defaults, every round of a run is its own ``treadle.round`` task there."""
 
 from __future__ import annotations
 
@@ -7,8 +7,12 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -16,6 +20,7 @@ from fastapi.testclient import TestClient
 
 from scheduler.app import create_app
 from shared.engine.runtime import Runtime
+from shared.llm.fake_server import FakeLLMServer, ReplySpec
 from tests.support import ROOT, WorkerProcs, wait_for
 
 AUTH = ("ops", "s3cret")
@@ -79,3 +84,78 @@ def test_flower_lists_workers_and_recent_tasks(
     wait_for(workers_listed, 30, interval=1, what="flower to list the worker")
     tasks = wait_for(task_listed, 30, interval=0.25, what="flower to list the round task")
     assert any(run["id"] in str(t.get("args")) for t in tasks.values())
+
+
+class _Echo(BaseHTTPRequestHandler):
+    """A read-only HTTP tool's endpoint: the JSON body back."""
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def echo_endpoint() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/echo"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _eight_tool_calls_then_answer(body: dict[str, Any]) -> ReplySpec:
+    n = sum(1 for m in body.get("messages") or () if m.get("role") == "assistant")
+    if n >= 8:
+        return ReplySpec(text="done")
+    return ReplySpec(tool_calls=[{"id": f"c{n}", "name": "echo", "arguments": {"text": str(n)}}])
+
+
+def test_every_round_of_an_http_tool_run_is_a_round_task_in_flower(
+    prod_rt: Runtime, workers: WorkerProcs, flower: str, echo_endpoint: str
+) -> None:
+    """Defaults (no in-place driving): a 9-round run with an inline HTTP tool is 9 succeeded
+    ``treadle.round`` tasks with its run id in their args, in Flower's own API."""
+    workers.env.update(TREADLE_TASK_EVENTS="true", TREADLE_ALLOW_HOSTS="127.0.0.1")
+    workers.start("rounds")
+    rt = replace(prod_rt, settings=prod_rt.settings.model_copy(update={"allow_hosts": "127.0.0.1"}))
+    with FakeLLMServer(_eight_tool_calls_then_answer) as llm:
+        agent = {
+            "kind": "agent",
+            "model": {"provider": "openai", "base_url": llm.base_url, "model": "fake"},
+            "tools": [
+                {
+                    "name": "echo",
+                    "read_only": True,
+                    "parameters": {"type": "object", "properties": {"text": {"type": "string"}}},
+                    "http": {"method": "POST", "url": echo_endpoint},
+                }
+            ],
+        }
+        with TestClient(create_app(lambda: rt)) as client:
+            run = client.post("/v1/runs", json={"agent": agent, "input": "go"}).json()
+            run_id = run["id"]
+            wait_for(lambda: client.get(f"/v1/runs/{run_id}").json()["status"] == "completed", 30)
+        assert len(llm.requests) == 9
+
+    def rounds_of_the_run() -> list[dict[str, Any]]:
+        tasks = httpx.get(f"{flower}/api/tasks", auth=AUTH, timeout=5).json()
+        mine = [
+            t
+            for t in tasks.values()
+            if t.get("name") == "treadle.round" and run_id in str(t.get("args"))
+        ]
+        done = [t for t in mine if t.get("state") == "SUCCESS"]
+        return done if len(done) >= 9 else []
+
+    succeeded = wait_for(rounds_of_the_run, 20, interval=0.5, what="9 round tasks in flower")
+    assert len(succeeded) == 9
