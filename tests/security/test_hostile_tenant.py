@@ -632,17 +632,20 @@ def test_9_two_hundred_mcp_urls_leave_the_workers_memory_bounded(fleet: Fleet) -
     with HostileMcp(tools=64, description_bytes=2_000) as mcp, FakeLLMServer() as llm:
 
         def runs(first: int, n: int) -> None:
-            made = [
-                fleet.submit("globex", _mcp_agent(llm, [f"{mcp.url}?u={i}"])).json()["id"]
-                for i in range(first, first + n)
-            ]
-            for run_id in made:
-                assert fleet.finish("globex", run_id, 120)["status"] == "completed"
+            # in waves the worker's listing limits admit (a tenant's two waiters, 64 listings
+            # in flight), so that every URL is listed and cached: the memory is the point here
+            for wave in range(first, first + n, 16):
+                made = [
+                    fleet.submit("globex", _mcp_agent(llm, [f"{mcp.url}?u={i}"])).json()["id"]
+                    for i in range(wave, min(wave + 16, first + n))
+                ]
+                for run_id in made:
+                    assert fleet.finish("globex", run_id, 120)["status"] == "completed"
+            wait_for(lambda: mcp.requests("tools/list") >= first + n, 30, what="every listing")
 
         runs(0, 100)  # warm: pools, imports, the bounded caches filled
         before = _rss_mb(pid)
         runs(100, 200)
         after = _rss_mb(pid)
-        assert mcp.requests("tools/list") >= 300
     print(f"worker RSS {before:.0f} MB -> {after:.0f} MB after 200 MCP URLs")
     assert after - before <= 50, f"worker RSS {before:.0f} MB -> {after:.0f} MB"
