@@ -26,7 +26,7 @@ from scheduler.http.memory import router as memory_router
 from scheduler.http.openapi import install_openapi
 from scheduler.http.ops import router as ops_router
 from scheduler.http.retention_routes import router as retention_router
-from scheduler.http.runs import runs_router
+from scheduler.http.runs import router as runs_router
 from scheduler.http.schemas import ERROR_RESPONSES
 from scheduler.http.spend import router as spend_router
 from scheduler.http.threads import threads_router
@@ -80,7 +80,7 @@ def create_app(get_rt: Callable[[], Runtime] | None = None, *, auth: str | None 
     app.state.get_rt = get_rt  # scheduler.http.deps.RuntimeDep
     app.state.auth = authenticator = Authenticator(get_rt, auth)
     install_error_handlers(app)
-    app.include_router(runs_router(get_rt))
+    app.include_router(runs_router)
     app.include_router(fleet_router(get_rt))  # search's bulk actions: cancel, suspend, resume
     app.include_router(lifecycle_router(get_rt))  # resume, fork, messages, plan
     app.include_router(agent_routes(get_rt))
