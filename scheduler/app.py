@@ -21,7 +21,7 @@ from scheduler.http.errors import install_error_handlers
 from scheduler.http.files import router as files_router
 from scheduler.http.files import upload_overhead
 from scheduler.http.fleet import fleet_router
-from scheduler.http.lifecycle import lifecycle_router
+from scheduler.http.lifecycle import router as lifecycle_router
 from scheduler.http.memory import router as memory_router
 from scheduler.http.openapi import install_openapi
 from scheduler.http.ops import router as ops_router
@@ -29,7 +29,7 @@ from scheduler.http.retention_routes import router as retention_router
 from scheduler.http.runs import router as runs_router
 from scheduler.http.schemas import ERROR_RESPONSES
 from scheduler.http.spend import router as spend_router
-from scheduler.http.threads import threads_router
+from scheduler.http.threads import router as threads_router
 from scheduler.interop.a2a_server import install_a2a
 from scheduler.interop.langgraph import langgraph_router
 from scheduler.interop.lg_store import router as lg_store_router
@@ -82,9 +82,9 @@ def create_app(get_rt: Callable[[], Runtime] | None = None, *, auth: str | None 
     install_error_handlers(app)
     app.include_router(runs_router)
     app.include_router(fleet_router(get_rt))  # search's bulk actions: cancel, suspend, resume
-    app.include_router(lifecycle_router(get_rt))  # resume, fork, messages, plan
+    app.include_router(lifecycle_router)  # resume, fork, messages, plan
     app.include_router(agent_routes(get_rt))
-    app.include_router(threads_router(get_rt))
+    app.include_router(threads_router)
     app.include_router(cron_router)
     app.include_router(retention_router)
     app.include_router(ops_router)
