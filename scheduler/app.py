@@ -11,16 +11,17 @@ from fastapi import FastAPI
 from starlette.routing import Route
 
 from scheduler.http import limits
-from scheduler.http.agent_routes import agent_routes
+from scheduler.http.agent_routes import router as agent_router
 from scheduler.http.auth import Authenticator, AuthMiddleware, RedactKeys
 from scheduler.http.bodyguard import BodyGuard
-from scheduler.http.console import EventsQueryToken, console_router
+from scheduler.http.console import EventsQueryToken
+from scheduler.http.console import router as console_router
 from scheduler.http.cron_routes import router as cron_router
 from scheduler.http.datasets import router as datasets_router
 from scheduler.http.errors import install_error_handlers
 from scheduler.http.files import router as files_router
 from scheduler.http.files import upload_overhead
-from scheduler.http.fleet import fleet_router
+from scheduler.http.fleet import router as fleet_router
 from scheduler.http.lifecycle import router as lifecycle_router
 from scheduler.http.memory import router as memory_router
 from scheduler.http.openapi import install_openapi
@@ -81,9 +82,9 @@ def create_app(get_rt: Callable[[], Runtime] | None = None, *, auth: str | None 
     app.state.auth = authenticator = Authenticator(get_rt, auth)
     install_error_handlers(app)
     app.include_router(runs_router)
-    app.include_router(fleet_router(get_rt))  # search's bulk actions: cancel, suspend, resume
+    app.include_router(fleet_router)  # search's bulk actions: cancel, suspend, resume
     app.include_router(lifecycle_router)  # resume, fork, messages, plan
-    app.include_router(agent_routes(get_rt))
+    app.include_router(agent_router)
     app.include_router(threads_router)
     app.include_router(cron_router)
     app.include_router(retention_router)
@@ -92,7 +93,7 @@ def create_app(get_rt: Callable[[], Runtime] | None = None, *, auth: str | None 
     app.include_router(files_router)
     app.include_router(datasets_router, responses=ERROR_RESPONSES)  # the knowledge base
     app.include_router(memory_router, responses=ERROR_RESPONSES)  # long-term memory
-    app.include_router(console_router(get_rt))
+    app.include_router(console_router)
     app.include_router(langgraph_router(get_rt), prefix="/langgraph")  # interop facades
     app.include_router(lg_store_router, prefix="/langgraph")  # the LangGraph Store
     app.include_router(openai_router(get_rt), prefix="/openai/v1")
