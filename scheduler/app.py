@@ -32,7 +32,7 @@ from scheduler.http.schemas import ERROR_RESPONSES
 from scheduler.http.spend import router as spend_router
 from scheduler.http.threads import router as threads_router
 from scheduler.interop.a2a_server import install_a2a
-from scheduler.interop.langgraph import langgraph_router
+from scheduler.interop.langgraph import router as langgraph_router
 from scheduler.interop.lg_store import router as lg_store_router
 from scheduler.interop.mcp_server import McpService
 from scheduler.interop.openai_responses import openai_router
@@ -94,7 +94,7 @@ def create_app(get_rt: Callable[[], Runtime] | None = None, *, auth: str | None 
     app.include_router(datasets_router, responses=ERROR_RESPONSES)  # the knowledge base
     app.include_router(memory_router, responses=ERROR_RESPONSES)  # long-term memory
     app.include_router(console_router)
-    app.include_router(langgraph_router(get_rt), prefix="/langgraph")  # interop facades
+    app.include_router(langgraph_router, prefix="/langgraph")  # interop facades
     app.include_router(lg_store_router, prefix="/langgraph")  # the LangGraph Store
     app.include_router(openai_router(get_rt), prefix="/openai/v1")
     app.state.mcp = McpService()  # /mcp: agents as MCP tools (its sessions run in the lifespan)
