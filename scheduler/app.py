@@ -35,7 +35,7 @@ from scheduler.interop.a2a_server import install_a2a
 from scheduler.interop.langgraph import router as langgraph_router
 from scheduler.interop.lg_store import router as lg_store_router
 from scheduler.interop.mcp_server import McpService
-from scheduler.interop.openai_responses import openai_router
+from scheduler.interop.openai_responses import router as openai_router
 from shared import tracing
 from shared.config import Settings, get_settings
 from shared.engine.runtime import Runtime
@@ -96,7 +96,7 @@ def create_app(get_rt: Callable[[], Runtime] | None = None, *, auth: str | None 
     app.include_router(console_router)
     app.include_router(langgraph_router, prefix="/langgraph")  # interop facades
     app.include_router(lg_store_router, prefix="/langgraph")  # the LangGraph Store
-    app.include_router(openai_router(get_rt), prefix="/openai/v1")
+    app.include_router(openai_router, prefix="/openai/v1")
     app.state.mcp = McpService()  # /mcp: agents as MCP tools (its sessions run in the lifespan)
     app.router.routes.append(Route("/mcp", endpoint=app.state.mcp, include_in_schema=False))
     install_a2a(app)  # /a2a/{agent}: agents as A2A servers (card, JSON-RPC)
