@@ -11,30 +11,31 @@ from fastapi import FastAPI
 from starlette.routing import Route
 
 from scheduler.http import limits
-from scheduler.http.agent_routes import agent_routes
+from scheduler.http.agent_routes import router as agent_router
 from scheduler.http.auth import Authenticator, AuthMiddleware, RedactKeys
 from scheduler.http.bodyguard import BodyGuard
-from scheduler.http.console import EventsQueryToken, console_router
+from scheduler.http.console import EventsQueryToken
+from scheduler.http.console import router as console_router
 from scheduler.http.cron_routes import router as cron_router
 from scheduler.http.datasets import router as datasets_router
 from scheduler.http.errors import install_error_handlers
 from scheduler.http.files import router as files_router
 from scheduler.http.files import upload_overhead
-from scheduler.http.fleet import fleet_router
-from scheduler.http.lifecycle import lifecycle_router
+from scheduler.http.fleet import router as fleet_router
+from scheduler.http.lifecycle import router as lifecycle_router
 from scheduler.http.memory import router as memory_router
 from scheduler.http.openapi import install_openapi
 from scheduler.http.ops import router as ops_router
 from scheduler.http.retention_routes import router as retention_router
-from scheduler.http.runs import runs_router
+from scheduler.http.runs import router as runs_router
 from scheduler.http.schemas import ERROR_RESPONSES
 from scheduler.http.spend import router as spend_router
-from scheduler.http.threads import threads_router
+from scheduler.http.threads import router as threads_router
 from scheduler.interop.a2a_server import install_a2a
-from scheduler.interop.langgraph import langgraph_router
+from scheduler.interop.langgraph import router as langgraph_router
 from scheduler.interop.lg_store import router as lg_store_router
 from scheduler.interop.mcp_server import McpService
-from scheduler.interop.openai_responses import openai_router
+from scheduler.interop.openai_responses import router as openai_router
 from shared import tracing
 from shared.config import Settings, get_settings
 from shared.engine.runtime import Runtime
@@ -80,11 +81,11 @@ def create_app(get_rt: Callable[[], Runtime] | None = None, *, auth: str | None 
     app.state.get_rt = get_rt  # scheduler.http.deps.RuntimeDep
     app.state.auth = authenticator = Authenticator(get_rt, auth)
     install_error_handlers(app)
-    app.include_router(runs_router(get_rt))
-    app.include_router(fleet_router(get_rt))  # search's bulk actions: cancel, suspend, resume
-    app.include_router(lifecycle_router(get_rt))  # resume, fork, messages, plan
-    app.include_router(agent_routes(get_rt))
-    app.include_router(threads_router(get_rt))
+    app.include_router(runs_router)
+    app.include_router(fleet_router)  # search's bulk actions: cancel, suspend, resume
+    app.include_router(lifecycle_router)  # resume, fork, messages, plan
+    app.include_router(agent_router)
+    app.include_router(threads_router)
     app.include_router(cron_router)
     app.include_router(retention_router)
     app.include_router(ops_router)
@@ -92,10 +93,10 @@ def create_app(get_rt: Callable[[], Runtime] | None = None, *, auth: str | None 
     app.include_router(files_router)
     app.include_router(datasets_router, responses=ERROR_RESPONSES)  # the knowledge base
     app.include_router(memory_router, responses=ERROR_RESPONSES)  # long-term memory
-    app.include_router(console_router(get_rt))
-    app.include_router(langgraph_router(get_rt), prefix="/langgraph")  # interop facades
+    app.include_router(console_router)
+    app.include_router(langgraph_router, prefix="/langgraph")  # interop facades
     app.include_router(lg_store_router, prefix="/langgraph")  # the LangGraph Store
-    app.include_router(openai_router(get_rt), prefix="/openai/v1")
+    app.include_router(openai_router, prefix="/openai/v1")
     app.state.mcp = McpService()  # /mcp: agents as MCP tools (its sessions run in the lifespan)
     app.router.routes.append(Route("/mcp", endpoint=app.state.mcp, include_in_schema=False))
     install_a2a(app)  # /a2a/{agent}: agents as A2A servers (card, JSON-RPC)

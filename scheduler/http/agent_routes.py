@@ -9,7 +9,6 @@ checked as a run's is, before anything is written. Registered agents (built-ins,
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Response
@@ -25,6 +24,7 @@ from scheduler.http.agents import (
     store_lookup,
 )
 from scheduler.http.auth import Caller, ReadCaller, WriteCaller
+from scheduler.http.deps import RuntimeDep
 from scheduler.http.schemas import JsonInt
 from shared.agent.spec import AgentSpec
 from shared.engine.catalog import build_catalog
@@ -40,10 +40,10 @@ __all__ = [
     "AgentBody",
     "AgentView",
     "add_agent_version",
-    "agent_routes",
     "check_agent_spec",
     "delete_agent",
     "read_agent",
+    "router",
     "tag_version",
 ]
 
@@ -202,93 +202,98 @@ def tag_version(rt: Runtime, tenant: str, name: str, tag: str, version: int) -> 
     return version_view(found, tags.get(found.version))
 
 
-def agent_routes(get_rt: Callable[[], Runtime]) -> APIRouter:
-    r = APIRouter(prefix="/v1", tags=["agents"])
+router = APIRouter(prefix="/v1", tags=["agents"])
 
-    @r.post("/agents", status_code=201, response_model=AgentView)
-    def create(body: AgentCreate, caller: WriteCaller) -> AgentView:
-        """Create an agent: its version 1 (409 if the name is taken)."""
-        v = add_agent_version(
-            get_rt(),
-            caller,
-            body.name,
-            body.spec,
-            new=True,
-            description=body.description,
-            meta=body.metadata,
-        )
-        return version_view(v)
 
-    @r.put("/agents/{name}", response_model=AgentView)
-    def update(name: AgentRef, body: AgentBody, caller: WriteCaller) -> AgentView:
-        """A new immutable version of the agent; runs naming it without a version get it."""
-        if parse_ref(name)[1] is not None:
-            raise Conflict("versions are immutable: PUT the agent's name to add one")
-        v = add_agent_version(
-            get_rt(),
-            caller,
-            name,
-            body.spec,
-            new=False,
-            description=body.description,
-            meta=body.metadata,
-        )
-        return version_view(v)
+@router.post("/agents", status_code=201, response_model=AgentView)
+def create(body: AgentCreate, rt: RuntimeDep, caller: WriteCaller) -> AgentView:
+    """Create an agent: its version 1 (409 if the name is taken)."""
+    v = add_agent_version(
+        rt,
+        caller,
+        body.name,
+        body.spec,
+        new=True,
+        description=body.description,
+        meta=body.metadata,
+    )
+    return version_view(v)
 
-    @r.get("/agents/{name}", response_model=AgentView)
-    def get(name: AgentRef, caller: ReadCaller) -> AgentView:
-        """The agent's latest version, or ``name@3``; a registered agent (read-only)."""
-        return read_agent(get_rt(), caller.tenant, name)
 
-    @r.get("/agents/{name}/versions", response_model=AgentVersionList)
-    def versions(
-        name: AgentRef,
-        caller: ReadCaller,
-        limit: Annotated[int, Query(ge=1, le=200)] = 50,
-        offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
-    ) -> AgentVersionList:
-        """The agent's versions, newest first (a registered agent: itself, unversioned)."""
-        if is_registered(name):
-            return AgentVersionList(versions=[_registered_view(name)][offset : offset + limit])
-        with get_rt().engine.connect() as conn:
-            found = store.list_versions(conn, caller.tenant, name, limit=limit, offset=offset)
-            tags = store.tags_by_version(conn, caller.tenant, name)
-        if not found and offset == 0:
+@router.put("/agents/{name}", response_model=AgentView)
+def update(name: AgentRef, body: AgentBody, rt: RuntimeDep, caller: WriteCaller) -> AgentView:
+    """A new immutable version of the agent; runs naming it without a version get it."""
+    if parse_ref(name)[1] is not None:
+        raise Conflict("versions are immutable: PUT the agent's name to add one")
+    v = add_agent_version(
+        rt,
+        caller,
+        name,
+        body.spec,
+        new=False,
+        description=body.description,
+        meta=body.metadata,
+    )
+    return version_view(v)
+
+
+@router.get("/agents/{name}", response_model=AgentView)
+def get(name: AgentRef, rt: RuntimeDep, caller: ReadCaller) -> AgentView:
+    """The agent's latest version, or ``name@3``; a registered agent (read-only)."""
+    return read_agent(rt, caller.tenant, name)
+
+
+@router.get("/agents/{name}/versions", response_model=AgentVersionList)
+def versions(
+    name: AgentRef,
+    rt: RuntimeDep,
+    caller: ReadCaller,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+) -> AgentVersionList:
+    """The agent's versions, newest first (a registered agent: itself, unversioned)."""
+    if is_registered(name):
+        return AgentVersionList(versions=[_registered_view(name)][offset : offset + limit])
+    with rt.engine.connect() as conn:
+        found = store.list_versions(conn, caller.tenant, name, limit=limit, offset=offset)
+        tags = store.tags_by_version(conn, caller.tenant, name)
+    if not found and offset == 0:
+        raise NotFound(f"agent {name!r} not found")
+    return AgentVersionList(versions=[version_view(v, tags.get(v.version)) for v in found])
+
+
+@router.delete("/agents/{name}", status_code=204, response_class=Response)
+def delete(name: AgentNamePath, rt: RuntimeDep, caller: WriteCaller) -> Response:
+    """Delete the agent: every version and tag. Runs that named it keep the spec they
+    started with; new runs naming it get 404."""
+    delete_agent(rt, caller.tenant, name)
+    return Response(status_code=204)
+
+
+@router.get("/agents/{name}/tags", response_model=TagList)
+def tags(name: AgentNamePath, rt: RuntimeDep, caller: ReadCaller) -> TagList:
+    """The agent's tags and the version each points at."""
+    with rt.engine.connect() as conn:
+        by_version = store.tags_by_version(conn, caller.tenant, name)
+        if not by_version and store.get_version(conn, caller.tenant, name) is None:
             raise NotFound(f"agent {name!r} not found")
-        return AgentVersionList(versions=[version_view(v, tags.get(v.version)) for v in found])
-
-    _lifecycle_routes(r, get_rt)
-    return r
+    return TagList(tags={t: v for v, ts in sorted(by_version.items()) for t in ts})
 
 
-def _lifecycle_routes(r: APIRouter, get_rt: Callable[[], Runtime]) -> None:
-    @r.delete("/agents/{name}", status_code=204, response_class=Response)
-    def delete(name: AgentNamePath, caller: WriteCaller) -> Response:
-        """Delete the agent: every version and tag. Runs that named it keep the spec they
-        started with; new runs naming it get 404."""
-        delete_agent(get_rt(), caller.tenant, name)
-        return Response(status_code=204)
+@router.put("/agents/{name}/tags/{tag}", response_model=AgentView)
+def put_tag(
+    name: AgentNamePath, tag: TagPath, body: TagBody, rt: RuntimeDep, caller: WriteCaller
+) -> AgentView:
+    """Point the tag at a version (made, or moved: a rollback). ``latest`` is what the
+    bare name resolves to until the next version is added."""
+    return tag_version(rt, caller.tenant, name, tag, body.version)
 
-    @r.get("/agents/{name}/tags", response_model=TagList)
-    def tags(name: AgentNamePath, caller: ReadCaller) -> TagList:
-        """The agent's tags and the version each points at."""
-        with get_rt().engine.connect() as conn:
-            by_version = store.tags_by_version(conn, caller.tenant, name)
-            if not by_version and store.get_version(conn, caller.tenant, name) is None:
-                raise NotFound(f"agent {name!r} not found")
-        return TagList(tags={t: v for v, ts in sorted(by_version.items()) for t in ts})
 
-    @r.put("/agents/{name}/tags/{tag}", response_model=AgentView)
-    def put_tag(name: AgentNamePath, tag: TagPath, body: TagBody, caller: WriteCaller) -> AgentView:
-        """Point the tag at a version (made, or moved: a rollback). ``latest`` is what the
-        bare name resolves to until the next version is added."""
-        return tag_version(get_rt(), caller.tenant, name, tag, body.version)
-
-    @r.delete("/agents/{name}/tags/{tag}", status_code=204, response_class=Response)
-    def delete_tag(name: AgentNamePath, tag: TagPath, caller: WriteCaller) -> Response:
-        """Remove the tag (404 when it is not set)."""
-        _writable(name)
-        with get_rt().engine.begin() as conn:
-            if not store.drop_tag(conn, caller.tenant, name, tag):
-                raise NotFound(f"agent {name!r} has no tag {tag!r}")
-        return Response(status_code=204)
+@router.delete("/agents/{name}/tags/{tag}", status_code=204, response_class=Response)
+def delete_tag(name: AgentNamePath, tag: TagPath, rt: RuntimeDep, caller: WriteCaller) -> Response:
+    """Remove the tag (404 when it is not set)."""
+    _writable(name)
+    with rt.engine.begin() as conn:
+        if not store.drop_tag(conn, caller.tenant, name, tag):
+            raise NotFound(f"agent {name!r} has no tag {tag!r}")
+    return Response(status_code=204)

@@ -11,7 +11,6 @@ no base or form target elsewhere), ``nosniff`` and no referrer: run data the con
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
@@ -22,13 +21,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from scheduler.http.agents import registered_agents
 from scheduler.http.auth import ReadCaller
+from scheduler.http.deps import RuntimeDep
 from shared.engine.runtime import Runtime
 from shared.errors import NotFound
 from shared.store import agents as agent_store
 from shared.store import records
 from shared.store import runs as run_store
 
-__all__ = ["CSP", "STATIC_DIR", "EventsQueryToken", "agent_summary", "console_router"]
+__all__ = ["CSP", "STATIC_DIR", "EventsQueryToken", "agent_summary", "router"]
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 _TYPES = {
@@ -81,41 +81,43 @@ def _usage_rows(rt: Runtime, tenant: str, run_id: str) -> list[dict[str, Any]]:
         return records.usage_of_run(conn, run_id)
 
 
-def console_router(get_rt: Callable[[], Runtime]) -> APIRouter:
-    r = APIRouter()
+router = APIRouter()
 
-    @r.get("/", include_in_schema=False)
-    def index() -> Response:
-        return _static("index.html")
 
-    @r.get("/console", include_in_schema=False)
-    def console_root() -> Response:
-        return RedirectResponse("/")
+@router.get("/", include_in_schema=False)
+def index() -> Response:
+    return _static("index.html")
 
-    @r.get("/console/{path:path}", include_in_schema=False)
-    def asset(path: str) -> Response:
-        return _static(path)
 
-    @r.get("/v1/agents", tags=["agents"])
-    def agents(caller: ReadCaller) -> dict[str, Any]:
-        """The agents a run may name: the registered ones (built-ins and
-        ``TREADLE_AGENTS_FILE``), then the tenant's own (their latest ``version``): name,
-        kind, model, tools."""
-        registered = [agent_summary(n, s) for n, s in registered_agents().items()]
-        with get_rt().engine.connect() as conn:
-            own = agent_store.latest_versions(conn, caller.tenant, limit=500)
-        mine = [{**agent_summary(v.name, v.spec), "version": v.version} for v in own]
-        return {"agents": registered + mine}
+@router.get("/console", include_in_schema=False)
+def console_root() -> Response:
+    return RedirectResponse("/")
 
-    @r.get("/v1/runs/{run_id}/usage", tags=["runs"])
-    def run_usage(run_id: str, caller: ReadCaller) -> dict[str, Any]:
-        """Tokens, cost and latency of each model call of the run, in order: the profile and
-        model that served it; ``committed`` false for a call whose reply the run did not keep
-        (cut short by a cancel, superseded by a steer, its worker lost, a broken stream): the
-        provider bills it all the same, and so do the run's cost and its spend envelopes."""
-        return {"usage": _usage_rows(get_rt(), caller.tenant, run_id)}
 
-    return r
+@router.get("/console/{path:path}", include_in_schema=False)
+def asset(path: str) -> Response:
+    return _static(path)
+
+
+@router.get("/v1/agents", tags=["agents"])
+def agents(rt: RuntimeDep, caller: ReadCaller) -> dict[str, Any]:
+    """The agents a run may name: the registered ones (built-ins and
+    ``TREADLE_AGENTS_FILE``), then the tenant's own (their latest ``version``): name,
+    kind, model, tools."""
+    registered = [agent_summary(n, s) for n, s in registered_agents().items()]
+    with rt.engine.connect() as conn:
+        own = agent_store.latest_versions(conn, caller.tenant, limit=500)
+    mine = [{**agent_summary(v.name, v.spec), "version": v.version} for v in own]
+    return {"agents": registered + mine}
+
+
+@router.get("/v1/runs/{run_id}/usage", tags=["runs"])
+def run_usage(run_id: str, rt: RuntimeDep, caller: ReadCaller) -> dict[str, Any]:
+    """Tokens, cost and latency of each model call of the run, in order: the profile and
+    model that served it; ``committed`` false for a call whose reply the run did not keep
+    (cut short by a cancel, superseded by a steer, its worker lost, a broken stream): the
+    provider bills it all the same, and so do the run's cost and its spend envelopes."""
+    return {"usage": _usage_rows(rt, caller.tenant, run_id)}
 
 
 class EventsQueryToken:

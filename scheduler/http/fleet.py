@@ -6,7 +6,6 @@ at most 500 runs per call, each run's outcome reported."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any, Final
 
@@ -25,13 +24,14 @@ from starlette.datastructures import QueryParams
 
 from scheduler.http.agents import AGENT_NAME
 from scheduler.http.auth import WriteCaller
+from scheduler.http.deps import RuntimeDep
 from scheduler.http.schemas import ID_PATTERN, JsonInt, RunStatus
 from shared.engine import fleet
 from shared.engine.runtime import Runtime
 from shared.errors import SpecError
 from shared.store.runs import RunFilter
 
-__all__ = ["MAX_META_FILTERS", "IsoTime", "fleet_router", "query_filter", "searchable"]
+__all__ = ["MAX_META_FILTERS", "IsoTime", "query_filter", "router", "searchable"]
 
 MAX_META_FILTERS: Final = 8
 META_KEY = r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}$"
@@ -209,23 +209,23 @@ def _bulk(rt: Runtime, tenant: str, action: str, body: ByIds | ByFilter) -> Bulk
     )
 
 
-def fleet_router(get_rt: Callable[[], Runtime]) -> APIRouter:
-    r = APIRouter(prefix="/v1", tags=["runs"])
+router = APIRouter(prefix="/v1", tags=["runs"])
 
-    @r.post("/runs/cancel", response_model=BulkResult)
-    def cancel_many(body: BulkBody, caller: WriteCaller) -> BulkResult:
-        """Cancel runs by ids or by filter (a filter selects those not ended)."""
-        return _bulk(get_rt(), caller.tenant, "cancel", body)
 
-    @r.post("/runs/suspend", response_model=BulkResult)
-    def suspend_many(body: BulkBody, caller: WriteCaller) -> BulkResult:
-        """Suspend live top-level runs at their next round boundary (``pending.kind``
-        ``suspended``, holding nothing)."""
-        return _bulk(get_rt(), caller.tenant, "suspend", body)
+@router.post("/runs/cancel", response_model=BulkResult)
+def cancel_many(body: BulkBody, rt: RuntimeDep, caller: WriteCaller) -> BulkResult:
+    """Cancel runs by ids or by filter (a filter selects those not ended)."""
+    return _bulk(rt, caller.tenant, "cancel", body)
 
-    @r.post("/runs/resume", response_model=BulkResult)
-    def resume_many(body: BulkBody, caller: WriteCaller) -> BulkResult:
-        """Resume suspended runs (their next round is queued)."""
-        return _bulk(get_rt(), caller.tenant, "resume", body)
 
-    return r
+@router.post("/runs/suspend", response_model=BulkResult)
+def suspend_many(body: BulkBody, rt: RuntimeDep, caller: WriteCaller) -> BulkResult:
+    """Suspend live top-level runs at their next round boundary (``pending.kind``
+    ``suspended``, holding nothing)."""
+    return _bulk(rt, caller.tenant, "suspend", body)
+
+
+@router.post("/runs/resume", response_model=BulkResult)
+def resume_many(body: BulkBody, rt: RuntimeDep, caller: WriteCaller) -> BulkResult:
+    """Resume suspended runs (their next round is queued)."""
+    return _bulk(rt, caller.tenant, "resume", body)

@@ -5,7 +5,6 @@ resumed run is held to, checked before anything is written."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter
@@ -14,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from scheduler.http import limits
 from scheduler.http.agents import resolve_agent
 from scheduler.http.auth import Caller, WriteCaller
+from scheduler.http.deps import RuntimeDep
 from scheduler.http.errors import ApiError
 from scheduler.http.schemas import InputMessage, PathId, RunView, run_view
 from shared.agent.spec import AgentSpec
@@ -23,7 +23,7 @@ from shared.errors import NotFound
 from shared.store import runs as run_store
 from shared.store.rows import RunRecord
 
-__all__ = ["ForkBody", "PlanBody", "ResumeBody", "SteerBody", "lifecycle_router"]
+__all__ = ["ForkBody", "PlanBody", "ResumeBody", "SteerBody", "router"]
 
 SpecOverrides = dict[str, Any]
 
@@ -95,59 +95,59 @@ def _input(body: ForkBody) -> str | list[dict[str, Any]] | None:
     return [m.model_dump() for m in body.input]
 
 
-def lifecycle_router(get_rt: Callable[[], Runtime]) -> APIRouter:
-    r = APIRouter(prefix="/v1", tags=["runs"])
+router = APIRouter(prefix="/v1", tags=["runs"])
 
-    @r.post("/runs/{run_id}/resume", response_model=RunView)
-    def resume(run_id: PathId, caller: WriteCaller, body: ResumeBody | None = None) -> RunView:
-        """Take up a failed or cancelled run from its last checkpoint, under the same id,
-        optionally with spec overrides. 409 for any other status."""
-        rt = get_rt()
-        record = _own(rt, caller, run_id)
-        new = _new_spec(rt, caller, record, body.agent) if body and body.agent else None
-        if record.run.status in lifecycle.RESUMABLE:  # it will be in flight again
-            limits.check_in_flight(rt, caller.tenant)
-        return run_view(lifecycle.resume_run(rt, _actor(caller), run_id, new))
 
-    @r.post("/runs/{run_id}/fork", status_code=201, response_model=RunView)
-    def fork(run_id: PathId, body: ForkBody, caller: WriteCaller) -> RunView:
-        """A new run whose history is this run's up to the end of round N (shared, not
-        copied), plus a new user message or another answer to round N's question."""
-        rt = get_rt()
-        record = _own(rt, caller, run_id)
-        new = _new_spec(rt, caller, record, body.agent) if body.agent else None
-        spec = new.spec if new is not None else AgentSpec.model_validate(record.agent)
-        limits.check_size(rt.settings, spec, _input(body) or "")
-        limits.check_rate(rt, caller.limit_key)  # a fork is a new run, as a submission is
+@router.post("/runs/{run_id}/resume", response_model=RunView)
+def resume(
+    run_id: PathId, rt: RuntimeDep, caller: WriteCaller, body: ResumeBody | None = None
+) -> RunView:
+    """Take up a failed or cancelled run from its last checkpoint, under the same id,
+    optionally with spec overrides. 409 for any other status."""
+    record = _own(rt, caller, run_id)
+    new = _new_spec(rt, caller, record, body.agent) if body and body.agent else None
+    if record.run.status in lifecycle.RESUMABLE:  # it will be in flight again
         limits.check_in_flight(rt, caller.tenant)
-        req = lifecycle.ForkInput(
-            round=body.round,
-            input=_input(body),
-            answers=body.answer.answers if body.answer else None,
-            ask_id=body.answer.ask_id if body.answer else None,
-            spec=new,
-            metadata=body.metadata,
+    return run_view(lifecycle.resume_run(rt, _actor(caller), run_id, new))
+
+
+@router.post("/runs/{run_id}/fork", status_code=201, response_model=RunView)
+def fork(run_id: PathId, body: ForkBody, rt: RuntimeDep, caller: WriteCaller) -> RunView:
+    """A new run whose history is this run's up to the end of round N (shared, not
+    copied), plus a new user message or another answer to round N's question."""
+    record = _own(rt, caller, run_id)
+    new = _new_spec(rt, caller, record, body.agent) if body.agent else None
+    spec = new.spec if new is not None else AgentSpec.model_validate(record.agent)
+    limits.check_size(rt.settings, spec, _input(body) or "")
+    limits.check_rate(rt, caller.limit_key)  # a fork is a new run, as a submission is
+    limits.check_in_flight(rt, caller.tenant)
+    req = lifecycle.ForkInput(
+        round=body.round,
+        input=_input(body),
+        answers=body.answer.answers if body.answer else None,
+        ask_id=body.answer.ask_id if body.answer else None,
+        spec=new,
+        metadata=body.metadata,
+    )
+    return run_view(lifecycle.fork_run(rt, _actor(caller), run_id, req))
+
+
+@router.post("/runs/{run_id}/messages", response_model=RunView)
+def steer(run_id: PathId, body: SteerBody, rt: RuntimeDep, caller: WriteCaller) -> RunView:
+    """A user message for a waiting or running run: in its next model request, after the
+    tool messages of a batch under way."""
+    if len(body.content) > rt.settings.max_input_chars:
+        raise ApiError(
+            413,
+            "too_large",
+            f"content of {len(body.content)} characters is over the limit of "
+            f"{rt.settings.max_input_chars} (TREADLE_MAX_INPUT_CHARS)",
         )
-        return run_view(lifecycle.fork_run(rt, _actor(caller), run_id, req))
+    return run_view(lifecycle.steer_run(rt, _actor(caller), run_id, body.content))
 
-    @r.post("/runs/{run_id}/messages", response_model=RunView)
-    def steer(run_id: PathId, body: SteerBody, caller: WriteCaller) -> RunView:
-        """A user message for a waiting or running run: in its next model request, after the
-        tool messages of a batch under way."""
-        rt = get_rt()
-        if len(body.content) > rt.settings.max_input_chars:
-            raise ApiError(
-                413,
-                "too_large",
-                f"content of {len(body.content)} characters is over the limit of "
-                f"{rt.settings.max_input_chars} (TREADLE_MAX_INPUT_CHARS)",
-            )
-        return run_view(lifecycle.steer_run(rt, _actor(caller), run_id, body.content))
 
-    @r.patch("/runs/{run_id}/plan", response_model=RunView)
-    def plan(run_id: PathId, body: PlanBody, caller: WriteCaller) -> RunView:
-        """Edit a waiting run's plan with ``update_plan``'s arguments and rules."""
-        args = body.model_dump(exclude_none=True)
-        return run_view(lifecycle.edit_plan(get_rt(), _actor(caller), run_id, args))
-
-    return r
+@router.patch("/runs/{run_id}/plan", response_model=RunView)
+def plan(run_id: PathId, body: PlanBody, rt: RuntimeDep, caller: WriteCaller) -> RunView:
+    """Edit a waiting run's plan with ``update_plan``'s arguments and rules."""
+    args = body.model_dump(exclude_none=True)
+    return run_view(lifecycle.edit_plan(rt, _actor(caller), run_id, args))

@@ -7,21 +7,21 @@ messages as history, and on a busy thread follows the thread's ``multitask`` pol
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from scheduler.http.auth import ReadCaller, WriteCaller
+from scheduler.http.deps import RuntimeDep
 from scheduler.http.schemas import MessageView, PathId, message_view
 from shared.engine import threads
-from shared.engine.runtime import Runtime
 from shared.errors import NotFound
 from shared.isotime import iso
 from shared.store import threads as store
 
-__all__ = ["ThreadCreate", "ThreadDetail", "ThreadView", "threads_router"]
+__all__ = ["ThreadCreate", "ThreadDetail", "ThreadView", "router"]
 
 
 class ThreadCreate(BaseModel):
@@ -80,26 +80,23 @@ def thread_detail(
     )
 
 
-def threads_router(get_rt: Callable[[], Runtime]) -> APIRouter:
-    r = APIRouter(prefix="/v1", tags=["threads"])
+router = APIRouter(prefix="/v1", tags=["threads"])
 
-    @r.post("/threads", status_code=201, response_model=ThreadView)
-    def create(caller: WriteCaller, body: ThreadCreate | None = None) -> ThreadView:
-        body = body or ThreadCreate()
-        thread_id = f"thr_{uuid.uuid4().hex[:24]}"
-        row = threads.create_thread(
-            get_rt(), caller.tenant, body.metadata, body.multitask, thread_id
-        )
-        return thread_view(row)
 
-    @r.get("/threads/{thread_id}", response_model=ThreadDetail)
-    def get(thread_id: PathId, caller: ReadCaller) -> ThreadDetail:
-        with get_rt().engine.connect() as conn:
-            row = store.get_thread(conn, thread_id, caller.tenant)
-            if row is None:
-                raise NotFound(f"thread {thread_id} not found")
-            runs = store.thread_runs(conn, thread_id)
-            msgs = store.thread_messages(conn, thread_id, started_only=False)
-        return thread_detail(row, runs, msgs)
+@router.post("/threads", status_code=201, response_model=ThreadView)
+def create(rt: RuntimeDep, caller: WriteCaller, body: ThreadCreate | None = None) -> ThreadView:
+    body = body or ThreadCreate()
+    thread_id = f"thr_{uuid.uuid4().hex[:24]}"
+    row = threads.create_thread(rt, caller.tenant, body.metadata, body.multitask, thread_id)
+    return thread_view(row)
 
-    return r
+
+@router.get("/threads/{thread_id}", response_model=ThreadDetail)
+def get(thread_id: PathId, rt: RuntimeDep, caller: ReadCaller) -> ThreadDetail:
+    with rt.engine.connect() as conn:
+        row = store.get_thread(conn, thread_id, caller.tenant)
+        if row is None:
+            raise NotFound(f"thread {thread_id} not found")
+        runs = store.thread_runs(conn, thread_id)
+        msgs = store.thread_messages(conn, thread_id, started_only=False)
+    return thread_detail(row, runs, msgs)

@@ -9,21 +9,22 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Annotated, Any
 
 import anyio
-from fastapi import APIRouter, Body, Header, Query, Response
+from fastapi import APIRouter, Body, Depends, Header, Query, Response
 from fastapi.responses import StreamingResponse
 from sqlalchemy.engine import Connection
 from starlette.concurrency import run_in_threadpool
 
 from scheduler.http.agents import resolve, store_lookup
 from scheduler.http.auth import Caller, ReadCaller, WriteCaller
+from scheduler.http.deps import RuntimeDep
 from scheduler.http.fleet import searchable
 from scheduler.http.tail import Batch, Beat, Delta, follow, wait_for_end
+from scheduler.interop import lg_assistants, lg_crons
 from scheduler.interop.common import admit, facade_webhook, stream_responses
-from scheduler.interop.lg_assistants import assistant_routes
 from scheduler.interop.lg_bodies import (
     NO_RESUME,
     HistoryBody,
@@ -32,7 +33,6 @@ from scheduler.interop.lg_bodies import (
     SearchBody,
     ThreadBody,
 )
-from scheduler.interop.lg_crons import cron_routes
 from scheduler.interop.lg_stream import LgStream, modes_of
 from shared.engine import commands, lifecycle
 from shared.engine import threads as thread_engine
@@ -56,7 +56,7 @@ from shared.store import segments as segs
 from shared.store import threads as thread_store
 from shared.vocab import SEGMENT_ENDS, EventType
 
-__all__ = ["langgraph_router"]
+__all__ = ["Facade", "router"]
 
 PROTOCOL = segs.LANGGRAPH
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -249,12 +249,8 @@ def _final_values(conn: Connection, leg: segs.Leg) -> dict[str, Any]:
 
 
 class _Facade:
-    def __init__(self, get_rt: Callable[[], Runtime]) -> None:
-        self.get_rt = get_rt
-
-    @property
-    def rt(self) -> Runtime:
-        return self.get_rt()
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
 
     def thread(self, conn: Connection, tenant: str, thread_id: str) -> Mapping[Any, Any]:
         """The tenant's thread its client calls ``thread_id``: one it named (stored under
@@ -581,72 +577,78 @@ def _json_stream(
 # --- routes ------------------------------------------------------------------------------
 
 
-def langgraph_router(get_rt: Callable[[], Runtime]) -> APIRouter:
-    """The LangGraph Server routes; include with ``prefix="/langgraph"``."""
-    f = _Facade(get_rt)
-    r = APIRouter(tags=["langgraph"])
-    _info_routes(r)
-    assistant_routes(r, get_rt)
-    _thread_routes(r, f)
-    _run_routes(r, f)
-    _stateless_routes(r, f)
-    cron_routes(r, get_rt)
-    return r
+def _facade(rt: RuntimeDep) -> _Facade:
+    return _Facade(rt)
 
 
-def _info_routes(r: APIRouter) -> None:
-    @r.get("/info")
-    def info() -> dict[str, Any]:
-        return {
-            "version": "treadle",
-            "langgraph_py_version": None,
-            "flags": {"assistants": True, "crons": True, "langsmith": False},
-            "host": {"kind": "treadle"},
-        }
+Facade = Annotated[_Facade, Depends(_facade)]
+"""A route's LangGraph facade, over the request's runtime."""
 
 
-def _thread_routes(r: APIRouter, f: _Facade) -> None:
-    @r.post("/threads")
-    def create_thread(
-        caller: WriteCaller, body: Annotated[ThreadBody | None, Body()] = None
-    ) -> dict[str, Any]:
-        row = f.create_thread(caller.tenant, body or ThreadBody())
-        with f.rt.engine.connect() as conn:
-            return _thread_view(conn, row)
+_info = APIRouter()
 
-    @r.get("/threads/{thread_id}")
-    def get_thread(thread_id: str, caller: ReadCaller) -> dict[str, Any]:
-        with f.rt.engine.connect() as conn:
-            return _thread_view(conn, f.thread(conn, caller.tenant, thread_id))
 
-    @r.post("/threads/search")
-    def search_threads(
-        caller: ReadCaller, body: Annotated[SearchBody | None, Body()] = None
-    ) -> list[dict[str, Any]]:
-        body = body or SearchBody()
-        with f.rt.engine.connect() as conn:
-            rows = _search(conn, caller.tenant, body)
-            return [_thread_view(conn, t) for t in rows[body.offset : body.offset + body.limit]]
+@_info.get("/info")
+def info() -> dict[str, Any]:
+    return {
+        "version": "treadle",
+        "langgraph_py_version": None,
+        "flags": {"assistants": True, "crons": True, "langsmith": False},
+        "host": {"kind": "treadle"},
+    }
 
-    @r.get("/threads/{thread_id}/state")
-    def get_state(thread_id: str, caller: ReadCaller) -> dict[str, Any]:
-        with f.rt.engine.connect() as conn:
-            return _current_state(conn, f.thread(conn, caller.tenant, thread_id)["id"])
 
-    @r.post("/threads/{thread_id}/history")
-    def history(
-        thread_id: str, caller: ReadCaller, body: Annotated[HistoryBody | None, Body()] = None
-    ) -> list[dict[str, Any]]:
-        limit = (body or HistoryBody()).limit
-        with f.rt.engine.connect() as conn:
-            key = f.thread(conn, caller.tenant, thread_id)["id"]
-            states = [_current_state(conn, key)]
-            for seg in segs.thread_segments(conn, key, PROTOCOL, limit=limit):
-                state = _state_at_end(conn, segs.load_leg(conn, seg))
-                ids = {s["checkpoint"]["checkpoint_id"] for s in states}
-                if state is not None and state["checkpoint"]["checkpoint_id"] not in ids:
-                    states.append(state)
-        return states[:limit]
+_threads = APIRouter()
+
+
+@_threads.post("/threads")
+def create_thread(
+    f: Facade, caller: WriteCaller, body: Annotated[ThreadBody | None, Body()] = None
+) -> dict[str, Any]:
+    row = f.create_thread(caller.tenant, body or ThreadBody())
+    with f.rt.engine.connect() as conn:
+        return _thread_view(conn, row)
+
+
+@_threads.get("/threads/{thread_id}")
+def get_thread(thread_id: str, f: Facade, caller: ReadCaller) -> dict[str, Any]:
+    with f.rt.engine.connect() as conn:
+        return _thread_view(conn, f.thread(conn, caller.tenant, thread_id))
+
+
+@_threads.post("/threads/search")
+def search_threads(
+    f: Facade, caller: ReadCaller, body: Annotated[SearchBody | None, Body()] = None
+) -> list[dict[str, Any]]:
+    body = body or SearchBody()
+    with f.rt.engine.connect() as conn:
+        rows = _search(conn, caller.tenant, body)
+        return [_thread_view(conn, t) for t in rows[body.offset : body.offset + body.limit]]
+
+
+@_threads.get("/threads/{thread_id}/state")
+def get_state(thread_id: str, f: Facade, caller: ReadCaller) -> dict[str, Any]:
+    with f.rt.engine.connect() as conn:
+        return _current_state(conn, f.thread(conn, caller.tenant, thread_id)["id"])
+
+
+@_threads.post("/threads/{thread_id}/history")
+def history(
+    thread_id: str,
+    f: Facade,
+    caller: ReadCaller,
+    body: Annotated[HistoryBody | None, Body()] = None,
+) -> list[dict[str, Any]]:
+    limit = (body or HistoryBody()).limit
+    with f.rt.engine.connect() as conn:
+        key = f.thread(conn, caller.tenant, thread_id)["id"]
+        states = [_current_state(conn, key)]
+        for seg in segs.thread_segments(conn, key, PROTOCOL, limit=limit):
+            state = _state_at_end(conn, segs.load_leg(conn, seg))
+            ids = {s["checkpoint"]["checkpoint_id"] for s in states}
+            if state is not None and state["checkpoint"]["checkpoint_id"] not in ids:
+                states.append(state)
+    return states[:limit]
 
 
 def _search(conn: Connection, tenant: str, body: SearchBody) -> list[Mapping[Any, Any]]:
@@ -666,106 +668,135 @@ def _search(conn: Connection, tenant: str, body: SearchBody) -> list[Mapping[Any
     return rows
 
 
-def _run_routes(r: APIRouter, f: _Facade) -> None:
-    @r.post("/threads/{thread_id}/runs")
-    def create_run(
-        thread_id: str, body: RunBody, response: Response, caller: WriteCaller
-    ) -> dict[str, Any]:
-        leg = f.start(caller, thread_id, body)
-        response.headers.update(_locations(leg))
-        return _run_view(leg)
+_runs = APIRouter()
 
-    @r.post("/threads/{thread_id}/runs/stream", response_model=None, responses=stream_responses())
-    async def stream_run(thread_id: str, body: RunBody, caller: WriteCaller) -> StreamingResponse:
-        leg = await run_in_threadpool(f.start, caller, thread_id, body)
-        modes = modes_of(body.stream_mode)
-        gen = _stream(f, leg, modes, 0, body.on_disconnect == "cancel", caller.tenant)
-        return _sse_response(gen, _locations(leg, "/stream"))
 
-    @r.post("/threads/{thread_id}/runs/wait", response_model=None)
-    async def wait_run(thread_id: str, body: RunBody, caller: WriteCaller) -> StreamingResponse:
-        leg = await run_in_threadpool(f.start, caller, thread_id, body)
-        return _json_stream(_join_body(f, leg), _locations(leg, "/join"))
+@_runs.post("/threads/{thread_id}/runs")
+def create_run(
+    thread_id: str, body: RunBody, response: Response, f: Facade, caller: WriteCaller
+) -> dict[str, Any]:
+    leg = f.start(caller, thread_id, body)
+    response.headers.update(_locations(leg))
+    return _run_view(leg)
 
-    @r.get("/threads/{thread_id}/runs")
-    def list_runs(
-        thread_id: str,
-        caller: ReadCaller,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 10,
-        offset: Annotated[int, Query(ge=0)] = 0,
-        status: str | None = None,
-    ) -> list[dict[str, Any]]:
-        with f.rt.engine.connect() as conn:
-            key = f.thread(conn, caller.tenant, thread_id)["id"]
-            legs = [
-                segs.load_leg(conn, s)
-                for s in segs.thread_segments(conn, key, PROTOCOL, limit=1000)
-            ]
-        views = [_run_view(leg) for leg in legs]
-        views = [v for v in views if not status or v["status"] == status]
-        return views[offset : offset + limit]
 
-    @r.get("/threads/{thread_id}/runs/{run_id}")
-    def get_run(thread_id: str, run_id: str, caller: ReadCaller) -> dict[str, Any]:
-        return _run_view(f.leg(caller.tenant, thread_id, run_id))
+@_runs.post("/threads/{thread_id}/runs/stream", response_model=None, responses=stream_responses())
+async def stream_run(
+    thread_id: str, body: RunBody, f: Facade, caller: WriteCaller
+) -> StreamingResponse:
+    leg = await run_in_threadpool(f.start, caller, thread_id, body)
+    modes = modes_of(body.stream_mode)
+    gen = _stream(f, leg, modes, 0, body.on_disconnect == "cancel", caller.tenant)
+    return _sse_response(gen, _locations(leg, "/stream"))
 
-    @r.get("/threads/{thread_id}/runs/{run_id}/join", response_model=None)
-    async def join_run(thread_id: str, run_id: str, caller: ReadCaller) -> StreamingResponse:
-        leg = await run_in_threadpool(f.leg, caller.tenant, thread_id, run_id)
-        return _json_stream(_join_body(f, leg))
 
-    @r.get(
-        "/threads/{thread_id}/runs/{run_id}/stream",
-        response_model=None,
-        responses=stream_responses(),
+@_runs.post("/threads/{thread_id}/runs/wait", response_model=None)
+async def wait_run(
+    thread_id: str, body: RunBody, f: Facade, caller: WriteCaller
+) -> StreamingResponse:
+    leg = await run_in_threadpool(f.start, caller, thread_id, body)
+    return _json_stream(_join_body(f, leg), _locations(leg, "/join"))
+
+
+@_runs.get("/threads/{thread_id}/runs")
+def list_runs(
+    thread_id: str,
+    f: Facade,
+    caller: ReadCaller,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 10,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    status: str | None = None,
+) -> list[dict[str, Any]]:
+    with f.rt.engine.connect() as conn:
+        key = f.thread(conn, caller.tenant, thread_id)["id"]
+        legs = [
+            segs.load_leg(conn, s) for s in segs.thread_segments(conn, key, PROTOCOL, limit=1000)
+        ]
+    views = [_run_view(leg) for leg in legs]
+    views = [v for v in views if not status or v["status"] == status]
+    return views[offset : offset + limit]
+
+
+@_runs.get("/threads/{thread_id}/runs/{run_id}")
+def get_run(thread_id: str, run_id: str, f: Facade, caller: ReadCaller) -> dict[str, Any]:
+    return _run_view(f.leg(caller.tenant, thread_id, run_id))
+
+
+@_runs.get("/threads/{thread_id}/runs/{run_id}/join", response_model=None)
+async def join_run(thread_id: str, run_id: str, f: Facade, caller: ReadCaller) -> StreamingResponse:
+    leg = await run_in_threadpool(f.leg, caller.tenant, thread_id, run_id)
+    return _json_stream(_join_body(f, leg))
+
+
+@_runs.get(
+    "/threads/{thread_id}/runs/{run_id}/stream",
+    response_model=None,
+    responses=stream_responses(),
+)
+async def join_stream(
+    thread_id: str,
+    run_id: str,
+    f: Facade,
+    caller: ReadCaller,
+    stream_mode: Annotated[list[str] | None, Query()] = None,
+    cancel_on_disconnect: bool = False,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> StreamingResponse:
+    leg = await run_in_threadpool(f.leg, caller.tenant, thread_id, run_id)
+    cursor = _event_id(last_event_id)
+    modes = modes_of(stream_mode, (leg.segment["options"] or {}).get("stream_mode"))
+    gen = _stream(f, leg, modes, cursor, cancel_on_disconnect, caller.tenant)
+    return _sse_response(gen, _locations(leg, "/stream"))
+
+
+@_runs.post("/threads/{thread_id}/runs/{run_id}/cancel", response_model=None)
+async def cancel_run(
+    thread_id: str,
+    run_id: str,
+    f: Facade,
+    caller: WriteCaller,
+    wait: bool = False,
+    action: str = "interrupt",
+) -> Response:
+    leg = await run_in_threadpool(f.leg, caller.tenant, thread_id, run_id)
+    await run_in_threadpool(f.cancel, caller.tenant, leg)
+    if not wait:
+        return Response(status_code=202)
+    return _json_stream(_join_body(f, leg))
+
+
+_stateless = APIRouter()
+"""``/runs``, ``/runs/stream``, ``/runs/wait``: a run on a new thread of its own."""
+
+
+@_stateless.post("/runs")
+def create(body: RunBody, response: Response, f: Facade, caller: WriteCaller) -> dict[str, Any]:
+    leg = f.start(caller, None, body)
+    response.headers.update(_locations(leg))
+    return _run_view(leg)
+
+
+@_stateless.post("/runs/stream", response_model=None, responses=stream_responses())
+async def stream(body: RunBody, f: Facade, caller: WriteCaller) -> StreamingResponse:
+    leg = await run_in_threadpool(f.start, caller, None, body)
+    gen = _stream(
+        f, leg, modes_of(body.stream_mode), 0, body.on_disconnect == "cancel", caller.tenant
     )
-    async def join_stream(
-        thread_id: str,
-        run_id: str,
-        caller: ReadCaller,
-        stream_mode: Annotated[list[str] | None, Query()] = None,
-        cancel_on_disconnect: bool = False,
-        last_event_id: Annotated[str | None, Header()] = None,
-    ) -> StreamingResponse:
-        leg = await run_in_threadpool(f.leg, caller.tenant, thread_id, run_id)
-        cursor = _event_id(last_event_id)
-        modes = modes_of(stream_mode, (leg.segment["options"] or {}).get("stream_mode"))
-        gen = _stream(f, leg, modes, cursor, cancel_on_disconnect, caller.tenant)
-        return _sse_response(gen, _locations(leg, "/stream"))
-
-    @r.post("/threads/{thread_id}/runs/{run_id}/cancel", response_model=None)
-    async def cancel_run(
-        thread_id: str,
-        run_id: str,
-        caller: WriteCaller,
-        wait: bool = False,
-        action: str = "interrupt",
-    ) -> Response:
-        leg = await run_in_threadpool(f.leg, caller.tenant, thread_id, run_id)
-        await run_in_threadpool(f.cancel, caller.tenant, leg)
-        if not wait:
-            return Response(status_code=202)
-        return _json_stream(_join_body(f, leg))
+    return _sse_response(gen, _locations(leg, "/stream"))
 
 
-def _stateless_routes(r: APIRouter, f: _Facade) -> None:
-    """``/runs``, ``/runs/stream``, ``/runs/wait``: a run on a new thread of its own."""
+@_stateless.post("/runs/wait", response_model=None)
+async def wait(body: RunBody, f: Facade, caller: WriteCaller) -> StreamingResponse:
+    leg = await run_in_threadpool(f.start, caller, None, body)
+    return _json_stream(_join_body(f, leg), _locations(leg, "/join"))
 
-    @r.post("/runs")
-    def create(body: RunBody, response: Response, caller: WriteCaller) -> dict[str, Any]:
-        leg = f.start(caller, None, body)
-        response.headers.update(_locations(leg))
-        return _run_view(leg)
 
-    @r.post("/runs/stream", response_model=None, responses=stream_responses())
-    async def stream(body: RunBody, caller: WriteCaller) -> StreamingResponse:
-        leg = await run_in_threadpool(f.start, caller, None, body)
-        gen = _stream(
-            f, leg, modes_of(body.stream_mode), 0, body.on_disconnect == "cancel", caller.tenant
-        )
-        return _sse_response(gen, _locations(leg, "/stream"))
-
-    @r.post("/runs/wait", response_model=None)
-    async def wait(body: RunBody, caller: WriteCaller) -> StreamingResponse:
-        leg = await run_in_threadpool(f.start, caller, None, body)
-        return _json_stream(_join_body(f, leg), _locations(leg, "/join"))
+router = APIRouter(tags=["langgraph"])
+"""The LangGraph Server routes; include with ``prefix="/langgraph"``."""
+# in this order (the first matching route serves)
+router.include_router(_info)
+router.include_router(lg_assistants.router)
+router.include_router(_threads)
+router.include_router(_runs)
+router.include_router(_stateless)
+router.include_router(lg_crons.router)

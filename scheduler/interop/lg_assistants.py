@@ -13,10 +13,10 @@ added; ``delete`` deletes the agent (``DELETE /v1/agents/{name}``).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Path, Response
+from fastapi import APIRouter, Body, Depends, Path, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -30,6 +30,7 @@ from scheduler.http.agents import (
     registered_agents,
 )
 from scheduler.http.auth import Caller, ReadCaller, WriteCaller
+from scheduler.http.deps import RuntimeDep
 from scheduler.http.schemas import JsonInt
 from shared.agent.spec import AgentSpec
 from shared.engine.runtime import Runtime
@@ -38,7 +39,7 @@ from shared.isotime import iso
 from shared.store import agents as store
 from shared.store.agents import AgentVersion
 
-__all__ = ["assistant_routes"]
+__all__ = ["Assistants", "router"]
 
 _SPEC_FIELDS = frozenset(AgentSpec.model_fields)
 _SEARCH_MAX = 1000
@@ -176,11 +177,11 @@ def _matches(view: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
 
 
 class _Assistants:
-    def __init__(self, get_rt: Callable[[], Runtime]) -> None:
-        self.get_rt = get_rt
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
 
     def create(self, caller: Caller, body: AssistantBody) -> dict[str, Any]:
-        rt, tenant = self.get_rt(), caller.tenant
+        rt, tenant = self.rt, caller.tenant
         name = body.assistant_id or str(uuid.uuid4())
         known = _latest(rt, tenant, name)
         if (known is not None or is_registered(name)) and body.if_exists == "do_nothing":
@@ -200,7 +201,7 @@ class _Assistants:
         return _version_view(made)
 
     def update(self, caller: Caller, assistant_id: str, body: AssistantBody) -> dict[str, Any]:
-        rt, tenant = self.get_rt(), caller.tenant
+        rt, tenant = self.rt, caller.tenant
         if is_registered(assistant_id):
             raise Conflict(f"assistant {assistant_id!r} is registered by the operator: read-only")
         latest = _latest(rt, tenant, assistant_id)
@@ -240,7 +241,7 @@ class _Assistants:
         name, version = parse_ref(assistant_id)
         if is_registered(name) and version is None:
             return _registered_view(name)
-        with self.get_rt().engine.connect() as conn:
+        with self.rt.engine.connect() as conn:
             found = store.get_version(conn, tenant, name, version)
         if found is None:
             raise NotFound(f"assistant {assistant_id!r} not found")
@@ -251,7 +252,7 @@ class _Assistants:
         if is_registered(assistant_id):
             views = [_registered_view(assistant_id)]
         else:
-            with self.get_rt().engine.connect() as conn:
+            with self.rt.engine.connect() as conn:
                 found = store.list_versions(conn, tenant, assistant_id, limit=_SEARCH_MAX)
             if not found:
                 raise NotFound(f"assistant {assistant_id!r} not found")
@@ -260,57 +261,72 @@ class _Assistants:
         return views[offset : offset + limit]
 
     def search(self, tenant: str, body: AssistantPage) -> list[dict[str, Any]]:
-        with self.get_rt().engine.connect() as conn:
+        with self.rt.engine.connect() as conn:
             own = store.latest_versions(conn, tenant, limit=_SEARCH_MAX)
         views = [_registered_view(n) for n in agent_names()] + [_version_view(v) for v in own]
         found = [v for v in views if _matches(v, body.model_dump())]
         return found[body.offset : body.offset + body.limit]
 
 
-def assistant_routes(r: APIRouter, get_rt: Callable[[], Runtime]) -> None:
-    """The assistants routes of the LangGraph facade."""
-    a = _Assistants(get_rt)
+def _assistants(rt: RuntimeDep) -> _Assistants:
+    return _Assistants(rt)
 
-    @r.post("/assistants")
-    def create_assistant(body: AssistantBody, caller: WriteCaller) -> dict[str, Any]:
-        return a.create(caller, body)
 
-    @r.patch("/assistants/{assistant_id}")
-    def update_assistant(
-        assistant_id: AssistantId, body: AssistantBody, caller: WriteCaller
-    ) -> dict[str, Any]:
-        return a.update(caller, assistant_id, body)
+Assistants = Annotated[_Assistants, Depends(_assistants)]
+"""A route's assistants, over the request's runtime."""
 
-    @r.get("/assistants/{assistant_id}")
-    def get_assistant(assistant_id: AssistantId, caller: ReadCaller) -> dict[str, Any]:
-        return a.get(caller.tenant, assistant_id)
+router = APIRouter()
+"""The assistants routes of the LangGraph facade (``scheduler.interop.langgraph`` includes
+them)."""
 
-    @r.delete("/assistants/{assistant_id}", status_code=204, response_class=Response)
-    def delete_assistant(assistant_id: AssistantId, caller: WriteCaller) -> Response:
-        if parse_ref(assistant_id)[1] is not None:
-            raise Conflict("delete an assistant by its id, not one of its versions")
-        delete_agent(get_rt(), caller.tenant, assistant_id)
-        return Response(status_code=204)
 
-    @r.post("/assistants/{assistant_id}/latest")
-    def set_latest(
-        assistant_id: AssistantId, body: LatestBody, caller: WriteCaller
-    ) -> dict[str, Any]:
-        if parse_ref(assistant_id)[1] is not None:
-            raise Conflict("set the latest version of an assistant by its id")
-        tag_version(get_rt(), caller.tenant, assistant_id, store.LATEST_TAG, body.version)
-        return a.get(caller.tenant, assistant_id)
+@router.post("/assistants")
+def create_assistant(body: AssistantBody, a: Assistants, caller: WriteCaller) -> dict[str, Any]:
+    return a.create(caller, body)
 
-    @r.post("/assistants/{assistant_id}/versions")
-    def assistant_versions(
-        assistant_id: AssistantId,
-        caller: ReadCaller,
-        body: Annotated[AssistantPage | None, Body()] = None,
-    ) -> list[Any]:
-        return a.versions(caller.tenant, assistant_id, body or AssistantPage())
 
-    @r.post("/assistants/search")
-    def search_assistants(
-        caller: ReadCaller, body: Annotated[AssistantPage | None, Body()] = None
-    ) -> list[dict[str, Any]]:
-        return a.search(caller.tenant, body or AssistantPage())
+@router.patch("/assistants/{assistant_id}")
+def update_assistant(
+    assistant_id: AssistantId, body: AssistantBody, a: Assistants, caller: WriteCaller
+) -> dict[str, Any]:
+    return a.update(caller, assistant_id, body)
+
+
+@router.get("/assistants/{assistant_id}")
+def get_assistant(assistant_id: AssistantId, a: Assistants, caller: ReadCaller) -> dict[str, Any]:
+    return a.get(caller.tenant, assistant_id)
+
+
+@router.delete("/assistants/{assistant_id}", status_code=204, response_class=Response)
+def delete_assistant(assistant_id: AssistantId, rt: RuntimeDep, caller: WriteCaller) -> Response:
+    if parse_ref(assistant_id)[1] is not None:
+        raise Conflict("delete an assistant by its id, not one of its versions")
+    delete_agent(rt, caller.tenant, assistant_id)
+    return Response(status_code=204)
+
+
+@router.post("/assistants/{assistant_id}/latest")
+def set_latest(
+    assistant_id: AssistantId, body: LatestBody, a: Assistants, caller: WriteCaller
+) -> dict[str, Any]:
+    if parse_ref(assistant_id)[1] is not None:
+        raise Conflict("set the latest version of an assistant by its id")
+    tag_version(a.rt, caller.tenant, assistant_id, store.LATEST_TAG, body.version)
+    return a.get(caller.tenant, assistant_id)
+
+
+@router.post("/assistants/{assistant_id}/versions")
+def assistant_versions(
+    assistant_id: AssistantId,
+    a: Assistants,
+    caller: ReadCaller,
+    body: Annotated[AssistantPage | None, Body()] = None,
+) -> list[Any]:
+    return a.versions(caller.tenant, assistant_id, body or AssistantPage())
+
+
+@router.post("/assistants/search")
+def search_assistants(
+    a: Assistants, caller: ReadCaller, body: Annotated[AssistantPage | None, Body()] = None
+) -> list[dict[str, Any]]:
+    return a.search(caller.tenant, body or AssistantPage())

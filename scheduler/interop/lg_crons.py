@@ -9,7 +9,6 @@ listed as the thread's LangGraph runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Response
@@ -17,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from scheduler.http.auth import ReadCaller, WriteCaller
 from scheduler.http.cron_routes import Schedule, store_cron
+from scheduler.http.deps import RuntimeDep
 from scheduler.http.schemas import JsonInt
 from scheduler.interop.lg_bodies import LgInput
 from shared.engine import schedule
@@ -28,7 +28,7 @@ from shared.isotime import iso, iso_or_none
 from shared.store import schedules as store
 from shared.store import threads as thread_store
 
-__all__ = ["cron_routes"]
+__all__ = ["router"]
 
 _TIMEZONE = Field(
     default=None, max_length=64, json_schema_extra={"enum": [*schedule.TIMEZONES, None]}
@@ -82,83 +82,93 @@ def _view(c: store.Cron) -> dict[str, Any]:
     }
 
 
-def cron_routes(r: APIRouter, get_rt: Callable[[], Runtime]) -> None:
-    def stored_thread(tenant: str, thread_id: str) -> str:
-        """The stored id of the thread a LangGraph client calls ``thread_id`` (a name it chose
-        is stored scoped to its tenant, ``shared.interop.thread_ids``); NotFound."""
-        with get_rt().engine.connect() as conn:
-            for candidate in (scoped_id(tenant, thread_id), thread_id):
-                if thread_store.get_thread(conn, candidate, tenant) is not None:
-                    return candidate
-        raise NotFound(f"thread {thread_id} not found")
+def _stored_thread(rt: Runtime, tenant: str, thread_id: str) -> str:
+    """The stored id of the thread a LangGraph client calls ``thread_id`` (a name it chose
+    is stored scoped to its tenant, ``shared.interop.thread_ids``); NotFound."""
+    with rt.engine.connect() as conn:
+        for candidate in (scoped_id(tenant, thread_id), thread_id):
+            if thread_store.get_thread(conn, candidate, tenant) is not None:
+                return candidate
+    raise NotFound(f"thread {thread_id} not found")
 
-    def create(caller: Any, thread_id: str | None, body: CronBody) -> dict[str, Any]:
-        rt = get_rt()
-        msgs = input_messages(
-            [
-                m if isinstance(m, str) else m.model_dump(exclude_none=True)
-                for m in body.input.messages
-            ]
-        )
-        cron = store_cron(
-            rt,
-            caller,
-            body.assistant_id,
-            msgs,
-            schedule_=body.schedule,
-            timezone=body.timezone or "UTC",
-            thread_id=thread_id,
-            metadata=body.metadata,
-            options={"assistant_id": body.assistant_id, "facade": "langgraph"},
-        )
-        if body.enabled is False:
-            cron = schedule.pause_cron(rt, caller.tenant, cron.id, True)
-        return _view(cron)
 
-    @r.post("/runs/crons")
-    def create_cron(body: CronBody, caller: WriteCaller) -> dict[str, Any]:
-        return create(caller, None, body)
+def _create(rt: Runtime, caller: Any, thread_id: str | None, body: CronBody) -> dict[str, Any]:
+    msgs = input_messages(
+        [m if isinstance(m, str) else m.model_dump(exclude_none=True) for m in body.input.messages]
+    )
+    cron = store_cron(
+        rt,
+        caller,
+        body.assistant_id,
+        msgs,
+        schedule_=body.schedule,
+        timezone=body.timezone or "UTC",
+        thread_id=thread_id,
+        metadata=body.metadata,
+        options={"assistant_id": body.assistant_id, "facade": "langgraph"},
+    )
+    if body.enabled is False:
+        cron = schedule.pause_cron(rt, caller.tenant, cron.id, True)
+    return _view(cron)
 
-    @r.post("/threads/{thread_id}/runs/crons")
-    def create_thread_cron(thread_id: str, body: CronBody, caller: WriteCaller) -> dict[str, Any]:
-        return create(caller, stored_thread(caller.tenant, thread_id), body)
 
-    def search(caller: Any, body: CronSearchBody) -> list[store.Cron]:
-        thread_id = None
-        if body.thread_id is not None:
-            try:
-                thread_id = stored_thread(caller.tenant, body.thread_id)
-            except NotFound:
-                return []
-        with get_rt().engine.connect() as conn:
-            rows = store.list_crons(conn, caller.tenant, thread_id=thread_id, limit=10_000)
-        if body.assistant_id is not None:
-            rows = [c for c in rows if _view(c)["assistant_id"] == body.assistant_id]
-        if body.enabled is not None:
-            rows = [c for c in rows if c.paused != body.enabled]
-        return rows
+def _search(rt: Runtime, caller: Any, body: CronSearchBody) -> list[store.Cron]:
+    thread_id = None
+    if body.thread_id is not None:
+        try:
+            thread_id = _stored_thread(rt, caller.tenant, body.thread_id)
+        except NotFound:
+            return []
+    with rt.engine.connect() as conn:
+        rows = store.list_crons(conn, caller.tenant, thread_id=thread_id, limit=10_000)
+    if body.assistant_id is not None:
+        rows = [c for c in rows if _view(c)["assistant_id"] == body.assistant_id]
+    if body.enabled is not None:
+        rows = [c for c in rows if c.paused != body.enabled]
+    return rows
 
-    @r.post("/runs/crons/search")
-    def search_crons(body: CronSearchBody, caller: ReadCaller) -> list[dict[str, Any]]:
-        rows = search(caller, body)
-        return [_view(c) for c in rows[body.offset : body.offset + body.limit]]
 
-    @r.post("/runs/crons/count")
-    def count_crons(body: CronSearchBody, caller: ReadCaller) -> int:
-        return len(search(caller, body))
+router = APIRouter()
+"""The crons routes of the LangGraph facade (``scheduler.interop.langgraph`` includes them)."""
 
-    @r.patch("/runs/crons/{cron_id}")
-    def update_cron(cron_id: str, body: CronPatchBody, caller: WriteCaller) -> dict[str, Any]:
-        rt = get_rt()
-        if body.enabled is not None:
-            return _view(schedule.pause_cron(rt, caller.tenant, cron_id, not body.enabled))
-        with rt.engine.connect() as conn:
-            found = store.get_cron(conn, cron_id, caller.tenant)
-        if found is None:
-            raise NotFound(f"cron {cron_id} not found")
-        return _view(found)
 
-    @r.delete("/runs/crons/{cron_id}", status_code=204, response_class=Response)
-    def delete_cron(cron_id: str, caller: WriteCaller) -> Response:
-        schedule.delete_cron(get_rt(), caller.tenant, cron_id)
-        return Response(status_code=204)
+@router.post("/runs/crons")
+def create_cron(body: CronBody, rt: RuntimeDep, caller: WriteCaller) -> dict[str, Any]:
+    return _create(rt, caller, None, body)
+
+
+@router.post("/threads/{thread_id}/runs/crons")
+def create_thread_cron(
+    thread_id: str, body: CronBody, rt: RuntimeDep, caller: WriteCaller
+) -> dict[str, Any]:
+    return _create(rt, caller, _stored_thread(rt, caller.tenant, thread_id), body)
+
+
+@router.post("/runs/crons/search")
+def search_crons(body: CronSearchBody, rt: RuntimeDep, caller: ReadCaller) -> list[dict[str, Any]]:
+    rows = _search(rt, caller, body)
+    return [_view(c) for c in rows[body.offset : body.offset + body.limit]]
+
+
+@router.post("/runs/crons/count")
+def count_crons(body: CronSearchBody, rt: RuntimeDep, caller: ReadCaller) -> int:
+    return len(_search(rt, caller, body))
+
+
+@router.patch("/runs/crons/{cron_id}")
+def update_cron(
+    cron_id: str, body: CronPatchBody, rt: RuntimeDep, caller: WriteCaller
+) -> dict[str, Any]:
+    if body.enabled is not None:
+        return _view(schedule.pause_cron(rt, caller.tenant, cron_id, not body.enabled))
+    with rt.engine.connect() as conn:
+        found = store.get_cron(conn, cron_id, caller.tenant)
+    if found is None:
+        raise NotFound(f"cron {cron_id} not found")
+    return _view(found)
+
+
+@router.delete("/runs/crons/{cron_id}", status_code=204, response_class=Response)
+def delete_cron(cron_id: str, rt: RuntimeDep, caller: WriteCaller) -> Response:
+    schedule.delete_cron(rt, caller.tenant, cron_id)
+    return Response(status_code=204)

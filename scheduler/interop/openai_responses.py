@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 from sqlalchemy.engine import Connection
@@ -24,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 
 from scheduler.http.agents import resolve, store_lookup
 from scheduler.http.auth import Caller, ReadCaller, WriteCaller
+from scheduler.http.deps import RuntimeDep
 from scheduler.http.errors import client_path
 from scheduler.http.tail import Batch, Beat, Delta, follow, wait_for_end
 from scheduler.interop.common import admit, facade_webhook, stream_responses
@@ -47,7 +48,7 @@ from shared.store import runs as run_store
 from shared.store import segments as segs
 from shared.vocab import EventType
 
-__all__ = ["openai_router"]
+__all__ = ["Facade", "router"]
 
 PROTOCOL = segs.OPENAI
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -152,12 +153,8 @@ def _item_decision(item: dict[str, Any], response: dict[str, Any]) -> ItemDecisi
 
 
 class _Facade:
-    def __init__(self, get_rt: Callable[[], Runtime]) -> None:
-        self.get_rt = get_rt
-
-    @property
-    def rt(self) -> Runtime:
-        return self.get_rt()
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
 
     def leg(self, tenant: str, response_id: str) -> segs.Leg:
         with self.rt.engine.connect() as conn:
@@ -441,71 +438,79 @@ def _input_item(item: dict[str, Any], n: int, response_id: str) -> dict[str, Any
 # --- routes ------------------------------------------------------------------------------
 
 
-def openai_router(get_rt: Callable[[], Runtime]) -> APIRouter:
-    """The Responses routes; include with ``prefix="/openai/v1"``."""
-    f = _Facade(get_rt)
-    r = APIRouter(tags=["openai"])
+def _facade(rt: RuntimeDep) -> _Facade:
+    return _Facade(rt)
 
-    @r.post(
-        "/responses",
-        response_model=None,
-        openapi_extra=CREATE_REQUEST,
-        responses=stream_responses(json=True),
-    )
-    async def create(request: Request, caller: WriteCaller) -> Response:
-        sent: Any = None
-        try:
-            sent = await request.json()
-            body = CreateBody.model_validate(sent)
-            key = request.headers.get("idempotency-key") or None
-            leg = await run_in_threadpool(f.create, caller, body, key)
-        except FACADE_ERRORS as exc:
-            return _error(exc, sent)
-        if body.stream:
-            return _sse_response(_stream(f, leg, None))
-        if body.background:
-            return JSONResponse(await run_in_threadpool(f.snapshot, leg))
-        return JSONResponse(await _finished(f, leg))
 
-    @r.get("/responses/{response_id}", response_model=None)
-    async def retrieve(
-        response_id: str,
-        caller: ReadCaller,
-        stream: bool = False,
-        starting_after: Annotated[int | None, Query()] = None,
-    ) -> Response:
-        try:
-            leg = await run_in_threadpool(f.leg, caller.tenant, response_id)
-        except FACADE_ERRORS as exc:
-            return _error(exc)
-        if stream:
-            return _sse_response(_stream(f, leg, starting_after))
+Facade = Annotated[_Facade, Depends(_facade)]
+"""A route's Responses facade, over the request's runtime."""
+
+router = APIRouter(tags=["openai"])
+"""The Responses routes; include with ``prefix="/openai/v1"``."""
+
+
+@router.post(
+    "/responses",
+    response_model=None,
+    openapi_extra=CREATE_REQUEST,
+    responses=stream_responses(json=True),
+)
+async def create(request: Request, f: Facade, caller: WriteCaller) -> Response:
+    sent: Any = None
+    try:
+        sent = await request.json()
+        body = CreateBody.model_validate(sent)
+        key = request.headers.get("idempotency-key") or None
+        leg = await run_in_threadpool(f.create, caller, body, key)
+    except FACADE_ERRORS as exc:
+        return _error(exc, sent)
+    if body.stream:
+        return _sse_response(_stream(f, leg, None))
+    if body.background:
         return JSONResponse(await run_in_threadpool(f.snapshot, leg))
+    return JSONResponse(await _finished(f, leg))
 
-    @r.post("/responses/{response_id}/cancel", response_model=None)
-    def cancel(response_id: str, caller: WriteCaller) -> Response:
-        try:
-            leg = f.cancel(caller.tenant, f.leg(caller.tenant, response_id))
-        except FACADE_ERRORS as exc:
-            return _error(exc)
-        return JSONResponse(f.snapshot(leg))
 
-    @r.get("/responses/{response_id}/input_items", response_model=None)
-    def input_items(response_id: str, caller: ReadCaller) -> Response:
-        try:
-            leg = f.leg(caller.tenant, response_id)
-        except FACADE_ERRORS as exc:
-            return _error(exc)
-        raw = list((leg.segment["options"] or {}).get("input") or [])
-        data = [_input_item(it, i, response_id) for i, it in enumerate(raw)]
-        return JSONResponse(
-            {
-                "object": "list",
-                "data": data,
-                "has_more": False,
-                "first_id": data[0]["id"] if data else None,
-                "last_id": data[-1]["id"] if data else None,
-            }
-        )
+@router.get("/responses/{response_id}", response_model=None)
+async def retrieve(
+    response_id: str,
+    f: Facade,
+    caller: ReadCaller,
+    stream: bool = False,
+    starting_after: Annotated[int | None, Query()] = None,
+) -> Response:
+    try:
+        leg = await run_in_threadpool(f.leg, caller.tenant, response_id)
+    except FACADE_ERRORS as exc:
+        return _error(exc)
+    if stream:
+        return _sse_response(_stream(f, leg, starting_after))
+    return JSONResponse(await run_in_threadpool(f.snapshot, leg))
 
-    return r
+
+@router.post("/responses/{response_id}/cancel", response_model=None)
+def cancel(response_id: str, f: Facade, caller: WriteCaller) -> Response:
+    try:
+        leg = f.cancel(caller.tenant, f.leg(caller.tenant, response_id))
+    except FACADE_ERRORS as exc:
+        return _error(exc)
+    return JSONResponse(f.snapshot(leg))
+
+
+@router.get("/responses/{response_id}/input_items", response_model=None)
+def input_items(response_id: str, f: Facade, caller: ReadCaller) -> Response:
+    try:
+        leg = f.leg(caller.tenant, response_id)
+    except FACADE_ERRORS as exc:
+        return _error(exc)
+    raw = list((leg.segment["options"] or {}).get("input") or [])
+    data = [_input_item(it, i, response_id) for i, it in enumerate(raw)]
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": data,
+            "has_more": False,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None,
+        }
+    )
