@@ -40,7 +40,9 @@ PARALLEL_TESTS := tests/unit tests/llm tests/tools tests/store tests/engine test
                   tests/security/test_mcp_policy.py tests/security/test_approvals_api.py \
                   tests/security/test_hostile_input.py tests/e2e/test_cli.py \
                   tests/e2e/test_console_resume.py tests/e2e/test_embedded_events.py \
-                  tests/e2e/test_embedded_lifecycle.py
+                  tests/e2e/test_embedded_lifecycle.py tests/e2e/test_embedded.py \
+                  tests/security/test_ssrf.py tests/security/test_secrets.py \
+                  tests/deploy/test_manifests.py
 TEST_PROCS ?= 2
 
 test: install services  ## the whole suite (the parallel part, then the real-service part)
