@@ -641,22 +641,7 @@ def _apply_approval(
     window = running[: spec.effective_parallel_tools]
     records = [r.record(by, tx.ts) for r in resolved]
     for r, record in zip(resolved, records, strict=True):
-        values: dict[str, Any] = {
-            "data": {"approval_id": approval_id, "approved": r.run, "decision": record}
-        }
-        if not r.run:
-            values.update(
-                status=CallStatus.DONE.value,
-                result=r.result,
-                result_for_model=r.result,
-                finished_at=tx.ts,
-            )
-        elif r.call_id in window:
-            values.update(status=CallStatus.QUEUED.value, queued_at=tx.ts)
-        else:
-            values.update(status=CallStatus.PENDING.value)
-        if r.action == "edit":
-            values["arguments"] = r.arguments
+        values = _decided(r, record, approval_id, r.call_id in window, tx.ts)
         call_store.set_calls(tx.conn, run.id, [r.call_id], values)
     calls = call_store.list_tool_calls(tx.conn, run.id)
     round_ = next(c.round for c in calls if c.call_id == resolved[0].call_id)
@@ -680,3 +665,27 @@ def _apply_approval(
     change.event(EventType.RUN_RESUMED, **event)
     change.queue_tools += window
     return tx.apply(change)
+
+
+def _decided(
+    r: Resolved, record: dict[str, Any], approval_id: str, queued: bool, ts: float
+) -> dict[str, Any]:
+    """A decided call's new columns: declined, its result is its tool message (done);
+    approved, it is queued (in the first window) or pending; edited, its new arguments."""
+    values: dict[str, Any] = {
+        "data": {"approval_id": approval_id, "approved": r.run, "decision": record}
+    }
+    if not r.run:
+        values.update(
+            status=CallStatus.DONE.value,
+            result=r.result,
+            result_for_model=r.result,
+            finished_at=ts,
+        )
+    elif queued:
+        values.update(status=CallStatus.QUEUED.value, queued_at=ts)
+    else:
+        values.update(status=CallStatus.PENDING.value)
+    if r.action == "edit":
+        values["arguments"] = r.arguments
+    return values

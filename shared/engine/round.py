@@ -750,19 +750,7 @@ def _call_guarded(
         return reply, latency, Checked()
     abort = Abort(claim.run.deadline_at)
     box: dict[str, Any] = {}
-    text = last_user_text(claim.history)
-
-    def check() -> None:
-        try:
-            box["checked"] = found = _guarded(rt, claim, guards, text, "input")
-        except BaseException as exc:
-            box["error"] = exc
-            return
-        if found.trip is not None:
-            abort.cancel(f"guardrail {found.trip.name} tripped")
-
-    worker = threading.Thread(target=contextvars.copy_context().run, args=(check,), daemon=True)
-    worker.start()
+    worker = _beside(rt, claim, guards, abort, box)
     try:
         reply, latency = _call_model(rt, claim, req, attempt_no, abort=abort)
     except BaseException as exc:
@@ -781,6 +769,28 @@ def _call_guarded(
         return _tripped(rt, claim, found)
     _billing(claim, found)
     return reply, latency, found
+
+
+def _beside(
+    rt: Runtime, claim: _Claim, guards: list[Any], abort: Abort, box: dict[str, Any]
+) -> threading.Thread:
+    """The parallel input guardrails, started in a thread (the caller's context copied):
+    what they found goes in ``box["checked"]`` (or what they raised in ``box["error"]``);
+    one that trips cancels ``abort``, the model call in flight."""
+    text = last_user_text(claim.history)
+
+    def check() -> None:
+        try:
+            box["checked"] = found = _guarded(rt, claim, guards, text, "input")
+        except BaseException as exc:
+            box["error"] = exc
+            return
+        if found.trip is not None:
+            abort.cancel(f"guardrail {found.trip.name} tripped")
+
+    worker = threading.Thread(target=contextvars.copy_context().run, args=(check,), daemon=True)
+    worker.start()
+    return worker
 
 
 def _billing(claim: _Claim, checked: Checked) -> None:
