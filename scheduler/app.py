@@ -100,17 +100,21 @@ def create_app(get_rt: Callable[[], Runtime] | None = None, *, auth: str | None 
     app.state.mcp = McpService()  # /mcp: agents as MCP tools (its sessions run in the lifespan)
     app.router.routes.append(Route("/mcp", endpoint=app.state.mcp, include_in_schema=False))
     install_a2a(app)  # /a2a/{agent}: agents as A2A servers (card, JSON-RPC)
-    # outermost last: body size, then ?access_token= (EventSource), then the key check
+    _wrap(app, authenticator, get_rt)
+    install_openapi(app, lambda: _settings_of(get_rt))
+    _redact_access_logs()
+    return app
+
+
+def _wrap(app: FastAPI, authenticator: Authenticator, get_rt: Callable[[], Runtime]) -> None:
+    """The middleware around every route. Added outermost last: body size, then
+    ?access_token= (EventSource), then the key check; outermost of all, the request's span."""
     app.add_middleware(BodyGuard)  # hostile JSON: depth, non-finite numbers, NUL
     app.add_middleware(AuthMiddleware, auth=authenticator)
     app.add_middleware(EventsQueryToken)  # ?access_token= on the SSE route (EventSource)
     app.add_middleware(limits.BodyLimit, limit_for=_body_limit_for(get_rt))
-    install_openapi(app, lambda: _settings_of(get_rt))
-    _redact_access_logs()
-    # outermost: the request's span holds everything; a client's trace context is joined only
-    # for a key with the trace scope
+    # a client's trace context is joined only for a key with the trace scope
     tracing.instrument_app(app, trusted=authenticator.trusts_trace)
-    return app
 
 
 @asynccontextmanager

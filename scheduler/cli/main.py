@@ -216,6 +216,12 @@ def demo(
         raise typer.Exit(
             _interactive_demo(question or "Please save a note for me.", agent or "demo-assistant")
         )
+    _embedded_demo(question or "What time is it, and what is 17 * 23?", agent or "demo", timeout)
+
+
+def _embedded_demo(question: str, agent: str, timeout: float) -> None:
+    """The demo in this process: the run submitted, waited for (up to ``timeout`` s), its
+    transcript printed; exit status 1 unless it completed."""
     from scheduler.embedded import start_embedded
     from scheduler.http.agents import resolve_agent
     from scheduler.http.schemas import message_view, run_view
@@ -226,8 +232,7 @@ def demo(
 
     rt = get_runtime()
     start_embedded(rt, concurrency=4)
-    spec = resolve_agent(load_agent(agent or "demo"))
-    question = question or "What time is it, and what is 17 * 23?"
+    spec = resolve_agent(load_agent(agent))
     row, _ = submit_run(rt, RunInput(agent=spec, input=question))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

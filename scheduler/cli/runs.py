@@ -56,6 +56,25 @@ InputOpt = Annotated[
     ),
 ]
 
+AgentOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--agent",
+        "-a",
+        help="agent file (YAML/JSON) or registered name (default: demo)",
+        show_default=False,
+    ),
+]
+WaitOpt = Annotated[
+    bool,
+    typer.Option(
+        "--wait/--detach",
+        "-w/-d",
+        help="wait until it ends or waits for you (shows the plan and the question); "
+        "--detach returns at once",
+    ),
+]
+
 
 def exit_code(run: dict[str, Any]) -> int:
     status = run.get("status")
@@ -141,15 +160,7 @@ def _watch(client: ApiClient, run_id: str, interactive: bool | None, as_json: bo
 
 def submit(
     text: Annotated[str | None, typer.Argument(help="the input ('-': read stdin)")] = None,
-    agent: Annotated[
-        str | None,
-        typer.Option(
-            "--agent",
-            "-a",
-            help="agent file (YAML/JSON) or registered name (default: demo)",
-            show_default=False,
-        ),
-    ] = None,
+    agent: AgentOpt = None,
     kind: Annotated[str | None, typer.Option(help="spec: kind (agent, chat, …)")] = None,
     model: Annotated[str | None, typer.Option(help="spec: model profile name")] = None,
     tool: Annotated[list[str] | None, typer.Option(help="spec: a tool (repeat)")] = None,
@@ -160,15 +171,7 @@ def submit(
     thread: Annotated[str | None, typer.Option(help="thread id")] = None,
     metadata: Annotated[str | None, typer.Option(help="metadata (a JSON object)")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Idempotency-Key header")] = None,
-    wait: Annotated[
-        bool,
-        typer.Option(
-            "--wait/--detach",
-            "-w/-d",
-            help="wait until it ends or waits for you (shows the plan and the question); "
-            "--detach returns at once",
-        ),
-    ] = True,
+    wait: WaitOpt = True,
     watch: Annotated[bool, typer.Option("--watch", help="follow it live")] = False,
     interactive: InputOpt = None,
     as_json: JsonOpt = False,
@@ -176,19 +179,15 @@ def submit(
     key: KeyOpt = None,
 ) -> None:
     """Submit a run: a registered agent, an agent file, or a spec from flags."""
-    overrides: dict[str, Any] = {
-        k: v
-        for k, v in {
-            "kind": kind,
-            "model": model,
-            "tools": tool or None,
-            "system_prompt": system,
-            "plan": plan or None,
-            "ask": ask or None,
-            "guarded": guarded or None,
-        }.items()
-        if v is not None
-    }
+    overrides = _given(
+        kind=kind,
+        model=model,
+        tools=tool or None,
+        system_prompt=system,
+        plan=plan or None,
+        ask=ask or None,
+        guarded=guarded or None,
+    )
     spec = _agent_spec(agent, overrides)
     meta = _json_object(metadata) if metadata else None
     if isinstance(spec, str):  # a registered agent: its name shows in `runs` and the console
@@ -208,13 +207,23 @@ def submit(
     if wait or as_json:
         _print_result(run, as_json)
     else:
-        console.print(
-            Text.assemble(
-                "submitted ", (run["id"], "bold cyan"), (f"   treadle watch {run['id']}", "dim")
-            )
-        )
-        print_warnings(console, run)
+        _print_submitted(run)
     raise typer.Exit(exit_code(run) if wait else EXIT_OK)
+
+
+def _given(**flags: Any) -> dict[str, Any]:
+    """The spec flags given on the command line (the others: the agent's own)."""
+    return {k: v for k, v in flags.items() if v is not None}
+
+
+def _print_submitted(run: dict[str, Any]) -> None:
+    """A detached submit: the run's id and how to follow it."""
+    console.print(
+        Text.assemble(
+            "submitted ", (run["id"], "bold cyan"), (f"   treadle watch {run['id']}", "dim")
+        )
+    )
+    print_warnings(console, run)
 
 
 def _json_object(text: str) -> dict[str, Any]:

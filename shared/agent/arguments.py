@@ -54,22 +54,22 @@ def find_balanced(text: str, opener: str = "{") -> str | None:
     Quotes are tracked only inside the candidate, so an apostrophe in prose before it does no
     harm. ``None`` when there is no opener or it is never closed.
     """
-    closer = _PAIRS[opener]
     start = text.find(opener)
     if start < 0:
         return None
+    end = _closing(text, start, opener, _PAIRS[opener])
+    return None if end is None else text[start : end + 1]
+
+
+def _closing(text: str, start: int, opener: str, closer: str) -> int | None:
+    """Where the block opened at ``start`` closes (skipping quoted strings), or None."""
     depth = 0
     quote: str | None = None
     escaped = False
     for i in range(start, len(text)):
         ch = text[i]
         if quote is not None:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == quote:
-                quote = None
+            quote, escaped = _quoted(ch, quote, escaped)
             continue
         if ch in ('"', "'"):
             quote = ch
@@ -78,8 +78,18 @@ def find_balanced(text: str, opener: str = "{") -> str | None:
         elif ch == closer:
             depth -= 1
             if depth == 0:
-                return text[start : i + 1]
+                return i
     return None
+
+
+def _quoted(ch: str, quote: str, escaped: bool) -> tuple[str | None, bool]:
+    """One character inside a quoted string: the quote still open (None: it closed here) and
+    whether the next character is escaped."""
+    if escaped:
+        return quote, False
+    if ch == "\\":
+        return quote, True
+    return (None if ch == quote else quote), False
 
 
 def loads_tolerant(text: str, opener: str = "{") -> Any:
@@ -139,6 +149,22 @@ def validate_against_schema(args: Any, schema: Mapping[str, Any]) -> str | None:
 
 def _check(value: Any, schema: Mapping[str, Any], path: str) -> str | None:
     where = f"'{path}'" if path else "arguments"
+    error = _check_value(value, schema, where)
+    if error is not None:
+        return error
+    if isinstance(value, dict):
+        return _check_object(value, schema, path)
+    if isinstance(value, list):
+        return _check_array(value, schema, path)
+    if isinstance(value, str):
+        return _check_string(value, schema, where)
+    if _is_number(value):
+        return _check_number(value, schema, where)
+    return None
+
+
+def _check_value(value: Any, schema: Mapping[str, Any], where: str) -> str | None:
+    """``type``, ``enum`` and ``const``: what any value is checked against."""
     expected = schema.get("type")
     if expected is not None:
         types = [expected] if isinstance(expected, str) else list(expected)
@@ -151,20 +177,22 @@ def _check(value: Any, schema: Mapping[str, Any], path: str) -> str | None:
             return f"{where} must be one of: {shown}"
     if "const" in schema and not _same(value, schema["const"]):
         return f"{where} must be {json.dumps(schema['const'], ensure_ascii=False)}"
-    if isinstance(value, dict):
-        return _check_object(value, schema, path)
-    if isinstance(value, list):
-        return _check_array(value, schema, path)
-    if isinstance(value, str):
-        if "minLength" in schema and len(value) < int(schema["minLength"]):
-            return f"{where} must have at least {schema['minLength']} character(s)"
-        if "maxLength" in schema and len(value) > int(schema["maxLength"]):
-            return f"{where} must have at most {schema['maxLength']} character(s)"
-    if _is_number(value):
-        if "minimum" in schema and value < schema["minimum"]:
-            return f"{where} must be >= {schema['minimum']}"
-        if "maximum" in schema and value > schema["maximum"]:
-            return f"{where} must be <= {schema['maximum']}"
+    return None
+
+
+def _check_string(value: str, schema: Mapping[str, Any], where: str) -> str | None:
+    if "minLength" in schema and len(value) < int(schema["minLength"]):
+        return f"{where} must have at least {schema['minLength']} character(s)"
+    if "maxLength" in schema and len(value) > int(schema["maxLength"]):
+        return f"{where} must have at most {schema['maxLength']} character(s)"
+    return None
+
+
+def _check_number(value: Any, schema: Mapping[str, Any], where: str) -> str | None:
+    if "minimum" in schema and value < schema["minimum"]:
+        return f"{where} must be >= {schema['minimum']}"
+    if "maximum" in schema and value > schema["maximum"]:
+        return f"{where} must be <= {schema['maximum']}"
     return None
 
 

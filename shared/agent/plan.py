@@ -230,26 +230,49 @@ def update_plan(plan: Plan | None, args: Mapping[str, Any] | str) -> tuple[Plan 
     """
     if plan is None:
         return None, NO_ACTIVE_PLAN
+    asked = _update_args(args)
+    if isinstance(asked, str):
+        return plan, asked
+    updates, added = asked
+    new = _updated(plan, updates, added)
+    if isinstance(new, str):
+        return plan, new
+    heads: list[str] = []
+    if updates:
+        heads.append(f"Updated {len(updates)} plan step(s).")
+    if added:
+        heads.append("Added plan step(s): " + ", ".join(f'"{n}"' for n in added) + ".")
+    return new, " ".join(heads) + "\n" + render_plan(new)
+
+
+def _update_args(args: Mapping[str, Any] | str) -> tuple[list[_Update], list[str]] | str:
+    """The call's step updates and the names of the steps it adds, or the tool result that
+    says why the arguments are invalid."""
     parsed = _as_mapping(UPDATE_PLAN, args)
     if isinstance(parsed, str):
-        return plan, parsed
+        return parsed
     updates = _updates(parsed.get("updates"))
     if isinstance(updates, str):
-        return plan, invalid_arguments_text(UPDATE_PLAN, updates)
+        return invalid_arguments_text(UPDATE_PLAN, updates)
     added: list[str] = []
     if parsed.get("add_steps") not in (None, []):
         names = _step_names(parsed.get("add_steps"), "add_steps")
         if isinstance(names, str):
-            return plan, invalid_arguments_text(UPDATE_PLAN, names)
+            return invalid_arguments_text(UPDATE_PLAN, names)
         added = names
     if not updates and not added:
-        return plan, invalid_arguments_text(UPDATE_PLAN, _NEED_ONE)
+        return invalid_arguments_text(UPDATE_PLAN, _NEED_ONE)
+    return updates, added
 
+
+def _updated(plan: Plan, updates: list[_Update], added: list[str]) -> Plan | str:
+    """The plan with the updates applied and the steps added, or the tool result naming an
+    unknown step."""
     steps = list(plan.steps)
     index = {s.id: i for i, s in enumerate(steps)}
     for step_id, status, has_note, note in updates:
         if step_id not in index:
-            return plan, f"Unknown plan step: {step_id}"
+            return f"Unknown plan step: {step_id}"
         i = index[step_id]
         step = steps[i]
         steps[i] = replace(
@@ -260,14 +283,7 @@ def update_plan(plan: Plan | None, args: Mapping[str, Any] | str) -> tuple[Plan 
     next_no = _next_step_number(steps)
     for offset, name in enumerate(added):
         steps.append(PlanStep(id=f"s{next_no + offset}", name=name))
-    new = Plan(name=plan.name, steps=tuple(steps))
-
-    heads: list[str] = []
-    if updates:
-        heads.append(f"Updated {len(updates)} plan step(s).")
-    if added:
-        heads.append("Added plan step(s): " + ", ".join(f'"{n}"' for n in added) + ".")
-    return new, " ".join(heads) + "\n" + render_plan(new)
+    return Plan(name=plan.name, steps=tuple(steps))
 
 
 # --- argument helpers -------------------------------------------------------------------

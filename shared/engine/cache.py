@@ -30,6 +30,7 @@ from shared.store import lineage, records
 from shared.store import runs as run_store
 from shared.store.rows import Run
 from shared.store.write import Prefetch
+from shared.tools.files import TEXT_CACHE_SIZE, TextCache
 
 __all__ = ["ByteLRU", "Given", "RunCaches", "schema_tokens_of"]
 
@@ -114,13 +115,15 @@ class Given:
 
 class RunCaches:
     """What this process holds of the runs it works on: their specs (``given``), model views
-    (``history``), tool catalogs and result budgets (``shared.engine.toolkit`` builds them)."""
+    (``history``), tool catalogs and result budgets (``shared.engine.toolkit`` builds them),
+    the text of their files (``read_files``)."""
 
     def __init__(self) -> None:
         self.specs: ByteLRU[str, Given] = ByteLRU(SPECS_BYTES)
         self.views: ByteLRU[str, _View] = ByteLRU(HISTORY_BYTES)
         self.catalogs: ByteLRU[str, tuple[AgentSpec, Catalog, int]] = ByteLRU(CATALOG_BYTES)
         self.budgets: ByteLRU[str, tuple[AgentSpec, int]] = ByteLRU(1024 * 1024)
+        self.texts = TextCache(TEXT_CACHE_SIZE)  # the files read_files read, as text
 
     def given(self, conn: Connection, run_id: str, rev: int | None = None) -> Given:
         """The run's spec and inputs at revision ``rev`` (read once per process and

@@ -155,20 +155,8 @@ def build_catalog(
     if spec.kind != "agent":
         return Catalog(entries={}, tools={})
     check_router(spec)  # a rule naming an unknown handler: an error now, not each round
-    entries: dict[str, CatalogEntry] = {}
-    tools: dict[str, Tool] = {}
-    warnings: list[str] = []
     internal = {e.name: e for e in _internal_entries(spec)}
-    for tool in resolve(spec.tools, lambda item: _inline_tool(item, spec, profiles)):
-        if tool.name == "stop" and getattr(tool, "internal", False):
-            entries["stop"] = _STOP
-        elif tool.name in _RESERVED:
-            warnings.append(f"tool {tool.name!r} has an internal tool's name and was removed")
-        elif reason := _unavailable(tool):
-            warnings.append(f"tool {tool.name!r} is unavailable and was removed: {reason}")
-        else:
-            entries[tool.name] = _entry(tool)
-            tools[tool.name] = tool
+    entries, tools, warnings = _spec_tools(spec, profiles)
     unreachable: dict[str, str] = {}
     deferred = False
     if spec.mcp and mcp is not None:
@@ -181,16 +169,42 @@ def build_catalog(
         warnings += listing.warnings
         unreachable, deferred = listing.unreachable, listing.deferred
     entries.update(internal)
-    for h in spec.handoffs:  # the targets' own tools: an error now, not at the handoff
-        if not isinstance(h.agent, AgentSpec):
-            raise SpecError(f"handoff {h.name!r}: agent {h.agent!r} is not resolved")
-        build_catalog(h.agent, profiles)
+    _check_handoffs(spec, profiles)
     entries.update({e.name: e for e in transfer_entries(spec)})
     docs = [a for a in attachments if not is_image(a)]  # images go to the model directly
     if docs:
         entries[READ_FILES.name] = _read_files_entry(docs)
         tools[READ_FILES.name] = READ_FILES
     return Catalog(entries, tools, tuple(warnings), unreachable, deferred)
+
+
+def _spec_tools(
+    spec: AgentSpec, profiles: Mapping[str, ModelProfile] | None
+) -> tuple[dict[str, CatalogEntry], dict[str, Tool], list[str]]:
+    """The spec's own tools: their entries, their executables, and a warning for each one
+    left out (an internal tool's name, or unavailable here)."""
+    entries: dict[str, CatalogEntry] = {}
+    tools: dict[str, Tool] = {}
+    warnings: list[str] = []
+    for tool in resolve(spec.tools, lambda item: _inline_tool(item, spec, profiles)):
+        if tool.name == "stop" and getattr(tool, "internal", False):
+            entries["stop"] = _STOP
+        elif tool.name in _RESERVED:
+            warnings.append(f"tool {tool.name!r} has an internal tool's name and was removed")
+        elif reason := _unavailable(tool):
+            warnings.append(f"tool {tool.name!r} is unavailable and was removed: {reason}")
+        else:
+            entries[tool.name] = _entry(tool)
+            tools[tool.name] = tool
+    return entries, tools, warnings
+
+
+def _check_handoffs(spec: AgentSpec, profiles: Mapping[str, ModelProfile] | None) -> None:
+    """The handoff targets' own tools: an error now, not at the handoff."""
+    for h in spec.handoffs:
+        if not isinstance(h.agent, AgentSpec):
+            raise SpecError(f"handoff {h.name!r}: agent {h.agent!r} is not resolved")
+        build_catalog(h.agent, profiles)
 
 
 def _entry(tool: Tool) -> CatalogEntry:

@@ -181,8 +181,30 @@ def _create(
     ts = admitted.stamp if admitted is not None and admitted.stamp else tx.ts
     scheduled = req.run_at is not None and req.run_at > tx.ts and req.thread_id is None
     start = req.run_at if scheduled and req.run_at is not None else ts
+    row = _run_row(tx, req, run_id, start, scheduled)
+    held = admitted is not None and admitted.held
+    # over its tenant's limit of runs in flight: waits in the database (shared.engine.admission)
+    gated = not scheduled and admitted is None and req.parent_run_id is None
+    gated = gated and admission.gate(tx, req.tenant)
+    inputs, first = _starting_point(req, msgs, admitted, row)
+    if gated:
+        row["held"] = True
+    tx.rt.store.insert_run(tx.conn, row, _run_spec(req, run_id, inputs, warnings), first, ts)
+    run = run_store.load_run(tx.conn, run_id)
+    assert run is not None
+    change = Change(run, bump=False, queue_round=not held and not scheduled and not gated)
+    extra: dict[str, Any] = {"held": True} if held or gated else {}
+    if scheduled:
+        extra["run_at"] = start
+    change.event(EventType.RUN_QUEUED, kind=req.agent.kind, **extra)
+    tx.apply(change)
+
+
+def _run_row(tx: Tx, req: RunInput, run_id: str, start: float, scheduled: bool) -> dict[str, Any]:
+    """The new run's columns: queued, or scheduled to wake at ``start``; its deadline counts
+    from ``start``."""
     deadline = start + req.agent.budget.deadline_s if req.agent.budget.deadline_s else None
-    row = {
+    return {
         "id": run_id,
         "tenant": req.tenant,
         "kind": req.agent.kind,
@@ -198,38 +220,36 @@ def _create(
         "parent_run_id": req.parent_run_id,
         "parent_call_id": req.parent_call_id,
     }
-    agent = req.agent.model_dump(mode="json", exclude_none=True)
-    held = admitted is not None and admitted.held
-    # over its tenant's limit of runs in flight: waits in the database (shared.engine.admission)
-    gated = not scheduled and admitted is None and req.parent_run_id is None
-    gated = gated and admission.gate(tx, req.tenant)
-    if held:
-        inputs = {**req.inputs, threads.QUEUED_INPUT: [m.to_dict() for m in msgs]}
-        first: list[Message] = []
+
+
+def _starting_point(
+    req: RunInput,
+    msgs: list[Message],
+    admitted: threads.Admission | None,
+    row: dict[str, Any],
+) -> tuple[dict[str, Any], list[Message]]:
+    """The run's inputs and first messages. Held behind a thread's active run: no messages
+    yet (they wait in its inputs) and ``row`` marked held; otherwise ``row`` takes its
+    thread's history (if any)."""
+    if admitted is not None and admitted.held:
         row["held"] = True
-    else:
-        inputs = admitted.inputs if admitted is not None else dict(req.inputs)
-        first = msgs
-        row.update(admitted.base if admitted is not None else {})  # its thread's history
-    spec = {
-        "agent": agent,
+        return {**req.inputs, threads.QUEUED_INPUT: [m.to_dict() for m in msgs]}, []
+    row.update(admitted.base if admitted is not None else {})  # its thread's history
+    return (admitted.inputs if admitted is not None else dict(req.inputs)), msgs
+
+
+def _run_spec(
+    req: RunInput, run_id: str, inputs: dict[str, Any], warnings: list[str]
+) -> dict[str, Any]:
+    """The run's stored spec: the agent, its inputs, metadata and warnings."""
+    return {
+        "agent": req.agent.model_dump(mode="json", exclude_none=True),
         "inputs": inputs or None,
         "meta": req.metadata,
         "warnings": warnings or None,
         "agent_ref": req.agent_ref,
         "trace": tracing.stamp_run(run_id),  # the request's trace: the run's rounds join it
     }
-    if gated:
-        row["held"] = True
-    tx.rt.store.insert_run(tx.conn, row, spec, first, ts)
-    run = run_store.load_run(tx.conn, run_id)
-    assert run is not None
-    change = Change(run, bump=False, queue_round=not held and not scheduled and not gated)
-    extra: dict[str, Any] = {"held": True} if held or gated else {}
-    if scheduled:
-        extra["run_at"] = start
-    change.event(EventType.RUN_QUEUED, kind=req.agent.kind, **extra)
-    tx.apply(change)
 
 
 def _admit(tx: Tx, req: RunInput, run_id: str) -> threads.Admission:
@@ -621,22 +641,7 @@ def _apply_approval(
     window = running[: spec.effective_parallel_tools]
     records = [r.record(by, tx.ts) for r in resolved]
     for r, record in zip(resolved, records, strict=True):
-        values: dict[str, Any] = {
-            "data": {"approval_id": approval_id, "approved": r.run, "decision": record}
-        }
-        if not r.run:
-            values.update(
-                status=CallStatus.DONE.value,
-                result=r.result,
-                result_for_model=r.result,
-                finished_at=tx.ts,
-            )
-        elif r.call_id in window:
-            values.update(status=CallStatus.QUEUED.value, queued_at=tx.ts)
-        else:
-            values.update(status=CallStatus.PENDING.value)
-        if r.action == "edit":
-            values["arguments"] = r.arguments
+        values = _decided(r, record, approval_id, r.call_id in window, tx.ts)
         call_store.set_calls(tx.conn, run.id, [r.call_id], values)
     calls = call_store.list_tool_calls(tx.conn, run.id)
     round_ = next(c.round for c in calls if c.call_id == resolved[0].call_id)
@@ -660,3 +665,27 @@ def _apply_approval(
     change.event(EventType.RUN_RESUMED, **event)
     change.queue_tools += window
     return tx.apply(change)
+
+
+def _decided(
+    r: Resolved, record: dict[str, Any], approval_id: str, queued: bool, ts: float
+) -> dict[str, Any]:
+    """A decided call's new columns: declined, its result is its tool message (done);
+    approved, it is queued (in the first window) or pending; edited, its new arguments."""
+    values: dict[str, Any] = {
+        "data": {"approval_id": approval_id, "approved": r.run, "decision": record}
+    }
+    if not r.run:
+        values.update(
+            status=CallStatus.DONE.value,
+            result=r.result,
+            result_for_model=r.result,
+            finished_at=ts,
+        )
+    elif queued:
+        values.update(status=CallStatus.QUEUED.value, queued_at=ts)
+    else:
+        values.update(status=CallStatus.PENDING.value)
+    if r.action == "edit":
+        values["arguments"] = r.arguments
+    return values

@@ -487,59 +487,97 @@ def _give_back(rt: Runtime, claim: _Claim, r: _Retry, attempt_no: int) -> None:
 
 
 def _drive(rt: Runtime, claim: _Claim, attempt_no: int) -> RoundResult:
-    run, spec = claim.run, claim.spec
-    verdict = check_budgets(spec, claim.state, run_store.now(), run.deadline_at)
+    run = claim.run  # as claimed (the input guardrails' checkpoint moves ``claim.run`` on)
+    state = _ready(rt, claim)
+    if isinstance(state, RoundResult):  # out of budget, routed, or an input guardrail tripped
+        return state
+    refs = attachment_refs(claim.inputs)
+    catalog = toolkit.catalog(
+        rt, run.id, claim.spec, refs, tenant=run.tenant, deadline=run.deadline_at
+    )
+    if catalog.deferred:  # an MCP listing in flight: come back for it, holding no thread
+        raise _Retry(DEFER_S, "mcp listing", counts=False)
+    checkpoint = _maybe_checkpoint(rt, claim, catalog, attempt_no)
+    history = claim.history + ([checkpoint.message] if checkpoint else [])
+    view = _View(run, history, catalog, checkpoint)
+    called = _call_guarded(rt, claim, _request(rt, claim, view, state), attempt_no)
+    if isinstance(called, RoundResult):  # a parallel input guardrail tripped
+        return called
+    reply, latency, guards = called
+    state = with_passed(state, claim.spec, guards.passed)
+    return _step_and_commit(rt, claim, view, state, (reply, latency, guards))
+
+
+def _ready(rt: Runtime, claim: _Claim) -> LoopState | RoundResult:
+    """What comes before the request: the budgets (over one: the run ends, or this is its
+    final call), the router (round 0) and the input guardrails that run first. Returns the
+    round's loop state, or the round's result when one of them ended it."""
+    verdict = check_budgets(claim.spec, claim.state, run_store.now(), claim.run.deadline_at)
     state = claim.state
     if verdict.stop_reason and not verdict.final_call:
         return _end(rt, claim, Finish(stop_reason=verdict.stop_reason, text=state.last_text))
     if verdict.final_call:
         state = replace(state, finalizing=verdict.stop_reason)
-    if state.round == 0 and spec.router:
+    if state.round == 0 and claim.spec.router:
         routed = _try_route(rt, claim)
         if routed is not None:
             return routed
     guarded = _input_guardrails(rt, claim)
     if guarded is not None:
         return guarded
-    state = replace(claim.state, finalizing=state.finalizing)
-    refs = attachment_refs(claim.inputs)
-    catalog = toolkit.catalog(rt, run.id, spec, refs, tenant=run.tenant, deadline=run.deadline_at)
-    if catalog.deferred:  # an MCP listing in flight: come back for it, holding no thread
-        raise _Retry(DEFER_S, "mcp listing", counts=False)
-    checkpoint = _maybe_checkpoint(rt, claim, catalog, attempt_no)
-    history = claim.history + ([checkpoint.message] if checkpoint else [])
+    return replace(claim.state, finalizing=state.finalizing)
+
+
+@dataclass(frozen=True)
+class _View:
+    """What the round's request is built from: the run as claimed, its messages (with the
+    context checkpoint made this round, if any) and the tool catalog."""
+
+    run: Run
+    history: list[Message]
+    catalog: Catalog
+    checkpoint: _Checkpoint | None
+
+
+def _request(rt: Runtime, claim: _Claim, view: _View, state: LoopState) -> RequestPlan:
+    """The round's request: the model view (a handoff's view of the history), the dataset
+    quotes, the tools of the catalog."""
+    run, history = view.run, view.history
     seen = history if claim.root is None else view_for(claim.root, state.handoffs, history)
-    req_spec, inputs = with_dataset_quotes(
-        rt,
-        run.id,
-        run.tenant,
-        spec,
-        seen,
-        request_inputs(rt, run.tenant, claim.inputs, claim.profile),
-    )
+    inputs = request_inputs(rt, run.tenant, claim.inputs, claim.profile)
+    req_spec, inputs = with_dataset_quotes(rt, run.id, run.tenant, claim.spec, seen, inputs)
     req = plan_request(
         req_spec,
         profile=claim.profile,
         state=state,
         messages=seen,
-        catalog=catalog.entries,
+        catalog=view.catalog.entries,
         plan=run.plan,
         inputs=inputs,
-        known_tokens=None if checkpoint or seen is not history else run.view_tokens,
+        known_tokens=None if view.checkpoint or seen is not history else run.view_tokens,
     )
-    req = with_unavailable_note(req, catalog)  # MCP servers not listed: the model is told
-    called = _call_guarded(rt, claim, req, attempt_no)
-    if isinstance(called, RoundResult):  # a parallel input guardrail tripped
-        return called
+    return with_unavailable_note(req, view.catalog)  # MCP servers not listed: the model is told
+
+
+def _step_and_commit(
+    rt: Runtime,
+    claim: _Claim,
+    view: _View,
+    state: LoopState,
+    called: tuple[Reply, int, Checked],
+) -> RoundResult:
+    """The pure step on the reply, the output guardrails, then the one commit. A provider
+    may reuse a tool call id of the run the model view no longer shows: the reply is
+    sanitized against the ids taken and stepped once more."""
+    run, catalog = view.run, view.catalog
     reply, latency, guards = called
-    state = with_passed(state, spec, guards.passed)
     cached = rt.caches.call_ids(run.id, run.view_start, run.msg_seq)
-    used = set(cached) if cached is not None else _call_ids(history)
-    question = last_user_text(history)
-    for _ in range(2):  # a provider may reuse an id the model view no longer shows
+    used = set(cached) if cached is not None else _call_ids(view.history)
+    question = last_user_text(view.history)
+    for _ in range(2):
         clean = sanitize_reply(reply, used)
         result = step(
-            spec,
+            claim.spec,
             state,
             clean,
             catalog.entries,
@@ -550,7 +588,7 @@ def _drive(rt: Runtime, claim: _Claim, attempt_no: int) -> RoundResult:
         result, checked = _output_guardrails(rt, claim, result, clean)
         try:
             return _commit(
-                rt, claim, clean, result, catalog, latency, checkpoint, guards.merged(checked)
+                rt, claim, clean, result, catalog, latency, view.checkpoint, guards.merged(checked)
             )
         except _IdTaken:
             used |= _taken(rt, run.id, [c.id for c in clean.tool_calls])
@@ -712,19 +750,7 @@ def _call_guarded(
         return reply, latency, Checked()
     abort = Abort(claim.run.deadline_at)
     box: dict[str, Any] = {}
-    text = last_user_text(claim.history)
-
-    def check() -> None:
-        try:
-            box["checked"] = found = _guarded(rt, claim, guards, text, "input")
-        except BaseException as exc:
-            box["error"] = exc
-            return
-        if found.trip is not None:
-            abort.cancel(f"guardrail {found.trip.name} tripped")
-
-    worker = threading.Thread(target=contextvars.copy_context().run, args=(check,), daemon=True)
-    worker.start()
+    worker = _beside(rt, claim, guards, abort, box)
     try:
         reply, latency = _call_model(rt, claim, req, attempt_no, abort=abort)
     except BaseException as exc:
@@ -743,6 +769,28 @@ def _call_guarded(
         return _tripped(rt, claim, found)
     _billing(claim, found)
     return reply, latency, found
+
+
+def _beside(
+    rt: Runtime, claim: _Claim, guards: list[Any], abort: Abort, box: dict[str, Any]
+) -> threading.Thread:
+    """The parallel input guardrails, started in a thread (the caller's context copied):
+    what they found goes in ``box["checked"]`` (or what they raised in ``box["error"]``);
+    one that trips cancels ``abort``, the model call in flight."""
+    text = last_user_text(claim.history)
+
+    def check() -> None:
+        try:
+            box["checked"] = found = _guarded(rt, claim, guards, text, "input")
+        except BaseException as exc:
+            box["error"] = exc
+            return
+        if found.trip is not None:
+            abort.cancel(f"guardrail {found.trip.name} tripped")
+
+    worker = threading.Thread(target=contextvars.copy_context().run, args=(check,), daemon=True)
+    worker.start()
+    return worker
 
 
 def _billing(claim: _Claim, checked: Checked) -> None:
@@ -801,49 +849,19 @@ def _call_model(
     run = claim.run
     model = make_model(claim.profile, run.tenant, rt.settings.allow_hosts, rt.tool_modes)
     offsets = {"text": 0, "reasoning": 0}  # characters of this call's reply so far, per kind
-    round_no = claim.state.round + 1
-
-    def on_delta(d: Delta) -> None:
-        # C-4: reasoning and answer deltas each stream behind their flag
-        streamed = d.kind in ("text", "reasoning") and stream_enabled(claim.spec, d.kind)
-        if live and streamed and d.text:
-            # offset: where the piece starts in the reply (facades number deltas by it)
-            rt.live.publish(
-                run.id,
-                {
-                    "type": f"{d.kind}.delta",
-                    "data": {"text": d.text, "round": round_no, "offset": offsets[d.kind]},
-                },
-            )
-        if d.kind in offsets:
-            offsets[d.kind] += len(d.text or "")
-
+    on_delta = _delta_sink(rt, claim, offsets, live)
     with rt.gate.outside(Stage.REPLY):  # the permit and the call: waits, not engine work
-        key, limits = limit_key(claim.profile, run.tenant), limits_of(claim.profile)
-        tokens = run.view_tokens + (req.max_tokens or 0)
-        permit = _acquire(rt, key, limits, tokens, claim.profile.timeout_total)
-        if not permit.granted:  # fleet capacity: give the thread back, come back later
-            raise _Retry(permit.wait, "capacity", counts=False)
+        key, permit = _permit(rt, claim, req)
         started = run_store.now()
         # the stream is closed at the deadline, on a cancel, or when a parallel guardrail trips
         abort = abort or Abort(run.deadline_at)
         try:
             with _held(rt, claim, _to_model_request(req)) as held:
-                try:
-                    with rt.stopper.holding(run.id, abort, rt.live):
-                        reply = model.complete(held.request, on_delta, abort=abort)
-                except Aborted as exc:
-                    partial = _partial(claim, run.view_tokens, offsets, started)
-                    held.cost = float(partial["cost"])
-                    raise _Stopped(exc, partial) from exc
-                except BrokenStream as exc:  # it streamed, then broke: the provider bills it
-                    row = _broken_row(claim, exc, started, live)
-                    held.cost = float(row["cost"])
-                    claim.billed.append(row)
-                    raise
-                except (TransientModelError, FatalModelError):
-                    held.cost = 0.0  # refused or failed: not billed
-                    raise
+                with (
+                    _costed(claim, held, offsets, started, live),
+                    rt.stopper.holding(run.id, abort, rt.live),
+                ):
+                    reply = model.complete(held.request, on_delta, abort=abort)
                 held.cost = _price(claim.profile, reply)
         except TransientModelError as exc:
             if exc.status == 429 and exc.retry_after:
@@ -859,7 +877,7 @@ def _call_model(
     latency = int((run_store.now() - started) * 1000)
     claim.billed.append(  # the provider bills it whatever becomes of this attempt (L-12)
         {
-            "round": round_no,
+            "round": claim.state.round + 1,
             "purpose": "round" if live else "compress",
             "profile": claim.profile.name,
             **_usage_values(claim, reply, _price(claim.profile, reply), latency),
@@ -867,6 +885,64 @@ def _call_model(
         }
     )
     return reply, latency
+
+
+def _delta_sink(
+    rt: Runtime, claim: _Claim, offsets: dict[str, int], live: bool
+) -> Callable[[Delta], None]:
+    """The stream's callback: a live call publishes its text and reasoning deltas (C-4: each
+    behind its flag); every call counts the characters of each kind in ``offsets``."""
+    run_id, round_no = claim.run.id, claim.state.round + 1
+
+    def on_delta(d: Delta) -> None:
+        streamed = d.kind in ("text", "reasoning") and stream_enabled(claim.spec, d.kind)
+        if live and streamed and d.text:
+            # offset: where the piece starts in the reply (facades number deltas by it)
+            rt.live.publish(
+                run_id,
+                {
+                    "type": f"{d.kind}.delta",
+                    "data": {"text": d.text, "round": round_no, "offset": offsets[d.kind]},
+                },
+            )
+        if d.kind in offsets:
+            offsets[d.kind] += len(d.text or "")
+
+    return on_delta
+
+
+def _permit(rt: Runtime, claim: _Claim, req: RequestPlan) -> tuple[str, Permit]:
+    """A permit of the profile's fleet limits for the call (its limiter key with it); the
+    fleet at capacity: the round gives its thread back and comes back later."""
+    key, limits = limit_key(claim.profile, claim.run.tenant), limits_of(claim.profile)
+    tokens = claim.run.view_tokens + (req.max_tokens or 0)
+    permit = _acquire(rt, key, limits, tokens, claim.profile.timeout_total)
+    if not permit.granted:
+        raise _Retry(permit.wait, "capacity", counts=False)
+    return key, permit
+
+
+@contextmanager
+def _costed(
+    claim: _Claim, held: spend.Held, offsets: dict[str, int], started: float, live: bool
+) -> Iterator[None]:
+    """The reservation's cost when the call does not come back with a reply: a call stopped
+    midway is priced on what it streamed (``_Stopped``); a broken stream is billed by the
+    provider (its row in ``claim.billed``); a refused or failed call costs nothing."""
+    try:
+        yield
+    except Aborted as exc:
+        partial = _partial(claim, claim.run.view_tokens, offsets, started)
+        held.cost = float(partial["cost"])
+        raise _Stopped(exc, partial) from exc
+    except BrokenStream as exc:  # it streamed, then broke: the provider bills it
+        row = _broken_row(claim, exc, started, live)
+        held.cost = float(row["cost"])
+        claim.billed.append(row)
+        raise
+    except (TransientModelError, FatalModelError):
+        held.cost = 0.0  # refused or failed: not billed
+        raise
 
 
 @contextmanager
@@ -1061,39 +1137,14 @@ def _commit(
     run = claim.run
     round_ = result.state.round
     change = Change.by_holder(run, claim.owner)
-    if guards.trip is not None:
-        change.event(EventType.GUARDRAIL_TRIPPED, round=round_, **guards.trip.as_dict())
-    change.usage += guards.usage
-    if (missing := catalog.unavailable_event()) is not None:
-        change.event(EventType.TOOL_UNAVAILABLE, round=round_, **missing)
-    if (moved := result.state.handoffs) != claim.state.handoffs:  # docs/handoffs.md
-        before = claim.state.handoffs
-        change.event(
-            EventType.RUN_HANDOFF,
-            round=round_,
-            to=moved[-1],
-            path=list(moved),
-            **{"from": before[-1] if before else None},
-        )
+    _note(change, claim, result, catalog, guards)
     if checkpoint is not None:
         change.message(checkpoint.message, round_)
         change.usage.append(checkpoint.usage)
     change.message(result.message, round_)
     for m in result.followups:  # an output repair prompt
         change.message(m, round_)
-    cost = result.state.cost + (checkpoint.usage["cost"] if checkpoint else 0.0)
-    loop = result.state.add_usage(guards.input_tokens, guards.output_tokens, guards.cost)
-    change.values.update(
-        loop=loop.to_dict(),
-        cost=cost + guards.cost,
-        input_tokens=loop.input_tokens,
-        output_tokens=loop.output_tokens,
-        plan=result.plan,
-        round=round_,
-    )
-    if checkpoint is not None:  # the model view starts at the checkpoint
-        change.values["view_start"] = run.msg_seq + 1
-        change.values["view_tokens"] = sum(records.message_tokens(change.messages))
+    _set_totals(change, run, result, checkpoint, guards)
     change.usage.append(
         {
             "round": round_,
@@ -1107,17 +1158,77 @@ def _commit(
     decision = result.decision
     ran: list[tuple[Call, ToolResult]] = []
     if isinstance(decision, RunTools):
-        results = _run_quick(rt, claim, decision, catalog)
-        if results is not None and all(_plain(r) for r in results.values()):
-            decision = _with_results(
-                rt, claim, change, decision, results, round_
-            )  # nothing left to run
-        _fan_out(claim, change, decision, catalog, round_)
-        if results is not None and change.queue_tools:  # a result the join must read
-            ran = _ran(change, results)
+        decision, ran = _tools(rt, claim, change, decision, catalog, round_)
     elif isinstance(decision, Finish | Fail | Continue):  # Continue: an output repair round
         settle(change, decision, ts=run_store.now())
     return _apply(rt, claim, change, type(decision).__name__, ran)
+
+
+def _note(
+    change: Change, claim: _Claim, result: StepResult, catalog: Catalog, guards: Checked
+) -> None:
+    """The round's events before its messages: a guardrail that tripped (its calls billed
+    with the round), MCP servers not listed, a handoff (docs/handoffs.md)."""
+    round_ = result.state.round
+    if guards.trip is not None:
+        change.event(EventType.GUARDRAIL_TRIPPED, round=round_, **guards.trip.as_dict())
+    change.usage += guards.usage
+    if (missing := catalog.unavailable_event()) is not None:
+        change.event(EventType.TOOL_UNAVAILABLE, round=round_, **missing)
+    if (moved := result.state.handoffs) != claim.state.handoffs:
+        before = claim.state.handoffs
+        change.event(
+            EventType.RUN_HANDOFF,
+            round=round_,
+            to=moved[-1],
+            path=list(moved),
+            **{"from": before[-1] if before else None},
+        )
+
+
+def _set_totals(
+    change: Change,
+    run: Run,
+    result: StepResult,
+    checkpoint: _Checkpoint | None,
+    guards: Checked,
+) -> None:
+    """The run's loop state, cost, tokens and plan after the round; after a checkpoint, the
+    model view starts at it (the change's messages already added)."""
+    round_ = result.state.round
+    cost = result.state.cost + (checkpoint.usage["cost"] if checkpoint else 0.0)
+    loop = result.state.add_usage(guards.input_tokens, guards.output_tokens, guards.cost)
+    change.values.update(
+        loop=loop.to_dict(),
+        cost=cost + guards.cost,
+        input_tokens=loop.input_tokens,
+        output_tokens=loop.output_tokens,
+        plan=result.plan,
+        round=round_,
+    )
+    if checkpoint is not None:  # the model view starts at the checkpoint
+        change.values["view_start"] = run.msg_seq + 1
+        change.values["view_tokens"] = sum(records.message_tokens(change.messages))
+
+
+def _tools(
+    rt: Runtime,
+    claim: _Claim,
+    change: Change,
+    decision: RunTools,
+    catalog: Catalog,
+    round_: int,
+) -> tuple[RunTools, list[tuple[Call, ToolResult]]]:
+    """A tool round: a batch of quick calls runs before the commit (all results plain: they
+    go into it); the calls left fan out as rows and tool tasks. Returns the batch the commit
+    records and the quick calls whose results a join must read."""
+    results = _run_quick(rt, claim, decision, catalog)
+    if results is not None and all(_plain(r) for r in results.values()):
+        decision = _with_results(rt, claim, change, decision, results, round_)  # none left
+    _fan_out(claim, change, decision, catalog, round_)
+    if results is not None and change.queue_tools:  # a result the join must read
+        return decision, _ran(change, results)
+    return decision, []
 
 
 def _run_quick(

@@ -186,6 +186,7 @@ def execute_tool(
         memory=RunMemory(rt, run),
         confinement=rt.confinement,
         on_progress=progress_sink(rt, run.id, call),
+        texts=rt.caches.texts,
     )
     try:  # strict JSON first: json5 is pure Python (~100 ms for 500 characters)
         args = parse_arguments(call.arguments or "{}")

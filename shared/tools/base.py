@@ -28,6 +28,7 @@ from shared.errors import ToolError
 if TYPE_CHECKING:
     from shared.llm.abort import Abort
     from shared.tools.confinement import Confinement
+    from shared.tools.files import TextCache
 
 __all__ = [
     "FileSource",
@@ -95,7 +96,8 @@ class ToolContext:
     (``shared.llm.abort``): tools that wait on the network or a child process obey it, so a
     timed-out or cancelled call really ends instead of running on in an abandoned thread.
     ``confinement``: the process's slots and cgroups for child processes (None: a call made
-    outside the engine gets its own)."""
+    outside the engine gets its own). ``texts``: the process's text of the files read (None:
+    a file is read and parsed on each call)."""
 
     run_id: str
     call_id: str
@@ -110,6 +112,7 @@ class ToolContext:
     abort: Abort | None = None
     confinement: Confinement | None = None  # the worker's sandbox slots and cgroups
     on_progress: ProgressSink | None = None  # where ``progress`` goes (the run's live stream)
+    texts: TextCache | None = None  # the worker's extracted file texts (read_files)
 
     def progress(
         self, progress: float | None = None, total: float | None = None, message: str | None = None

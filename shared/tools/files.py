@@ -24,7 +24,9 @@ from shared.tools.documents import DocumentLimits, extract
 __all__ = [
     "PAGE_CHARS",
     "READ_FILES",
+    "TEXT_CACHE_SIZE",
     "ReadFilesArgs",
+    "TextCache",
     "describe_files",
     "extract_text",
     "page_spans",
@@ -32,7 +34,7 @@ __all__ = [
 ]
 
 PAGE_CHARS = 8000
-_TEXT_CACHE_SIZE = 8
+TEXT_CACHE_SIZE = 8  # files whose text a process keeps (``TextCache``)
 
 
 class ReadFilesArgs(BaseModel):
@@ -57,8 +59,10 @@ def page_spans(text: str, size: int = PAGE_CHARS) -> list[tuple[int, int]]:
     return spans
 
 
-class _TextCache:
-    """Extracted text by file id (files are immutable): a PDF is parsed once per worker."""
+class TextCache:
+    """Extracted text by tenant and file id (files are immutable): a PDF is parsed once per
+    worker. The process's is on its runtime (``RunCaches.texts``), given to the tool in its
+    ``ToolContext``."""
 
     def __init__(self, size: int) -> None:
         self._items: OrderedDict[str, str] = OrderedDict()
@@ -77,9 +81,6 @@ class _TextCache:
             self._items.move_to_end(key)
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
-
-
-_CACHE = _TextCache(_TEXT_CACHE_SIZE)
 
 
 def extract_text(
@@ -136,7 +137,7 @@ def describe_files(refs: Sequence[Mapping[str, Any]]) -> str:
 
 def _text_of(ref: Mapping[str, Any], ctx: ToolContext) -> str:
     key = f"{ctx.tenant}:{ref['id']}"
-    cached = _CACHE.get(key)
+    cached = ctx.texts.get(key) if ctx.texts is not None else None
     if cached is not None:
         return cached
     if ctx.files is None:
@@ -147,7 +148,8 @@ def _text_of(ref: Mapping[str, Any], ctx: ToolContext) -> str:
         raise ToolError(str(exc)) from None
     kind, name = str(ref.get("content_type") or ""), str(ref.get("name") or "")
     text = extract_text(data, kind, name, ctx.abort, ctx)
-    _CACHE.put(key, text)
+    if ctx.texts is not None:
+        ctx.texts.put(key, text)
     return text
 
 

@@ -408,38 +408,9 @@ def _supervise(
     group: Cgroup | None = None,
 ) -> SandboxResult:
     started = time.monotonic()
-    command, who = _command(args, group)
-    try:
-        proc = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            pass_fds=(*pass_fds, report_w),
-            start_new_session=True,
-            env={},  # PID 1 inside is bwrap: its environ is readable there (see the module doc)
-            cwd="/",
-            **who,
-        )
-    except BaseException:
-        os.close(report_r)
-        raise
-    finally:
-        # the sandbox holds the only writer now: EOF when it is gone. Closed here once: a
-        # second close could hit the same number reused by another sandbox's pipe
-        os.close(report_w)
+    proc = _spawn(args, pass_fds, report_r, report_w, group)
     killed: list[str] = []
-
-    def kill(reason: str) -> None:
-        if not killed:
-            killed.append(reason)
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        if group is not None:
-            group.kill()
-
+    kill = functools.partial(_kill, proc, group, killed)
     out, err = _Capture(limits.output_chars), _Capture(limits.output_chars)
     flood = functools.partial(kill, f"output over {limits.output_kill_bytes // MB} MB")
     report: list[bytes] = []
@@ -465,6 +436,51 @@ def _supervise(
     return _result(
         b"".join(report), proc.returncode, out, err, killed, time.monotonic() - started, limits
     )
+
+
+def _spawn(
+    args: list[str],
+    pass_fds: tuple[int, ...],
+    report_r: int,
+    report_w: int,
+    group: Cgroup | None,
+) -> subprocess.Popen[bytes]:
+    """The sandbox process, in a session of its own. ``report_w`` is closed here, whatever
+    happens; ``report_r`` too when the process could not start."""
+    command, who = _command(args, group)
+    try:
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(*pass_fds, report_w),
+            start_new_session=True,
+            env={},  # PID 1 inside is bwrap: its environ is readable there (see the module doc)
+            cwd="/",
+            **who,
+        )
+    except BaseException:
+        os.close(report_r)
+        raise
+    finally:
+        # the sandbox holds the only writer now: EOF when it is gone. Closed here once: a
+        # second close could hit the same number reused by another sandbox's pipe
+        os.close(report_w)
+
+
+def _kill(
+    proc: subprocess.Popen[bytes], group: Cgroup | None, killed: list[str], reason: str
+) -> None:
+    """SIGKILL to the sandbox's process group (and its cgroup); the first reason is kept."""
+    if not killed:
+        killed.append(reason)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    if group is not None:
+        group.kill()
 
 
 def _read_all(fd: int, into: list[bytes]) -> None:

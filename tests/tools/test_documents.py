@@ -8,9 +8,11 @@ from __future__ import annotations
 import resource
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
+from shared.engine.cache import RunCaches
 from shared.errors import CallCancelled, ToolError
 from shared.llm.abort import Abort
 from shared.tools import ToolContext
@@ -76,8 +78,10 @@ def test_text_is_bounded_by_bytes() -> None:
 class _Files:
     def __init__(self, data: bytes) -> None:
         self.data = data
+        self.reads = 0
 
     def read(self, file_id: str) -> bytes:
+        self.reads += 1
         return self.data
 
 
@@ -94,3 +98,19 @@ def test_read_files_on_a_bomb_is_bounded_and_leaves_nothing_running() -> None:
     assert _children_cpu() - cpu_before <= 6.0
     assert time.monotonic() - started < 15
     assert _busy_threads() == []
+
+
+def test_a_file_is_parsed_once_with_the_runtimes_text_cache() -> None:
+    """The worker's extracted texts are on its runtime (``RunCaches.texts``), handed to the
+    tool in its context; without them each call reads and parses the file again."""
+    ref = {"id": "f2", "name": "a.pdf", "content_type": "application/pdf", "size": 500}
+    files = _Files(tiny_pdf([["hello"]]))
+    ctx = ToolContext(
+        run_id="r", call_id="c", attachments=(ref,), files=files, texts=RunCaches().texts
+    )
+    first = READ_FILES.execute({"file": "f2"}, ctx)
+    again = READ_FILES.execute({"file": "f2"}, ctx)
+    assert "hello" in first.text and again.text == first.text
+    assert files.reads == 1
+    READ_FILES.execute({"file": "f2"}, replace(ctx, texts=None))
+    assert files.reads == 2
