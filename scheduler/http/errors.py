@@ -195,45 +195,59 @@ def _invalid_request(details: list[dict[str, Any]], message: str | None = None) 
     return JSONResponse(error_body("invalid_request", message or msg, details), status_code=422)
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(sa_exc.SQLAlchemyError)
-    async def _database(_: Request, exc: sa_exc.SQLAlchemyError) -> JSONResponse:
-        what = outage(exc)
-        if what is None:
-            raise exc
+async def _database(_: Request, exc: sa_exc.SQLAlchemyError) -> JSONResponse:
+    what = outage(exc)
+    if what is None:
+        raise exc
+    return _outage_response(exc, what)
+
+
+async def _unhandled(_: Request, exc: Exception) -> JSONResponse:
+    """Raised outside the routes (middleware) or unknown."""
+    what = outage(exc)
+    if what is not None:
         return _outage_response(exc, what)
+    log.error("unhandled %s", type(exc).__name__, exc_info=exc)
+    return JSONResponse(error_body("internal_error", "internal error"), status_code=500)
 
-    @app.exception_handler(Exception)  # raised outside the routes (middleware) or unknown
-    async def _unhandled(_: Request, exc: Exception) -> JSONResponse:
-        what = outage(exc)
-        if what is not None:
-            return _outage_response(exc, what)
-        log.error("unhandled %s", type(exc).__name__, exc_info=exc)
-        return JSONResponse(error_body("internal_error", "internal error"), status_code=500)
 
-    @app.exception_handler(TreadleError)
-    async def _treadle(_: Request, exc: TreadleError) -> JSONResponse:
-        status = next((s for t, s in _STATUS.items() if isinstance(exc, t)), 400)
-        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-        return JSONResponse(error_body(exc.code, str(exc)), status_code=status, headers=headers)
+async def _treadle(_: Request, exc: TreadleError) -> JSONResponse:
+    status = next((s for t, s in _STATUS.items() if isinstance(exc, t)), 400)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(error_body(exc.code, str(exc)), status_code=status, headers=headers)
 
-    @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return _invalid_request(field_errors(exc.errors(), exc.body))
 
-    @app.exception_handler(ValidationError)
-    async def _pydantic(_: Request, exc: ValidationError) -> JSONResponse:
-        return _invalid_request(field_errors(exc.errors()))
+async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+    return _invalid_request(field_errors(exc.errors(), exc.body))
 
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if exc.status_code == 405:
-            exc.headers = {"Allow": allowed_methods(request)}
-        if exc.status_code == 400 and exc.__cause__ is not None:  # FastAPI: body did not parse
-            reason = (
-                "not valid UTF-8"
-                if isinstance(exc.__cause__, UnicodeDecodeError)
-                else type(exc.__cause__).__name__
-            )
-            exc = HTTPException(400, f"the request body does not parse ({reason})")
-        return error_response(exc)
+
+async def _pydantic(_: Request, exc: ValidationError) -> JSONResponse:
+    return _invalid_request(field_errors(exc.errors()))
+
+
+async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    if exc.status_code == 405:
+        exc.headers = {"Allow": allowed_methods(request)}
+    if exc.status_code == 400 and exc.__cause__ is not None:  # FastAPI: body did not parse
+        reason = (
+            "not valid UTF-8"
+            if isinstance(exc.__cause__, UnicodeDecodeError)
+            else type(exc.__cause__).__name__
+        )
+        exc = HTTPException(400, f"the request body does not parse ({reason})")
+    return error_response(exc)
+
+
+_HANDLERS: tuple[tuple[type[Exception], Any], ...] = (
+    (sa_exc.SQLAlchemyError, _database),
+    (Exception, _unhandled),
+    (TreadleError, _treadle),
+    (RequestValidationError, _validation),
+    (ValidationError, _pydantic),
+    (StarletteHTTPException, _http),
+)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    for kind, handler in _HANDLERS:
+        app.add_exception_handler(kind, handler)
