@@ -185,6 +185,7 @@ def execute_tool(
         knowledge=Knowledge(rt, run.tenant),
         memory=RunMemory(rt, run),
         confinement=rt.confinement,
+        http=rt.http_pools,
         on_progress=progress_sink(rt, run.id, call),
     )
     try:  # strict JSON first: json5 is pure Python (~100 ms for 500 characters)
