@@ -39,6 +39,7 @@ from shared.llm.abort import Abort
 from shared.store import ancestry
 from shared.store import calls as call_store
 from shared.store.rows import Call, CallStatus, Run
+from shared.store.write import tool_started
 from shared.tools import InvalidToolArguments, Tool, ToolContext, ToolResult
 from shared.tracing import tool_span
 from shared.vocab import EventType
@@ -141,25 +142,13 @@ def _claim(rt: Runtime, run: Run, call: Call) -> Call | None:
     owner = hb.owner()
 
     def op(tx: Tx) -> Call | None:
-        claimed = call_store.claim_call(
-            tx.conn, run.id, call.call_id, owner, tx.ts, hb.live_after(tx.ts)
-        )
-        if claimed is None:
-            return None
+        found = tx.rt.store.claim_call(tx.conn, run, call, owner, tx.ts, hb.live_after(tx.ts))
+        if found is None:  # taken by another, or the run moved on: nothing of it stays
+            raise LostRace(run.id)
+        new, claimed = found
         if call.status == CallStatus.RUNNING:  # its worker died holding it
             metrics.TAKEOVERS.labels(what="tool").inc()
-        data = {
-            "call_id": call.call_id,
-            "name": call.name,
-            "round": call.round,
-            "attempt": claimed.attempts,
-        }
-        new = tx.rt.store.update_run(
-            tx.conn, run.id, run.version, {}, bump=False, new_events=1, ts=tx.ts
-        )
-        if new is None:
-            raise LostRace(run.id)
-        tx.record_event(new, EventType.TOOL_STARTED, data)
+        tx.recorded(new, EventType.TOOL_STARTED, tool_started(claimed))
         return claimed
 
     return attempt(rt, op)
