@@ -26,6 +26,7 @@ from shared.store.deliveries import Renderer
 from shared.store.write import Store
 from shared.tools.confinement import Confinement
 from shared.tools.mcp_lists import ToolLists
+from shared.tools.netguard import GuardedPools
 
 __all__ = ["Dispatch", "Publisher", "Runtime"]
 
@@ -85,11 +86,13 @@ class Runtime:
     renderers: Mapping[str, Renderer] = field(default_factory=lambda: RENDERERS)
     pacer: Pacer = field(default_factory=Pacer)  # what this process does at most every so often
     # process state shared by copies (``replace``): engine admission, MCP tool lists (bounded
-    # in bytes), the slots and cgroups of tenants' child processes, learnt tool modes
+    # in bytes), the slots and cgroups of tenants' child processes, learnt tool modes, the
+    # kept-alive connections of guarded HTTP calls (inline HTTP tools)
     _gate: Gate | None = field(default=None, repr=False)
     _mcp_lists: ToolLists | None = field(default=None, repr=False)
     _confinement: Confinement | None = field(default=None, repr=False)
     _tool_modes: ToolModes | None = field(default=None, repr=False)
+    _http_pools: GuardedPools | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -101,6 +104,8 @@ class Runtime:
             self._confinement = Confinement.from_settings(s)
         if self._tool_modes is None:
             self._tool_modes = ToolModes(s.tool_mode_ttl_s)
+        if self._http_pools is None:
+            self._http_pools = GuardedPools()
 
     @property
     def store(self) -> Store:
@@ -130,6 +135,13 @@ class Runtime:
         """What ``tool_mode: auto`` learnt per profile, for a while (``shared.llm.tool_modes``)."""
         assert self._tool_modes is not None
         return self._tool_modes
+
+    @property
+    def http_pools(self) -> GuardedPools:
+        """Kept-alive connections of guarded HTTP calls, one pool per checked address and TLS
+        name (``shared.tools.netguard``)."""
+        assert self._http_pools is not None
+        return self._http_pools
 
     @property
     def heartbeat(self) -> Heartbeat:

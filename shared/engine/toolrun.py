@@ -39,6 +39,7 @@ from shared.llm.abort import Abort
 from shared.store import ancestry
 from shared.store import calls as call_store
 from shared.store.rows import Call, CallStatus, Run
+from shared.store.write import tool_started
 from shared.tools import InvalidToolArguments, Tool, ToolContext, ToolResult
 from shared.tracing import tool_span
 from shared.vocab import EventType
@@ -76,7 +77,10 @@ def _run_tool(rt: Runtime, run_id: str, call_id: str, version: int) -> str:
         with metrics.TOOL_SECONDS.labels(tool=call.name).time():
             result = execute_tool(rt, run, given.inputs, tool, call)
         return _commit(rt, spec, run, call, result, started=True)
-    claimed = _claim(rt, run, call)
+    # a read-only call's claim need not reach the disk before the call runs: lost in a
+    # database crash, the call is queued again and runs again, harmlessly (as a quick one)
+    durable = sub is not None or tool is None or not tool.read_only
+    claimed = _claim(rt, run, call, durable=durable)
     if claimed is None:
         return "stale"
     if claimed.attempts > (spec.max_attempts or rt.settings.max_attempts):  # L-12
@@ -135,31 +139,23 @@ def _too_deep(rt: Runtime, run: Run) -> bool:
         return subagent.too_deep(conn, run.id)
 
 
-def _claim(rt: Runtime, run: Run, call: Call) -> Call | None:
-    """Claim the call and write ``tool.started`` in one transaction."""
+def _claim(rt: Runtime, run: Run, call: Call, *, durable: bool) -> Call | None:
+    """Claim the call and write ``tool.started`` in one transaction (``durable`` False: its
+    commit does not wait for the disk, ``Store.claim_call``)."""
     hb = rt.heartbeat
     owner = hb.owner()
 
     def op(tx: Tx) -> Call | None:
-        claimed = call_store.claim_call(
-            tx.conn, run.id, call.call_id, owner, tx.ts, hb.live_after(tx.ts)
+        live_after = hb.live_after(tx.ts)
+        found = tx.rt.store.claim_call(
+            tx.conn, run, call, owner, tx.ts, live_after, durable=durable
         )
-        if claimed is None:
-            return None
+        if found is None:  # taken by another, or the run moved on: nothing of it stays
+            raise LostRace(run.id)
+        new, claimed = found
         if call.status == CallStatus.RUNNING:  # its worker died holding it
             metrics.TAKEOVERS.labels(what="tool").inc()
-        data = {
-            "call_id": call.call_id,
-            "name": call.name,
-            "round": call.round,
-            "attempt": claimed.attempts,
-        }
-        new = tx.rt.store.update_run(
-            tx.conn, run.id, run.version, {}, bump=False, new_events=1, ts=tx.ts
-        )
-        if new is None:
-            raise LostRace(run.id)
-        tx.record_event(new, EventType.TOOL_STARTED, data)
+        tx.recorded(new, EventType.TOOL_STARTED, tool_started(claimed))
         return claimed
 
     return attempt(rt, op)
@@ -185,6 +181,7 @@ def execute_tool(
         knowledge=Knowledge(rt, run.tenant),
         memory=RunMemory(rt, run),
         confinement=rt.confinement,
+        http=rt.http_pools,
         on_progress=progress_sink(rt, run.id, call),
         texts=rt.caches.texts,
     )

@@ -212,14 +212,9 @@ class Tx:
                 )
             )
 
-    def record_event(self, run: Run, type_: str, data: dict[str, Any]) -> None:
-        """One event at ``run.event_seq``, a seq the caller's UPDATE already took (a claim)."""
-        records.insert_events(self.conn, run.id, run.event_seq, [(type_, data)], self.ts)
-        self.recorded(run, type_, data)
-
     def recorded(self, run: Run, type_: str, data: dict[str, Any]) -> None:
-        """The event at ``run.event_seq`` is written (a round claim writes its own): wake the
-        run's tails after the commit, and fire its webhooks."""
+        """The event at ``run.event_seq`` is written (a round's or a call's claim writes its
+        own): wake the run's tails after the commit, and fire its webhooks."""
         self.wakes[run.id] = run.event_seq
         if run.webhook:
             self._webhooks(run, [(run.event_seq, type_, data)])

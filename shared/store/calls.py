@@ -6,6 +6,7 @@ transaction holds is skipped (``SKIP LOCKED``), never waited for."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
@@ -23,6 +24,10 @@ __all__ = [
     "call_and_run",
     "call_ids_among",
     "claim_call",
+    "claim_params",
+    "claim_values",
+    "claimable",
+    "claimed",
     "get_call",
     "holds_call",
     "insert_calls",
@@ -108,40 +113,81 @@ def get_call(conn: Connection, run_id: str, call_id: str) -> Call | None:
     return Call.of(row) if row is not None else None
 
 
-def claim_call(
-    conn: Connection, run_id: str, call_id: str, owner: str, ts: float, live_after: float
-) -> Call | None:
-    """Take a queued call, or a running one whose worker is gone; counts the attempt. A row
-    another transaction holds is skipped (``SKIP LOCKED``), never waited for."""
+def claimable() -> Any:
+    """SQL: the call ``:b_call`` of ``:b_run``, if it is queued or running under a worker that
+    is gone (``:b_live_after``), locked; a row another transaction holds is skipped."""
     c = tool_calls.c
-    target = (
+    return (
         sa.select(c.call_id)
         .where(
-            c.run_id == run_id,
-            c.call_id == call_id,
+            c.run_id == sa.bindparam("b_run"),
+            c.call_id == sa.bindparam("b_call"),
             sa.or_(
                 c.status == CallStatus.QUEUED.value,
                 sa.and_(
-                    c.status == CallStatus.RUNNING.value, sa.not_(live(c.lease_owner, live_after))
+                    c.status == CallStatus.RUNNING.value,
+                    sa.not_(live(c.lease_owner, sa.bindparam("b_live_after"))),
                 ),
             ),
         )
         .with_for_update(skip_locked=True)
         .scalar_subquery()
     )
-    stmt = (
+
+
+def claim_values() -> dict[str, Any]:
+    """What a claim sets: running, one more attempt, the owner (``:b_owner``), first start."""
+    c = tool_calls.c
+    return {
+        "status": CallStatus.RUNNING.value,
+        "attempts": c.attempts + 1,
+        "lease_owner": sa.bindparam("b_owner"),
+        "started_at": sa.func.coalesce(c.started_at, sa.bindparam("b_ts", type_=sa.Float)),
+    }
+
+
+@lru_cache(maxsize=1)
+def _claim() -> Any:
+    c = tool_calls.c
+    return (
         sa.update(tool_calls)
-        .where(c.run_id == run_id, c.call_id == target)
-        .values(
-            status=CallStatus.RUNNING.value,
-            attempts=c.attempts + 1,
-            lease_owner=owner,
-            started_at=sa.func.coalesce(c.started_at, ts),
-        )
+        .where(c.run_id == sa.bindparam("b_run"), c.call_id == claimable())
+        .values(**claim_values())
         .returning(tool_calls)
     )
-    row = conn.execute(stmt).mappings().first()
+
+
+def claim_params(
+    run_id: str, call_id: str, owner: str, ts: float, live_after: float
+) -> dict[str, Any]:
+    return {
+        "b_run": run_id,
+        "b_call": call_id,
+        "b_owner": owner,
+        "b_ts": ts,
+        "b_live_after": live_after,
+    }
+
+
+def claim_call(
+    conn: Connection, run_id: str, call_id: str, owner: str, ts: float, live_after: float
+) -> Call | None:
+    """Take a queued call, or a running one whose worker is gone; counts the attempt. A row
+    another transaction holds is skipped (``SKIP LOCKED``), never waited for."""
+    params = claim_params(run_id, call_id, owner, ts, live_after)
+    row = conn.execute(_claim(), params).mappings().first()
     return Call.of(row) if row is not None else None
+
+
+def claimed(call: Call, attempts: int, owner: str, started_at: float | None) -> Call:
+    """``call`` as its claim left it (the columns the claim set, the rest as read)."""
+    return replace(
+        call,
+        status=CallStatus.RUNNING,
+        attempts=int(attempts),
+        lease_owner=owner,
+        started_at=started_at,
+    )
 
 
 def holds_call(conn: Connection, run_id: str, call_id: str, owner: str, attempt: int) -> bool:

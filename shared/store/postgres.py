@@ -18,6 +18,7 @@ from shared.store.tables import events, messages, run_specs, tool_calls, usage
 from shared.store.tables import runs as runs_table
 from shared.store.write import (
     ROUND_STARTED,
+    TOOL_STARTED,
     Beside,
     Claimed,
     Closing,
@@ -64,6 +65,35 @@ class PostgresStore(Store):
         if cold:
             pre = Prefetch(found["pre_agent"], found["pre_inputs"], found["pre_messages"])
         return Claimed(Run.of(found), found["was_owner"] is not None, since, pre)
+
+    def claim_call(
+        self,
+        conn: Connection,
+        run: Run,
+        call: Call,
+        owner: str,
+        ts: float,
+        live_after: float,
+        *,
+        durable: bool = True,
+    ) -> tuple[Run, Call] | None:
+        """One statement: the call's claim, the run's event seq and the ``tool.started``
+        event; it returns the run and only the call's columns the claim set (the rest is as
+        read: the run's version guard says nothing else moved). A claim whose run moved on
+        returns nothing (its UPDATE of the call is rolled back by the caller). ``durable``
+        False: the same statement sets ``synchronous_commit = off`` for this transaction
+        alone, so its commit returns without waiting for the WAL flush (one disk sync less on
+        the call's path). A database crash in the next fraction of a second may lose the
+        claim — never half of it, never a later commit: PostgreSQL flushes its WAL in order,
+        so the call's own (durable) commit makes the claim durable too; the call is then
+        queued again, as after a worker's crash."""
+        params = calls.claim_params(run.id, call.call_id, owner, ts, live_after)
+        params.update(b_version=run.version, e_name=call.name, e_round=call.round)
+        found = conn.execute(_pg_claim_call(durable), params).mappings().first()
+        if found is None:
+            return None
+        took = calls.claimed(call, found["took_attempts"], owner, found["took_started"])
+        return Run.of(found), took
 
     def _write(
         self,
@@ -162,6 +192,57 @@ def _pg_claim(cold: bool) -> Any:
         sa.select(run_specs.c.inputs).where(of_run).scalar_subquery().label("pre_inputs"),
         sa.case((claimed.c.base_run_id.is_(None), rows), else_=None).label("pre_messages"),
     ).add_cte(started)
+
+
+@lru_cache(maxsize=2)
+def _pg_claim_call(durable: bool) -> Any:
+    c = tool_calls.c
+    took = (
+        sa.update(tool_calls)
+        .where(c.run_id == sa.bindparam("b_run"), c.call_id == calls.claimable())
+        .values(**calls.claim_values())
+        .returning(c.attempts, c.started_at)
+        .cte("took")
+    )
+    u = (
+        sa.update(runs_table)
+        .where(
+            _R.id == sa.bindparam("b_run"),
+            _R.version == sa.bindparam("b_version"),
+            sa.exists(sa.select(took.c.attempts)),
+        )
+        .values(updated_at=sa.bindparam("b_ts", type_=sa.Float), event_seq=_R.event_seq + 1)
+        .returning(runs_table)
+        .cte("u")
+    )
+    data = sa.func.json_build_object(
+        "call_id", sa.bindparam("b_call", type_=sa.Text),
+        "name", sa.bindparam("e_name", type_=sa.Text),
+        "round", sa.bindparam("e_round", type_=sa.Integer),
+        "attempt", took.c.attempts,
+    )  # fmt: skip
+    started = (  # its tool.started event (``write.tool_started``), in the same statement
+        sa.insert(events)
+        .from_select(
+            ["run_id", "seq", "type", "data", "created_at"],
+            sa.select(
+                u.c.id,
+                u.c.event_seq,
+                sa.literal(TOOL_STARTED),
+                data,
+                sa.bindparam("b_ts", type_=sa.Float),
+            ).select_from(u.join(took, sa.true())),
+        )
+        .cte("started")
+    )
+    columns: list[Any] = [
+        u,
+        took.c.attempts.label("took_attempts"),
+        took.c.started_at.label("took_started"),
+    ]
+    if not durable:  # this transaction only (is_local): its commit does not wait for the disk
+        columns.append(sa.func.set_config("synchronous_commit", "off", sa.true()).label("relaxed"))
+    return sa.select(*columns).select_from(u.join(took, sa.true())).add_cte(started)
 
 
 _TABLES = {t.name: t for t in (messages, events, usage, tool_calls)}

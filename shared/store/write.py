@@ -8,6 +8,9 @@ dialect (as DBOS's system database: one object owning the SQL, a PostgreSQL subc
   ``round.started`` event. PostgreSQL: one statement that skips a locked row, writes the
   event, and on a cold claim reads the run's spec, inputs and messages too; SQLite (one
   writer at a time): a read, the UPDATE, the event.
+- ``claim_call``: a tool task's claim of its call (queued, or running under a worker that is
+  gone), with the run's event seq and its ``tool.started`` event. PostgreSQL: one statement
+  that returns only what the claim set; SQLite: the call's UPDATE, the run's, the event.
 - ``update_run``: the guarded UPDATE of a transition (``WHERE version = V``, the lease owner,
   ``guard`` columns) that allocates message and event seqs, with the rows the transition
   appends and the values it sets on the run's calls. PostgreSQL: one statement (a
@@ -41,6 +44,7 @@ from shared.vocab import EventType
 
 __all__ = [
     "ROUND_STARTED",
+    "TOOL_STARTED",
     "Beside",
     "Claimed",
     "Closing",
@@ -54,15 +58,27 @@ __all__ = [
     "update_statement",
     "round_started",
     "rows_beside",
+    "tool_started",
 ]
 
 ROUND_STARTED = EventType.ROUND_STARTED.value
+TOOL_STARTED = EventType.TOOL_STARTED.value
 _R = runs_table.c
 
 
 def round_started(run: Run) -> dict[str, Any]:
     """The data of the ``round.started`` event a claim of ``run`` writes."""
     return {"round": int((run.loop or {}).get("round") or 0) + 1}
+
+
+def tool_started(call: Call) -> dict[str, Any]:
+    """The data of the ``tool.started`` event a claim of ``call`` (as claimed) writes."""
+    return {
+        "call_id": call.call_id,
+        "name": call.name,
+        "round": call.round,
+        "attempt": call.attempts,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +242,33 @@ class Store:
         run = Run.of(conn.execute(_take(), params).mappings().one())
         insert_events(conn, run.id, run.event_seq, [(ROUND_STARTED, round_started(run))], ts)
         return Claimed(run, was[0] is not None, max(was[1], was[2] or 0.0))
+
+    def claim_call(
+        self,
+        conn: Connection,
+        run: Run,
+        call: Call,
+        owner: str,
+        ts: float,
+        live_after: float,
+        *,
+        durable: bool = True,
+    ) -> tuple[Run, Call] | None:
+        """Take ``call`` of ``run`` (both as read): the call is queued, or running under a
+        worker that is gone (its attempt counted, ``owner`` its lease), and the run is still
+        at its version (an event seq taken, not bumped). The same transaction writes the
+        ``tool.started`` event (``tool_started``). Returns the run and the call as they now
+        are; None: not taken — the caller rolls the transaction back. ``durable`` False: the
+        commit need not wait for the claim to reach the disk (where the dialect can: see
+        ``PostgresStore.claim_call``)."""
+        took = calls.claim_call(conn, run.id, call.call_id, owner, ts, live_after)
+        if took is None:
+            return None
+        new = self.update_run(conn, run.id, run.version, {}, bump=False, new_events=1, ts=ts)
+        if new is None:
+            return None
+        insert_events(conn, run.id, new.event_seq, [(TOOL_STARTED, tool_started(took))], ts)
+        return new, took
 
     # -- the guarded write ------------------------------------------------------------------
 

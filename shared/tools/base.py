@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from shared.llm.abort import Abort
     from shared.tools.confinement import Confinement
     from shared.tools.files import TextCache
+    from shared.tools.netguard import GuardedPools
 
 __all__ = [
     "FileSource",
@@ -96,8 +97,10 @@ class ToolContext:
     (``shared.llm.abort``): tools that wait on the network or a child process obey it, so a
     timed-out or cancelled call really ends instead of running on in an abandoned thread.
     ``confinement``: the process's slots and cgroups for child processes (None: a call made
-    outside the engine gets its own). ``texts``: the process's text of the files read (None:
-    a file is read and parsed on each call)."""
+    outside the engine gets its own). ``http``: the process's kept-alive connections for
+    guarded HTTP calls (``shared.tools.netguard.GuardedPools``; None: each call connects
+    afresh). ``texts``: the process's text of the files read (None: a file is read and parsed
+    on each call)."""
 
     run_id: str
     call_id: str
@@ -111,6 +114,7 @@ class ToolContext:
     memory: MemorySource | None = None  # the run's long-term memory (remember, recall)
     abort: Abort | None = None
     confinement: Confinement | None = None  # the worker's sandbox slots and cgroups
+    http: GuardedPools | None = None  # the worker's kept-alive guarded HTTP connections
     on_progress: ProgressSink | None = None  # where ``progress`` goes (the run's live stream)
     texts: TextCache | None = None  # the worker's extracted file texts (read_files)
 

@@ -227,6 +227,7 @@ def http_get(args: HttpGetArgs, ctx: ToolContext) -> ToolResult:
         timeout=ctx.time_left(HTTP_GET_TIMEOUT),
         max_bytes=HTTP_GET_MAX_BYTES,
         allow_hosts=ctx.allow_hosts,
+        pools=ctx.http,
         abort=ctx.abort,
     )
     if response.status_code >= 400:

@@ -96,6 +96,7 @@ class HttpTool:
             max_bytes=self._max_bytes,
             allow_hosts=ctx.allow_hosts,
             client=self._client,
+            pools=ctx.http,
             abort=ctx.abort,
             watch=progress_watch(ctx),
         )

@@ -7,14 +7,22 @@ allow-listed (``"host"``, ``"host:port"`` or ``"*.domain"``).
 ``safe_request`` checks every hop (redirects are followed by hand) and connects to the very
 address it checked: the URL's host is replaced by that IP, while the ``Host`` header and the
 TLS server name (SNI, certificate check) keep the real host name. A DNS answer that changes
-between check and connect (rebinding) therefore cannot redirect the connection. Connections
-are not kept alive (they are pooled by IP, and one verified for one name must not serve
-another).
+between check and connect (rebinding) therefore cannot redirect the connection.
+
+Connections are kept alive in ``GuardedPools`` (a worker holds one, ``Runtime.http_pools``):
+one pool per (scheme, checked address, port, TLS name), so a connection only ever serves
+requests whose host was checked, at that moment, to that very address, and a TLS connection
+verified for one name never serves another. Without ``pools`` a call connects afresh (its
+own pools, closed after it). A caller's own ``client`` pools by address alone: its
+connections are not kept alive (``Connection: close``).
 
 Limits: the body is streamed and cut at ``max_bytes``; ``timeout`` caps the whole exchange
-(connect, redirects, body), a watchdog shuts the socket when it runs out, and so does the
-caller's ``Abort`` (``shared.llm.abort``) when it fires. DNS resolution itself uses the system
-resolver and its own timeouts. Proxies from the environment are not used.
+(connect, redirects, body): every socket step through the guarded transport is bounded by the
+time left (a slow trickle cannot outlive it) and the process's abort watchdog
+(``shared.llm.abort``) shuts the socket when it runs out — as it does when the caller's
+``Abort`` fires. A caller's own ``client`` bypasses that transport: a timer thread shuts its
+socket at the deadline. DNS resolution itself uses the system resolver and its own timeouts.
+Proxies from the environment are not used.
 
 ``GuardedBackend`` applies the same rule to a long-lived, pooled client (a tenant's model
 endpoint): each new connection resolves and checks the host and connects to the checked
@@ -31,10 +39,11 @@ import re
 import socket
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
 
 import httpcore
 import httpx
@@ -45,6 +54,7 @@ from shared.llm.abort import current as current_abort
 
 __all__ = [
     "GuardedBackend",
+    "GuardedPools",
     "MAX_REDIRECTS",
     "METADATA_ADDRESSES",
     "SafeResponse",
@@ -228,8 +238,113 @@ class _Limits:
     def remaining(self) -> float:
         left = self.deadline - time.monotonic()
         if left <= 0:
-            raise ToolError(f"request timed out after {self.timeout:g}s")
+            raise self.timed_out()
         return left
+
+    def timed_out(self) -> ToolError:
+        return ToolError(f"request timed out after {self.timeout:g}s")
+
+
+class _Origin(NamedTuple):
+    """What a kept-alive connection is for: the checked address it connects to and the TLS
+    name it verified (None: plain HTTP, or an address literal)."""
+
+    scheme: str
+    address: str
+    port: int
+    tls_name: str | None
+
+
+class _Connections(Protocol):
+    """Where a hop's client comes from. ``keyed``: its connections serve one ``_Origin`` only
+    (so they may be kept alive, and the guarded transport times every socket step)."""
+
+    keyed: bool
+
+    def lease(self, origin: _Origin) -> contextlib.AbstractContextManager[httpx.Client]: ...
+
+
+@dataclass(eq=False)
+class _Pool:
+    client: httpx.Client
+    users: int = 0
+    evicted: bool = False
+
+
+@dataclass(eq=False)
+class GuardedPools:
+    """Kept-alive connections for guarded requests: one pool per ``_Origin`` (scheme, checked
+    address, port, TLS name), the ``max_pools`` most recently used (an evicted pool closes
+    once its last request ends). Each pool's connections obey the calling thread's ``Abort``
+    (``abortable_transport``); a pool never makes a request wait for a connection (no cap
+    below the worker's concurrency); ``keepalive`` idle connections each, for
+    ``keepalive_expiry`` seconds. Thread-safe."""
+
+    max_pools: int = 32
+    keepalive: int = 8
+    keepalive_expiry: float = 5.0
+    keyed: bool = field(default=True, init=False)
+    _pools: OrderedDict[_Origin, _Pool] = field(default_factory=OrderedDict, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    @contextmanager
+    def lease(self, origin: _Origin) -> Iterator[httpx.Client]:
+        pool, evicted = self._take(origin)
+        for old in evicted:
+            old.client.close()
+        try:
+            yield pool.client
+        finally:
+            with self._lock:
+                pool.users -= 1
+                done = pool.evicted and pool.users == 0
+            if done:
+                pool.client.close()
+
+    def _take(self, origin: _Origin) -> tuple[_Pool, list[_Pool]]:
+        with self._lock:
+            pool = self._pools.get(origin)
+            if pool is None:
+                pool = self._pools[origin] = _Pool(self._client())
+            self._pools.move_to_end(origin)
+            pool.users += 1
+            evicted: list[_Pool] = []
+            while len(self._pools) > self.max_pools:
+                _, old = self._pools.popitem(last=False)
+                old.evicted = True
+                if old.users == 0:
+                    evicted.append(old)
+            return pool, evicted
+
+    def _client(self) -> httpx.Client:
+        limits = httpx.Limits(
+            max_connections=None,
+            max_keepalive_connections=self.keepalive,
+            keepalive_expiry=self.keepalive_expiry,
+        )
+        return httpx.Client(transport=abortable_transport(limits=limits))
+
+    def close(self) -> None:
+        """Close every pool (requests still running keep theirs until they end)."""
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), OrderedDict()
+            for pool in pools:
+                pool.evicted = True
+            idle = [p for p in pools if p.users == 0]
+        for pool in idle:
+            pool.client.close()
+
+
+@dataclass(eq=False)
+class _CallersClient:
+    """A caller's own client: pooled by address alone, so never kept alive."""
+
+    client: httpx.Client
+    keyed: bool = False
+
+    @contextmanager
+    def lease(self, origin: _Origin) -> Iterator[httpx.Client]:
+        yield self.client
 
 
 def safe_request(
@@ -243,25 +358,57 @@ def safe_request(
     max_bytes: int = 1_000_000,
     allow_hosts: Sequence[str] = (),
     client: httpx.Client | None = None,
+    pools: GuardedPools | None = None,
     abort: Abort | None = None,
     watch: Watch | None = None,
 ) -> SafeResponse:
     """One guarded HTTP exchange; every failure is a ToolError with a readable message, except
-    that a fired ``abort`` ends it at once with its ``Aborted`` error. ``watch``: given the
-    final response's headers, maybe a callback that sees each piece of its body as it
-    arrives (a streamed body's progress), before the whole body is returned."""
+    that a fired ``abort`` ends it at once with its ``Aborted`` error. ``pools``: kept-alive
+    connections to reuse (None: connect afresh); ``client``: the caller's own (no keep-alive).
+    ``watch``: given the final response's headers, maybe a callback that sees each piece of
+    its body as it arrives (a streamed body's progress), before the whole body is returned."""
     handle = abort or Abort()
     limits = _Limits(timeout, time.monotonic() + timeout, max_bytes, tuple(allow_hosts), watch)
     hop = _first_hop(method, url, headers, params, json)
     try:
         with handle.bound():
             if client is not None:
-                return _exchange(client, hop, limits)
-            with httpx.Client(transport=abortable_transport()) as own:
-                return _exchange(own, hop, limits)
+                return _exchange(_CallersClient(client), hop, limits)
+            with _timed(handle, limits) as timer:
+                try:
+                    return _guarded(pools, hop, limits)
+                except ToolError:
+                    if timer.fired and not handle.fired:  # its deadline shut the socket
+                        raise limits.timed_out() from None
+                    raise
     except ToolError:
         handle.check()  # a shut socket surfaces as a failed request: say why
         raise
+
+
+def _guarded(pools: GuardedPools | None, hop: _Hop, limits: _Limits) -> SafeResponse:
+    """The exchange over ``pools``' kept-alive connections, or over its own (closed after)."""
+    if pools is not None:
+        return _exchange(pools, hop, limits)
+    own = GuardedPools(max_pools=MAX_REDIRECTS + 1, keepalive=0)
+    try:
+        return _exchange(own, hop, limits)
+    finally:
+        own.close()
+
+
+@contextmanager
+def _timed(caller: Abort, limits: _Limits) -> Iterator[Abort]:
+    """The block works for a handle that fires at the exchange's deadline (or the caller's,
+    if sooner) and when the caller's fires: the guarded transport bounds each socket step by
+    its time left, and the abort watchdog shuts the socket when it fires (no thread per
+    call)."""
+    deadline = time.time() + (limits.deadline - time.monotonic())
+    if caller.deadline_at is not None:
+        deadline = min(deadline, caller.deadline_at)
+    timer = Abort(deadline)
+    with caller.closing(lambda: timer.cancel(str(caller.error()))), timer.bound():
+        yield timer
 
 
 def _first_hop(
@@ -282,26 +429,33 @@ def _first_hop(
     return _Hop(method.upper(), parsed, hop_headers, body)
 
 
-def _exchange(client: httpx.Client, hop: _Hop, limits: _Limits) -> SafeResponse:
+def _exchange(connections: _Connections, hop: _Hop, limits: _Limits) -> SafeResponse:
     for _ in range(MAX_REDIRECTS + 1):
-        response = _send(client, hop, limits)
-        try:
-            location = response.headers.get("location")
-            if response.status_code not in _REDIRECTS or not location:
-                return _read(response, hop.url, limits)
-            hop = _redirected(hop, response.status_code, location)
-        finally:
-            response.close()
+        address = _checked_address(hop.url, limits.allow_hosts)
+        origin = _Origin(
+            hop.url.scheme, address, _port(hop.url), _tls_name(hop.url).get("sni_hostname")
+        )
+        with connections.lease(origin) as client:
+            response = _send(client, hop, address, limits, keep_alive=connections.keyed)
+            try:
+                location = response.headers.get("location")
+                if response.status_code not in _REDIRECTS or not location:
+                    return _read(response, hop.url, limits, watched=connections.keyed)
+                hop = _redirected(hop, response.status_code, location)
+            finally:
+                response.close()
     raise ToolError(f"too many redirects (more than {MAX_REDIRECTS})")
 
 
-def _send(client: httpx.Client, hop: _Hop, limits: _Limits) -> httpx.Response:
-    address = _checked_address(hop.url, limits.allow_hosts)
+def _send(
+    client: httpx.Client, hop: _Hop, address: str, limits: _Limits, *, keep_alive: bool
+) -> httpx.Response:
     headers = hop.headers.copy()
     headers["Host"] = hop.url.netloc.decode("ascii")
-    # Pooled connections are keyed by the pinned IP, not by the TLS name they were verified
-    # for: never leave one open for a request to another host name to reuse.
-    headers["Connection"] = "close"
+    if not keep_alive:
+        # A caller's client pools connections by the pinned IP, not by the TLS name they were
+        # verified for: never leave one open for a request to another host name to reuse.
+        headers["Connection"] = "close"
     request = client.build_request(
         hop.method,
         hop.url.copy_with(host=address),  # connect to the checked address (no rebinding)
@@ -313,7 +467,7 @@ def _send(client: httpx.Client, hop: _Hop, limits: _Limits) -> httpx.Response:
     try:
         return client.send(request, stream=True, follow_redirects=False)
     except httpx.TimeoutException:
-        raise ToolError(f"request timed out after {limits.timeout:g}s") from None
+        raise limits.timed_out() from None
     except httpx.HTTPError as exc:
         raise ToolError(f"request to {_host(hop.url)} failed: {exc}") from None
 
@@ -340,7 +494,11 @@ def _redirected(hop: _Hop, status: int, location: str) -> _Hop:
     return _Hop(method, url, headers, body)
 
 
-def _read(response: httpx.Response, url: httpx.URL, limits: _Limits) -> SafeResponse:
+def _read(
+    response: httpx.Response, url: httpx.URL, limits: _Limits, *, watched: bool
+) -> SafeResponse:
+    """The body, at most ``max_bytes``, by the deadline. ``watched``: the guarded transport
+    bounds each read by the time left (otherwise a timer shuts the socket at the deadline)."""
     declared = response.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limits.max_bytes:
         raise _too_large(limits)
@@ -348,7 +506,7 @@ def _read(response: httpx.Response, url: httpx.URL, limits: _Limits) -> SafeResp
     size = 0
     seen = limits.watch(response.headers) if limits.watch is not None else None
     try:
-        with _watchdog(response, limits):
+        with contextlib.nullcontext() if watched else _watchdog(response, limits):
             for chunk in response.iter_bytes():
                 size += len(chunk)
                 if size > limits.max_bytes:
@@ -358,7 +516,7 @@ def _read(response: httpx.Response, url: httpx.URL, limits: _Limits) -> SafeResp
                     seen(chunk)
                 limits.remaining()
     except httpx.HTTPError as exc:
-        limits.remaining()  # a watchdog shutdown surfaces as a broken stream: say "timed out"
+        limits.remaining()  # a shutdown at the deadline surfaces as a broken stream: say so
         raise ToolError(f"reading the response failed: {exc}") from None
     return SafeResponse(response.status_code, response.headers, b"".join(chunks), str(url))
 
@@ -369,7 +527,8 @@ def _too_large(limits: _Limits) -> ToolError:
 
 @contextmanager
 def _watchdog(response: httpx.Response, limits: _Limits) -> Iterator[None]:
-    """Shut the socket down at the deadline, so a slow trickle cannot outlive ``timeout``."""
+    """Shut the socket of a caller's own client down at the deadline, so a slow trickle
+    cannot outlive ``timeout``."""
     stream = response.extensions.get("network_stream")
     sock = stream.get_extra_info("socket") if stream is not None else None
     if not isinstance(sock, socket.socket):

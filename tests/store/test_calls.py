@@ -5,12 +5,18 @@ next pending call in order."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from typing import Any
+
+import sqlalchemy as sa
 
 from shared.engine.runtime import Runtime
 from shared.store import calls as call_store
+from shared.store import runs as run_store
 from shared.store import workers
 from shared.store.rows import CallStatus
+from shared.vocab import EventType
 
 TS = 1_800_000_000.0
 
@@ -99,3 +105,76 @@ def test_a_call_and_its_run_are_read_together(rt: Runtime) -> None:
         roundmates = call_store.round_of_call(conn, "run_j", "c1")
     assert found is not None and found[0].id == "run_j" and found[1].call_id == "c1"
     assert among == {"c1"} and [c.call_id for c in roundmates] == ["c0", "c1"]
+
+
+def test_a_tool_claim_takes_the_call_and_writes_its_started_event_once(rt: Runtime) -> None:
+    """``Store.claim_call``: the call's claim, the run's event seq (not its version) and the
+    ``tool.started`` event together; a second claim, or one of a run that moved on, takes
+    nothing (its caller rolls back)."""
+    _calls(rt, "run_t", ["queued"])
+    with rt.engine.begin() as conn:
+        workers.register(conn, "w1", "host", 1, TS)
+        run = run_store.load_run(conn, "run_t")
+        call = call_store.get_call(conn, "run_t", "c0")
+        assert run is not None and call is not None
+        found = rt.store.claim_call(conn, run, call, "w1", TS, TS - 30)
+        assert found is not None
+        new, took = found
+        assert rt.store.claim_call(conn, new, call, "w2", TS, TS - 30) is None
+    assert (new.version, new.event_seq) == (run.version, run.event_seq + 1)
+    assert (took.status, took.attempts, took.lease_owner, took.started_at) == (
+        CallStatus.RUNNING,
+        1,
+        "w1",
+        TS,
+    )
+    assert took.arguments == call.arguments and took.name == "echo"
+    with rt.engine.connect() as conn:
+        stored = call_store.get_call(conn, "run_t", "c0")
+        events = conn.execute(
+            sa.text("SELECT seq, type, data FROM events WHERE run_id = 'run_t'")
+        ).all()
+    assert stored is not None and (stored.status, stored.attempts) == (CallStatus.RUNNING, 1)
+    [(seq, type_, data)] = events
+    data = data if isinstance(data, dict) else json.loads(data)
+    assert (seq, type_) == (new.event_seq, EventType.TOOL_STARTED.value)
+    assert data == {"call_id": "c0", "name": "echo", "round": 1, "attempt": 1}
+
+
+def test_a_tool_claim_of_a_run_that_moved_on_takes_nothing(rt: Runtime) -> None:
+    _calls(rt, "run_m", ["queued"])
+    with rt.engine.connect() as conn:
+        run = run_store.load_run(conn, "run_m")
+        call = call_store.get_call(conn, "run_m", "c0")
+    assert run is not None and call is not None
+    with rt.engine.begin() as conn:
+        moved = replace(run, version=run.version + 1)  # as read before another transition
+        assert rt.store.claim_call(conn, moved, call, "w1", TS, TS - 30) is None
+        conn.rollback()
+    with rt.engine.connect() as conn:
+        stored = call_store.get_call(conn, "run_m", "c0")
+    assert stored is not None and stored.status == CallStatus.QUEUED and stored.attempts == 0
+
+
+def test_a_claim_that_need_not_be_durable_relaxes_its_own_commit_only(rt: Runtime) -> None:
+    """``durable=False`` (a read-only call): on PostgreSQL the claim's transaction alone
+    commits without waiting for the disk; the claim itself is the same."""
+    _calls(rt, "run_r", ["queued"])
+    setting = sa.text("SELECT current_setting('synchronous_commit')")
+    pg = rt.engine.dialect.name == "postgresql"
+    with rt.engine.connect() as conn:
+        run = run_store.load_run(conn, "run_r")
+        call = call_store.get_call(conn, "run_r", "c0")
+        assert run is not None and call is not None
+        conn.rollback()
+        with conn.begin():
+            found = rt.store.claim_call(conn, run, call, "w1", TS, TS - 30, durable=False)
+            assert found is not None and found[1].attempts == 1
+            if pg:
+                assert conn.execute(setting).scalar_one() == "off"
+        if pg:
+            with conn.begin():
+                assert conn.execute(setting).scalar_one() == "on"
+        stored = call_store.get_call(conn, "run_r", "c0")
+        conn.rollback()
+    assert stored is not None and stored.status == CallStatus.RUNNING

@@ -34,6 +34,7 @@ class Recorded:
     query: dict[str, list[str]]
     headers: dict[str, str]  # lower-case names
     body: bytes
+    peer_port: int = 0  # the client's port: one per connection
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -79,6 +80,7 @@ class _Handler(BaseHTTPRequestHandler):
             query=parse_qs(parts.query),
             headers={k.lower(): v for k, v in self.headers.items()},
             body=self.rfile.read(length) if length else b"",
+            peer_port=int(self.client_address[1]),
         )
         self.server.record.requests.append(seen)
         try:
