@@ -77,10 +77,7 @@ def _run_tool(rt: Runtime, run_id: str, call_id: str, version: int) -> str:
         with metrics.TOOL_SECONDS.labels(tool=call.name).time():
             result = execute_tool(rt, run, given.inputs, tool, call)
         return _commit(rt, spec, run, call, result, started=True)
-    # a read-only call's claim need not reach the disk before the call runs: lost in a
-    # database crash, the call is queued again and runs again, harmlessly (as a quick one)
-    durable = sub is not None or tool is None or not tool.read_only
-    claimed = _claim(rt, run, call, durable=durable)
+    claimed = _claim(rt, run, call)
     if claimed is None:
         return "stale"
     if claimed.attempts > (spec.max_attempts or rt.settings.max_attempts):  # L-12
@@ -139,17 +136,13 @@ def _too_deep(rt: Runtime, run: Run) -> bool:
         return subagent.too_deep(conn, run.id)
 
 
-def _claim(rt: Runtime, run: Run, call: Call, *, durable: bool) -> Call | None:
-    """Claim the call and write ``tool.started`` in one transaction (``durable`` False: its
-    commit does not wait for the disk, ``Store.claim_call``)."""
+def _claim(rt: Runtime, run: Run, call: Call) -> Call | None:
+    """Claim the call and write ``tool.started`` in one transaction."""
     hb = rt.heartbeat
     owner = hb.owner()
 
     def op(tx: Tx) -> Call | None:
-        live_after = hb.live_after(tx.ts)
-        found = tx.rt.store.claim_call(
-            tx.conn, run, call, owner, tx.ts, live_after, durable=durable
-        )
+        found = tx.rt.store.claim_call(tx.conn, run, call, owner, tx.ts, hb.live_after(tx.ts))
         if found is None:  # taken by another, or the run moved on: nothing of it stays
             raise LostRace(run.id)
         new, claimed = found

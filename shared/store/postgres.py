@@ -67,29 +67,15 @@ class PostgresStore(Store):
         return Claimed(Run.of(found), found["was_owner"] is not None, since, pre)
 
     def claim_call(
-        self,
-        conn: Connection,
-        run: Run,
-        call: Call,
-        owner: str,
-        ts: float,
-        live_after: float,
-        *,
-        durable: bool = True,
+        self, conn: Connection, run: Run, call: Call, owner: str, ts: float, live_after: float
     ) -> tuple[Run, Call] | None:
         """One statement: the call's claim, the run's event seq and the ``tool.started``
         event; it returns the run and only the call's columns the claim set (the rest is as
         read: the run's version guard says nothing else moved). A claim whose run moved on
-        returns nothing (its UPDATE of the call is rolled back by the caller). ``durable``
-        False: the same statement sets ``synchronous_commit = off`` for this transaction
-        alone, so its commit returns without waiting for the WAL flush (one disk sync less on
-        the call's path). A database crash in the next fraction of a second may lose the
-        claim — never half of it, never a later commit: PostgreSQL flushes its WAL in order,
-        so the call's own (durable) commit makes the claim durable too; the call is then
-        queued again, as after a worker's crash."""
+        returns nothing (its UPDATE of the call is rolled back by the caller)."""
         params = calls.claim_params(run.id, call.call_id, owner, ts, live_after)
         params.update(b_version=run.version, e_name=call.name, e_round=call.round)
-        found = conn.execute(_pg_claim_call(durable), params).mappings().first()
+        found = conn.execute(_pg_claim_call(), params).mappings().first()
         if found is None:
             return None
         took = calls.claimed(call, found["took_attempts"], owner, found["took_started"])
@@ -194,8 +180,8 @@ def _pg_claim(cold: bool) -> Any:
     ).add_cte(started)
 
 
-@lru_cache(maxsize=2)
-def _pg_claim_call(durable: bool) -> Any:
+@lru_cache(maxsize=1)
+def _pg_claim_call() -> Any:
     c = tool_calls.c
     took = (
         sa.update(tool_calls)
@@ -235,14 +221,13 @@ def _pg_claim_call(durable: bool) -> Any:
         )
         .cte("started")
     )
-    columns: list[Any] = [
-        u,
-        took.c.attempts.label("took_attempts"),
-        took.c.started_at.label("took_started"),
-    ]
-    if not durable:  # this transaction only (is_local): its commit does not wait for the disk
-        columns.append(sa.func.set_config("synchronous_commit", "off", sa.true()).label("relaxed"))
-    return sa.select(*columns).select_from(u.join(took, sa.true())).add_cte(started)
+    return (
+        sa.select(
+            u, took.c.attempts.label("took_attempts"), took.c.started_at.label("took_started")
+        )
+        .select_from(u.join(took, sa.true()))
+        .add_cte(started)
+    )
 
 
 _TABLES = {t.name: t for t in (messages, events, usage, tool_calls)}

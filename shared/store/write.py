@@ -244,23 +244,13 @@ class Store:
         return Claimed(run, was[0] is not None, max(was[1], was[2] or 0.0))
 
     def claim_call(
-        self,
-        conn: Connection,
-        run: Run,
-        call: Call,
-        owner: str,
-        ts: float,
-        live_after: float,
-        *,
-        durable: bool = True,
+        self, conn: Connection, run: Run, call: Call, owner: str, ts: float, live_after: float
     ) -> tuple[Run, Call] | None:
         """Take ``call`` of ``run`` (both as read): the call is queued, or running under a
         worker that is gone (its attempt counted, ``owner`` its lease), and the run is still
         at its version (an event seq taken, not bumped). The same transaction writes the
         ``tool.started`` event (``tool_started``). Returns the run and the call as they now
-        are; None: not taken — the caller rolls the transaction back. ``durable`` False: the
-        commit need not wait for the claim to reach the disk (where the dialect can: see
-        ``PostgresStore.claim_call``)."""
+        are; None: not taken — the caller rolls the transaction back."""
         took = calls.claim_call(conn, run.id, call.call_id, owner, ts, live_after)
         if took is None:
             return None

@@ -154,27 +154,3 @@ def test_a_tool_claim_of_a_run_that_moved_on_takes_nothing(rt: Runtime) -> None:
     with rt.engine.connect() as conn:
         stored = call_store.get_call(conn, "run_m", "c0")
     assert stored is not None and stored.status == CallStatus.QUEUED and stored.attempts == 0
-
-
-def test_a_claim_that_need_not_be_durable_relaxes_its_own_commit_only(rt: Runtime) -> None:
-    """``durable=False`` (a read-only call): on PostgreSQL the claim's transaction alone
-    commits without waiting for the disk; the claim itself is the same."""
-    _calls(rt, "run_r", ["queued"])
-    setting = sa.text("SELECT current_setting('synchronous_commit')")
-    pg = rt.engine.dialect.name == "postgresql"
-    with rt.engine.connect() as conn:
-        run = run_store.load_run(conn, "run_r")
-        call = call_store.get_call(conn, "run_r", "c0")
-        assert run is not None and call is not None
-        conn.rollback()
-        with conn.begin():
-            found = rt.store.claim_call(conn, run, call, "w1", TS, TS - 30, durable=False)
-            assert found is not None and found[1].attempts == 1
-            if pg:
-                assert conn.execute(setting).scalar_one() == "off"
-        if pg:
-            with conn.begin():
-                assert conn.execute(setting).scalar_one() == "on"
-        stored = call_store.get_call(conn, "run_r", "c0")
-        conn.rollback()
-    assert stored is not None and stored.status == CallStatus.RUNNING
