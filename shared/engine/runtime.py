@@ -62,8 +62,15 @@ class Dispatch:
         )
 
     @classmethod
-    def tool(cls, run_id: str, call_id: str, version: int, priority: int | None = None) -> Dispatch:
-        return cls("tool", run_id, version, call_id=call_id, priority=priority)
+    def tool(
+        cls,
+        run_id: str,
+        call_id: str,
+        version: int,
+        priority: int | None = None,
+        countdown: float | None = None,
+    ) -> Dispatch:
+        return cls("tool", run_id, version, call_id=call_id, priority=priority, countdown=countdown)
 
 
 class Publisher(Protocol):

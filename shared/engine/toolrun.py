@@ -25,13 +25,14 @@ from shared.agent.spec import AgentSpec
 from shared.engine import children, metrics, subagent, toolkit
 from shared.engine.attachments import run_files
 from shared.engine.busy import when_free
+from shared.engine.catalog import DEFER_S
 from shared.engine.change import Finished, LostRace
 from shared.engine.gate import Stage
 from shared.engine.join import finish_call
 from shared.engine.knowledge import Knowledge
 from shared.engine.memory import RunMemory
 from shared.engine.progress import progress_sink
-from shared.engine.runtime import Runtime
+from shared.engine.runtime import Dispatch, Runtime
 from shared.engine.transition import attempt
 from shared.engine.tx import Tx
 from shared.errors import Aborted, ToolError
@@ -51,7 +52,7 @@ STOP_GRACE_S = 2.0  # a stopped tool's thread gets this long to wind down
 
 
 def run_tool(rt: Runtime, run_id: str, call_id: str, version: int) -> str:
-    """stale | committed | lost."""
+    """stale | committed | lost | deferred."""
     with rt.heartbeat.working(f"{run_id}:{call_id}"):
         outcome = _run_tool(rt, run_id, call_id, version)
     if outcome == "stale":
@@ -71,6 +72,8 @@ def _run_tool(rt: Runtime, run_id: str, call_id: str, version: int) -> str:
     spec = given.serving(run.loop)  # after a handoff, the serving agent's
     refs = attachment_refs(given.inputs)
     catalog = toolkit.catalog(rt, run_id, spec, refs, tenant=run.tenant, deadline=run.deadline_at)
+    if catalog.deferred and call.name not in catalog.tools:
+        return _come_back(rt, run, call)
     tool = catalog.tool(call.name)
     sub = children.sub_agent_of(spec, call.name)
     if sub is None and call.status == CallStatus.QUEUED and quick(tool):
@@ -92,6 +95,16 @@ def _run_tool(rt: Runtime, run_id: str, call_id: str, version: int) -> str:
     with metrics.TOOL_SECONDS.labels(tool=call.name).time():
         result = execute_tool(rt, run, given.inputs, tool, claimed)
     return _commit(rt, spec, run, claimed, result)
+
+
+def _come_back(rt: Runtime, run: Run, call: Call) -> str:
+    """The call's tool may be one of an MCP server's that is still listing, and this lookup
+    did not wait for it (its tenant's threads already wait): the call is sent again in
+    ``DEFER_S`` s, holding no thread meanwhile, as a round does (its row is unchanged; were
+    the message lost, the reaper sends it again)."""
+    rt.publish([Dispatch.tool(run.id, call.call_id, run.version, run.priority, DEFER_S)])
+    log.info("call %s of %s: an MCP listing in flight; again shortly", call.call_id, run.id)
+    return "deferred"
 
 
 def _never_finished(call: Call) -> str:
