@@ -33,9 +33,10 @@ NULFREE_JSON = "NulFreeJson"
 _JSON_REF = {"$ref": f"#/components/schemas/{NULFREE_JSON}"}
 _NAMES = {"pattern": NUL_FREE}
 _NOTES = frozenset({"title", "description", "default", "examples", "deprecated"})
-# formats whose every valid string is free of NUL (``binary`` is a file's bytes: not ours to say)
-_NUL_FREE_FORMATS = frozenset({"date-time", "date", "time", "duration", "uuid", "email", "uri"})
-_SKIPPED = frozenset({"binary", "byte"})
+# formats whose every valid string is free of NUL
+_NUL_FREE_FORMATS = frozenset(
+    {"date-time", "date", "time", "duration", "uuid", "email", "uri", "byte"}
+)
 _VALUES = ("anyOf", "oneOf", "allOf")
 
 
@@ -85,7 +86,7 @@ def _walk(items: Any) -> Iterator[tuple[str, Any]]:
         name = str(op)
         if name in ("ASSERT", "ASSERT_NOT"):
             continue  # a look-around consumes nothing
-        if name in ("SUBPATTERN",):
+        if name == "SUBPATTERN":
             yield from _walk(arg[-1])
         elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
             yield from _walk(arg[2])
@@ -127,8 +128,7 @@ def _class_has_nul(items: Any) -> bool:
 def _string(node: dict[str, Any]) -> None:
     if "enum" in node or "const" in node:
         return
-    fmt = node.get("format")
-    if fmt in _SKIPPED or fmt in _NUL_FREE_FORMATS:
+    if node.get("format") in _NUL_FREE_FORMATS:
         return
     own = node.get("pattern")
     if own is None:
@@ -208,13 +208,17 @@ def state_in_schema(document: dict[str, Any]) -> None:
     walk = _Walk(components)
     for item in document.get("paths", {}).values():
         for operation in item.values():
-            if not isinstance(operation, dict):
-                continue
-            for param in operation.get("parameters") or ():
-                if param.get("in") == "header":
-                    walk.value(param.get("schema"))
-            for media, content in (
-                (operation.get("requestBody") or {}).get("content") or {}
-            ).items():
-                if not media.startswith("multipart/"):
-                    walk.value(content.get("schema"))
+            if isinstance(operation, dict):
+                for schema in _guarded(operation):
+                    walk.value(schema)
+
+
+def _guarded(operation: dict[str, Any]) -> Iterator[Any]:
+    """The schemas of an operation's headers and JSON bodies."""
+    for param in operation.get("parameters") or ():
+        if param.get("in") == "header":
+            yield param.get("schema")
+    content = (operation.get("requestBody") or {}).get("content") or {}
+    for media, body in content.items():
+        if not media.startswith("multipart/"):
+            yield body.get("schema")

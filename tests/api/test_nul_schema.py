@@ -15,7 +15,7 @@ from scheduler.app import create_app
 from scheduler.http.nul_free import NUL_FREE, NULFREE_JSON, admits_nul
 from shared.engine.runtime import Runtime
 
-_FREE_FORMATS = {"date-time", "date", "time", "duration", "uuid", "email", "uri"}
+_FREE_FORMATS = {"date-time", "date", "time", "duration", "uuid", "email", "uri", "byte"}
 _NOTES = {"title", "description", "default", "examples", "deprecated"}
 
 
