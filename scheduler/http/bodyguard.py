@@ -6,7 +6,7 @@ before its body is read) refuses with ``422``:
 * a path or query string with NUL or another control character (``/v1/runs/%00``);
 * a JSON body nested deeper than ``MAX_DEPTH`` (also one deep enough to exhaust the parser),
   with a number that is not finite (``NaN``, ``Infinity``, ``1e999``), or with NUL in any
-  string or key;
+  string or key (``scheduler.http.nul_free`` states it in the OpenAPI document);
 * a top-level ``metadata`` object over ``MAX_METADATA_BYTES`` as JSON or ``MAX_DEPTH_METADATA``
   deep (it is stored with the run or thread and returned in every listing).
 
@@ -27,6 +27,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from scheduler.http.errors import ApiError, error_response
+from scheduler.http.nul_free import NUL
 
 __all__ = [
     "MAX_DEPTH",
@@ -77,7 +78,7 @@ def _depth_and_nul(root: Any, limit: int, where: str) -> None:
     while stack:
         value, depth = stack.pop()
         if isinstance(value, str):
-            if "\x00" in value:
+            if NUL in value:
                 raise _Refused(f"{where} holds a NUL character")
             continue
         if not isinstance(value, dict | list):

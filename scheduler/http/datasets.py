@@ -19,6 +19,7 @@ from starlette.datastructures import UploadFile
 
 from scheduler.http.auth import ReadCaller, WriteCaller
 from scheduler.http.deps import RuntimeDep
+from scheduler.http.nul_free import NUL, NUL_FREE
 from scheduler.http.openapi import REF_TEMPLATE, component
 from scheduler.http.schemas import ID_PATTERN, NOT_BLANK
 from shared.engine import knowledge
@@ -161,7 +162,7 @@ _DOCUMENT_BODY: dict[str, Any] = {
                             "description": "A part without a filename is text (or markdown); "
                             "an upload with one is sniffed: UTF-8 text, markdown or a PDF",
                         },
-                        "name": {"type": "string", "maxLength": MAX_NAME},
+                        "name": {"type": "string", "maxLength": MAX_NAME, "pattern": NUL_FREE},
                     },
                 }
             },
@@ -190,7 +191,7 @@ async def _multipart(rt: Runtime, tenant: str, dataset: str, request: Request) -
     if isinstance(part, UploadFile):
         data, filename, kind = await part.read(), part.filename, None
     elif isinstance(part, str):  # a plain form field: text, as the schema says
-        if "\x00" in part or not part.strip():  # ``TEXT``, without a backtracking regex
+        if NUL in part or not part.strip():  # ``TEXT``, without a backtracking regex
             raise SpecError("file: text that is not blank, without NUL characters")
         data, filename, kind = part.encode(), None, "text/plain"
     else:
@@ -199,6 +200,8 @@ async def _multipart(rt: Runtime, tenant: str, dataset: str, request: Request) -
         raise SpecError("the file is empty")
     if isinstance(name, str) and len(name) > MAX_NAME:
         raise SpecError(f"name: at most {MAX_NAME} characters")
+    if isinstance(name, str) and NUL in name:  # the JSON form's rule (the body guard's)
+        raise SpecError("name: without NUL characters")
     doc_name = name if isinstance(name, str) and name else filename or "document"
     return await run_in_threadpool(
         knowledge.add_document, rt, tenant, dataset, doc_name, data, kind

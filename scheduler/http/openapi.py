@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from scheduler.http.nul_free import state_in_schema
 from scheduler.http.schemas import ERROR_RESPONSES, ErrorBody
 from shared.config import Settings, get_settings
 from shared.engine.guard_plugins import plugin_names
@@ -21,7 +22,7 @@ from shared.engine.handlers import handler_names
 from shared.engine.spec_policy import SCHEMA_MAXIMA
 from shared.tools.registry import REGISTRY
 
-__all__ = ["REF_TEMPLATE", "component", "install_openapi"]
+__all__ = ["REF_TEMPLATE", "component", "inline", "install_openapi"]
 
 REF_TEMPLATE = "#/components/schemas/{model}"
 _COMPONENTS: dict[str, dict[str, Any]] = {}
@@ -57,6 +58,16 @@ def component(name: str, schema: dict[str, Any]) -> dict[str, Any]:
     _COMPONENTS.update(schema.pop("$defs", {}))
     _COMPONENTS[name] = schema
     return {"$ref": REF_TEMPLATE.format(model=name)}
+
+
+def inline(schema: dict[str, Any]) -> dict[str, Any]:
+    """A body schema built with ``REF_TEMPLATE`` given in place, its ``$defs`` added to the
+    document's components. (A body whose schema is itself a ``$ref`` and that holds a
+    recursive one leaves schemathesis unable to route around an array's ``contains`` that its
+    negative data contradicts: ``Cannot generate an array with 1 demanded elements``.)"""
+    schema = dict(schema)
+    _COMPONENTS.update(schema.pop("$defs", {}))
+    return schema
 
 
 def _components(schema: dict[str, Any]) -> None:
@@ -185,6 +196,7 @@ def install_openapi(app: FastAPI, settings: Callable[[], Settings] | None = None
             _guardrail_plugins(schema)
             _assistant_context(schema)
             _maxima(schema, (settings or get_settings)())
+            state_in_schema(schema)  # last: the strings the steps above added included
             app.openapi_schema = schema
         return app.openapi_schema
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
-from scheduler.http.openapi import REF_TEMPLATE, component
+from scheduler.http.openapi import REF_TEMPLATE, inline
 from scheduler.interop.common import Content, Role
 
 __all__ = ["CREATE_REQUEST", "RESUME_TYPES", "CreateBody"]
@@ -152,6 +152,6 @@ def _schema() -> dict[str, Any]:
 CREATE_REQUEST: dict[str, Any] = {
     "requestBody": {
         "required": True,
-        "content": {"application/json": {"schema": component("ResponseCreate", _schema())}},
+        "content": {"application/json": {"schema": inline(_schema())}},
     }
 }
