@@ -28,6 +28,7 @@ from shared.engine.runtime import Runtime
 from shared.errors import NotFound, SpecError
 from shared.isotime import iso
 from shared.store import datasets as store
+from shared.store.files import clean_name
 
 __all__ = ["DatasetCreate", "DocumentCreate", "FileDocument", "TextDocument", "router"]
 
@@ -189,7 +190,8 @@ async def _multipart(rt: Runtime, tenant: str, dataset: str, request: Request) -
     form = await request.form()
     part, name = form.get("file"), form.get("name")
     if isinstance(part, UploadFile):
-        data, filename, kind = await part.read(), part.filename, None
+        # the upload's own file name, as /v1/files keeps it: no control characters (NUL)
+        data, filename, kind = await part.read(), clean_name(part.filename, "document"), None
     elif isinstance(part, str):  # a plain form field: text, as the schema says
         if NUL in part or not part.strip():  # ``TEXT``, without a backtracking regex
             raise SpecError("file: text that is not blank, without NUL characters")

@@ -123,3 +123,15 @@ def test_quotes_from_a_dataset_on_the_run_body(
         sent = str(llm.bodies[0]["messages"])
     assert client.get(f"/v1/runs/{r.json()['id']}").json()["status"] == "completed"
     assert "blue button restarts the machine" in sent and "guide.md" in sent
+
+
+def test_an_uploads_file_name_is_kept_without_control_characters(client: TestClient) -> None:
+    _dataset(client)
+    body = (  # by hand: httpx would percent-encode the NUL a raw client can send
+        b'--b\r\nContent-Disposition: form-data; name="file"; filename="dir/no\x00tes\x07.txt"'
+        b"\r\nContent-Type: text/plain\r\n\r\n" + NOTES.encode() + b"\r\n--b--\r\n"
+    )
+    headers = {"Content-Type": "multipart/form-data; boundary=b"}
+    r = client.post("/v1/datasets/manuals/documents", content=body, headers=headers)
+    assert r.status_code == 201, r.text
+    assert r.json()["name"] == "notes.txt"  # as /v1/files keeps a name (PostgreSQL: no NUL)
