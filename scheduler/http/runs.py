@@ -30,7 +30,7 @@ from scheduler.http.schemas import (
     run_view,
     tool_call_view,
 )
-from scheduler.http.sse import event_stream
+from scheduler.http.sse import SSE_HEADERS, event_stream
 from shared.engine import commands
 from shared.engine.runtime import Runtime
 from shared.errors import NotFound, SpecError
@@ -285,5 +285,5 @@ def events(
     return StreamingResponse(
         event_stream(rt, run_id, start),
         media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        headers=SSE_HEADERS,
     )

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared.agent.messages import content_text
 from shared.interop.shapes import INCOMPLETE
 from shared.vocab import EventType
 
@@ -56,14 +57,6 @@ class _Text:
     index: int
     item_id: str
     text: str = ""
-
-
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return ""
 
 
 class ResponseFold:
@@ -254,7 +247,7 @@ class ResponseFold:
     def _assistant(self, row: Row, n: _Counter) -> list[StreamEvent]:
         for call in row["tool_calls"] or []:
             self.calls[str(call["id"])] = str(call.get("arguments") or "{}")
-        round_, text = int(row["round"]), _text_of(row["content"])
+        round_, text = int(row["round"]), content_text(row["content"])
         out: list[StreamEvent] = []
         if text and round_ not in self.texts:
             base = self.round_seq.get(round_)
@@ -324,7 +317,7 @@ class ResponseFold:
             "server_label": "treadle",
             "name": name,
             "arguments": arguments,
-            "output": _text_of(row["content"]),
+            "output": content_text(row["content"]),
             "error": None,
             "status": "completed",
         }

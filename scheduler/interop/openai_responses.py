@@ -26,6 +26,7 @@ from scheduler.http.agents import resolve, store_lookup
 from scheduler.http.auth import Caller, ReadCaller, WriteCaller
 from scheduler.http.deps import RuntimeDep
 from scheduler.http.errors import client_path
+from scheduler.http.sse import SSE_HEADERS
 from scheduler.http.tail import Batch, Beat, Delta, follow, wait_for_end
 from scheduler.interop.common import admit, facade_webhook, stream_responses
 from scheduler.interop.oa_bodies import CREATE_REQUEST, RESUME_TYPES, CreateBody
@@ -51,7 +52,6 @@ from shared.vocab import EventType
 __all__ = ["Facade", "router"]
 
 PROTOCOL = segs.OPENAI
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 # --- errors ------------------------------------------------------------------------------
@@ -275,21 +275,9 @@ class _Facade:
             "input": items,
         }
         with self.rt.engine.begin() as conn:
-            run = run_store.get_run(conn, run_id)
-            assert run is not None
-            if from_seq:
-                segs.close_segments(conn, run_id, from_seq)
-            seg = segs.add_segment(
-                conn,
-                protocol=PROTOCOL,
-                tenant=tenant,
-                run=run,
-                from_seq=from_seq,
-                assistant_id=body.model,
-                meta=body.metadata,
-                options=options,
+            return segs.open_leg(
+                conn, PROTOCOL, tenant, run_id, from_seq, body.model, body.metadata, options
             )
-            return segs.load_leg(conn, seg)
 
     def cancel(self, tenant: str, leg: segs.Leg) -> segs.Leg:
         if leg.closed and oa_status(leg.run, leg.end) != "cancelled":

@@ -11,62 +11,11 @@ One ``metadata`` (``meta``); a run's tables are in ``run``, a tenant's other res
 
 from __future__ import annotations
 
+from shared.store.tables import run, tenant
 from shared.store.tables.meta import metadata
-from shared.store.tables.run import (
-    events,
-    facade_segments,
-    messages,
-    outbox,
-    resume_tokens,
-    run_specs,
-    runs,
-    threads,
-    tool_calls,
-    usage,
-    webhook_attempts,
-    webhook_deliveries,
-    workers,
-)
-from shared.store.tables.tenant import (
-    agent_tags,
-    agent_versions,
-    api_keys,
-    cron_fires,
-    crons,
-    dataset_chunks,
-    dataset_documents,
-    datasets,
-    files,
-    memory_items,
-    spend_envelopes,
-    tenants,
-)
+from shared.store.tables.run import *  # noqa: F403 (the names are run.__all__)
+from shared.store.tables.tenant import *  # noqa: F403 (the names are tenant.__all__)
 
-__all__ = [
-    "agent_tags",
-    "agent_versions",
-    "api_keys",
-    "cron_fires",
-    "crons",
-    "dataset_chunks",
-    "dataset_documents",
-    "datasets",
-    "events",
-    "facade_segments",
-    "files",
-    "metadata",
-    "memory_items",
-    "messages",
-    "outbox",
-    "runs",
-    "resume_tokens",
-    "spend_envelopes",
-    "run_specs",
-    "tenants",
-    "threads",
-    "tool_calls",
-    "usage",
-    "webhook_attempts",
-    "webhook_deliveries",
-    "workers",
-]
+__all__ = ["metadata"]
+__all__ += run.__all__
+__all__ += tenant.__all__
