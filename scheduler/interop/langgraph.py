@@ -25,7 +25,7 @@ from scheduler.http.fleet import searchable
 from scheduler.http.sse import SSE_HEADERS
 from scheduler.http.tail import Batch, Beat, Delta, follow, wait_for_end
 from scheduler.interop import lg_assistants, lg_crons
-from scheduler.interop.common import admit, facade_webhook, stream_responses
+from scheduler.interop.common import admit, facade_webhook, stream_responses, submit_facade_run
 from scheduler.interop.lg_bodies import (
     NO_RESUME,
     HistoryBody,
@@ -393,18 +393,7 @@ class _Facade:
         if thread_id is None:
             thread_id = str(self.create_thread(tenant, ThreadBody())["id"])
         self._make_room(tenant, thread_id, active, queued, strategy)
-        row, _ = commands.submit_run(
-            self.rt,
-            commands.RunInput(
-                agent=agent.spec,
-                input=msgs,
-                tenant=tenant,
-                thread_id=thread_id,
-                metadata=body.metadata,
-                webhook=hook,
-                agent_ref=agent.ref,
-            ),
-        )
+        row = submit_facade_run(self.rt, agent, msgs, tenant, thread_id, body.metadata, hook)
         return self._segment(tenant, row["id"], 0, body)
 
     def _make_room(

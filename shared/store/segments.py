@@ -75,7 +75,6 @@ class Leg:
 
 def add_segment(
     conn: Connection,
-    *,
     protocol: str,
     tenant: str,
     run: Mapping[Any, Any],
@@ -214,16 +213,7 @@ def open_leg(
     assert run is not None
     if from_seq:
         close_segments(conn, run_id, from_seq)
-    seg = add_segment(
-        conn,
-        protocol=protocol,
-        tenant=tenant,
-        run=run,
-        from_seq=from_seq,
-        assistant_id=assistant_id,
-        meta=meta,
-        options=options,
-    )
+    seg = add_segment(conn, protocol, tenant, run, from_seq, assistant_id, meta, options)
     return load_leg(conn, seg)
 
 
