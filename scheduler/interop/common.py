@@ -75,14 +75,15 @@ def admit(
 def submit_facade_run(
     rt: Runtime,
     agent: Resolved,
-    msgs: list[dict[str, Any]],
+    msgs: str | list[dict[str, Any]],
     tenant: str,
-    thread_id: str,
+    thread_id: str | None,
     metadata: dict[str, Any] | None,
-    webhook: FacadeWebhook | None,
+    webhook: FacadeWebhook | None = None,
     idempotency_key: str | None = None,
 ) -> RunRecord:
-    """Submit a facade's new run of ``agent`` on ``thread_id`` (admitted: see ``admit``)."""
+    """Submit a new run of ``agent`` for a facade or an MCP call (admitted already: see
+    ``admit``), on ``thread_id`` when it continues a thread."""
     row, _ = commands.submit_run(
         rt,
         commands.RunInput(
