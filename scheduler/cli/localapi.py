@@ -11,7 +11,6 @@ import logging
 import socket
 import threading
 import time
-from types import TracebackType
 
 import uvicorn
 
@@ -73,10 +72,5 @@ class LocalApi:
     def __enter__(self) -> LocalApi:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         self.stop()

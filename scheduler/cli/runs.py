@@ -55,6 +55,8 @@ InputOpt = Annotated[
         show_default=False,
     ),
 ]
+RunIdArg = Annotated[str, typer.Argument(help="the run id")]
+FollowOpt = Annotated[bool, typer.Option("--watch", help="then follow the run")]
 
 AgentOpt = Annotated[
     str | None,
@@ -237,7 +239,7 @@ def _json_object(text: str) -> dict[str, Any]:
 
 
 def watch(
-    run_id: Annotated[str, typer.Argument(help="the run id")],
+    run_id: RunIdArg,
     interactive: InputOpt = None,
     as_json: JsonOpt = False,
     url: UrlOpt = DEFAULT_URL,
@@ -249,12 +251,18 @@ def watch(
 
 
 def _waiting_on(client: ApiClient, run_id: str, kind: str) -> dict[str, Any]:
+    """The run's pending question or approval (``kind``); a usage error if it waits on none."""
     run = client.run(run_id)
     pending = run.get("pending") or {}
     if run["status"] != "waiting" or pending.get("kind") != kind:
         what = "a question" if kind == "ask" else "an approval"
         raise fail(f"run {run_id} is {run['status']}, not waiting on {what}")
-    return run
+    return dict(pending)
+
+
+def _prompt_console(as_json: bool) -> Console:
+    """Where a prompt goes: stderr when stdout is the JSON a script reads."""
+    return err_console if as_json else console
 
 
 def _after(
@@ -267,7 +275,7 @@ def _after(
 
 
 def answer(
-    run_id: Annotated[str, typer.Argument(help="the run id")],
+    run_id: RunIdArg,
     answers: Annotated[
         list[str] | None,
         typer.Option(
@@ -277,7 +285,7 @@ def answer(
             "option's value or label, or free text",
         ),
     ] = None,
-    follow: Annotated[bool, typer.Option("--watch", help="then follow the run")] = False,
+    follow: FollowOpt = False,
     interactive: InputOpt = None,
     as_json: JsonOpt = False,
     url: UrlOpt = DEFAULT_URL,
@@ -285,11 +293,10 @@ def answer(
 ) -> None:
     """Answer the run's question: pick an option or type an answer."""
     with api(url, key) as client:
-        run = _waiting_on(client, run_id, "ask")
-        pending = run["pending"]
-        out = console if not as_json else err_console
+        pending = _waiting_on(client, run_id, "ask")
         given = [_option_value(pending, i, a) for i, a in enumerate(answers or [])]
-        run = client.answer(run_id, pending["ask_id"], given or ask_answers(out, pending))
+        answered = given or ask_answers(_prompt_console(as_json), pending)
+        run = client.answer(run_id, pending["ask_id"], answered)
         _after(client, run, follow, as_json, interactive)
 
 
@@ -301,7 +308,7 @@ def _option_value(pending: dict[str, Any], index: int, text: str) -> str:
 
 
 def approve(
-    run_id: Annotated[str, typer.Argument(help="the run id")],
+    run_id: RunIdArg,
     approve_all: Annotated[
         bool, typer.Option("--all", help="approve every write (but the --reject ones)")
     ] = False,
@@ -326,7 +333,7 @@ def approve(
         ),
     ] = None,
     note: Annotated[str | None, typer.Option(help="a note for the model")] = None,
-    follow: Annotated[bool, typer.Option("--watch", help="then follow the run")] = False,
+    follow: FollowOpt = False,
     interactive: InputOpt = None,
     as_json: JsonOpt = False,
     url: UrlOpt = DEFAULT_URL,
@@ -334,8 +341,7 @@ def approve(
 ) -> None:
     """Approve, edit or reject the run's proposed writes (a checklist, or flags for scripts)."""
     with api(url, key) as client:
-        run = _waiting_on(client, run_id, "approval")
-        pending = run["pending"]
+        pending = _waiting_on(client, run_id, "approval")
         ids = [i["call_id"] for i in pending.get("items") or []]
         if approve_all or approve_ids or reject_ids or edits:
             try:
@@ -345,13 +351,13 @@ def approve(
             except FlagError as exc:
                 raise fail(str(exc)) from None
         else:
-            decided = decide_approval(console if not as_json else err_console, pending)
+            decided = decide_approval(_prompt_console(as_json), pending)
         run = client.decide(run_id, pending["approval_id"], decided, note)
         _after(client, run, follow, as_json, interactive)
 
 
 def cancel(
-    run_id: Annotated[str, typer.Argument(help="the run id")],
+    run_id: RunIdArg,
     as_json: JsonOpt = False,
     url: UrlOpt = DEFAULT_URL,
     key: KeyOpt = None,
@@ -363,7 +369,7 @@ def cancel(
 
 
 def resume(
-    run_id: Annotated[str, typer.Argument(help="the run id")],
+    run_id: RunIdArg,
     model: Annotated[str | None, typer.Option(help="go on with this model profile instead")] = None,
     agent: Annotated[
         str | None,
@@ -425,7 +431,7 @@ def runs_table(rows: list[dict[str, Any]]) -> Table:
 
 
 def show(
-    run_id: Annotated[str, typer.Argument(help="the run id")],
+    run_id: RunIdArg,
     as_json: JsonOpt = False,
     url: UrlOpt = DEFAULT_URL,
     key: KeyOpt = None,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Depends, Query, Response
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from scheduler.http.auth import ReadCaller, WriteCaller
@@ -39,6 +39,8 @@ __all__ = [
     "Filter",
     "Flag",
     "Index",
+    "ItemAt",
+    "ItemQuery",
     "ItemView",
     "Key",
     "Namespace",
@@ -60,6 +62,26 @@ Namespace = Annotated[list[Label], Field(max_length=NAMESPACE_DEPTH)]
 Key = Annotated[str, Field(min_length=1, max_length=KEY_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$")]
 DottedNamespace = Annotated[str, Query(max_length=600, pattern=DOTTED, description="a.b.c")]
 QueryKey = Annotated[str, Query(min_length=1, max_length=KEY_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$")]
+
+
+class ItemQuery:
+    """What a GET of one item says in its query string (``?namespace=a.b&key=k``, and
+    ``refresh_ttl``: the read starts the item's ttl again); this API's and the LangGraph
+    Store's."""
+
+    def __init__(
+        self, namespace: DottedNamespace, key: QueryKey, refresh_ttl: bool | None = None
+    ) -> None:
+        self.namespace, self.key, self.refresh_ttl = namespace, key, refresh_ttl
+
+    def read(self, rt: Runtime, tenant: str) -> MemoryItem | None:
+        """The item; None when there is none, or it expired."""
+        return memory.get_item(
+            rt, tenant, dotted(self.namespace), self.key, refresh=self.refresh_ttl
+        )
+
+
+ItemAt = Annotated[ItemQuery, Depends()]
 
 
 def _bool(value: Any) -> Any:
@@ -203,17 +225,11 @@ def put_item(body: MemoryPut, rt: RuntimeDep, caller: WriteCaller) -> ItemView:
 
 
 @router.get("/memory/items", response_model=ItemView)
-def get_item(
-    rt: RuntimeDep,
-    caller: ReadCaller,
-    namespace: DottedNamespace,
-    key: QueryKey,
-    refresh_ttl: bool | None = None,
-) -> ItemView:
+def get_item(rt: RuntimeDep, caller: ReadCaller, at: ItemAt) -> ItemView:
     """One item (404 when there is none, or it expired)."""
-    item = memory.get_item(rt, caller.tenant, dotted(namespace), key, refresh=refresh_ttl)
+    item = at.read(rt, caller.tenant)
     if item is None:
-        raise NotFound(f"no memory item {key!r} in {namespace!r}")
+        raise NotFound(f"no memory item {at.key!r} in {at.namespace!r}")
     return item_view(item)
 
 

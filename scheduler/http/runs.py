@@ -3,7 +3,8 @@ deliveries and the SSE event stream."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Body, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
@@ -30,7 +31,7 @@ from scheduler.http.schemas import (
     run_view,
     tool_call_view,
 )
-from scheduler.http.sse import event_stream
+from scheduler.http.sse import SSE_HEADERS, event_stream
 from shared.engine import commands
 from shared.engine.runtime import Runtime
 from shared.errors import NotFound, SpecError
@@ -114,6 +115,18 @@ def _own_run(conn: Any, run_id: str, caller: Caller) -> Any:
     return run
 
 
+T = TypeVar("T")
+
+
+def _owned_rows(
+    rt: Runtime, run_id: str, caller: Caller, rows_of: Callable[[Any, str], Sequence[T]]
+) -> Sequence[T]:
+    """``rows_of(conn, run_id)``, once the run is found to be the caller's (404 if not)."""
+    with rt.engine.connect() as conn:
+        _own_run(conn, run_id, caller)
+        return rows_of(conn, run_id)
+
+
 router = APIRouter(prefix="/v1", tags=["runs"])
 
 
@@ -188,17 +201,13 @@ def get_run(run_id: RunId, rt: RuntimeDep, caller: ReadCaller) -> RunView:
 
 @router.get("/runs/{run_id}/messages", response_model=MessageList)
 def messages(run_id: RunId, rt: RuntimeDep, caller: ReadCaller) -> MessageList:
-    with rt.engine.connect() as conn:
-        _own_run(conn, run_id, caller)
-        rows = records.list_messages(conn, run_id)
+    rows = _owned_rows(rt, run_id, caller, records.list_messages)
     return MessageList(messages=[message_view(m) for m in rows])
 
 
 @router.get("/runs/{run_id}/tool-calls", response_model=ToolCallList)
 def tool_calls(run_id: RunId, rt: RuntimeDep, caller: ReadCaller) -> ToolCallList:
-    with rt.engine.connect() as conn:
-        _own_run(conn, run_id, caller)
-        rows = call_store.list_tool_calls(conn, run_id)
+    rows = _owned_rows(rt, run_id, caller, call_store.list_tool_calls)
     return ToolCallList(tool_calls=[tool_call_view(row) for row in rows])
 
 
@@ -258,9 +267,7 @@ def approval(
 @router.get("/runs/{run_id}/webhook-deliveries", response_model=DeliveryList)
 def webhook_deliveries(run_id: RunId, rt: RuntimeDep, caller: ReadCaller) -> DeliveryList:
     """Outbound webhook deliveries of the run, each with its attempt log."""
-    with rt.engine.connect() as conn:
-        _own_run(conn, run_id, caller)
-        rows = deliveries.list_deliveries(conn, run_id)
+    rows = _owned_rows(rt, run_id, caller, deliveries.list_deliveries)
     return DeliveryList(deliveries=[DeliveryView.model_validate(delivery_view(d)) for d in rows])
 
 
@@ -285,5 +292,5 @@ def events(
     return StreamingResponse(
         event_stream(rt, run_id, start),
         media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        headers=SSE_HEADERS,
     )

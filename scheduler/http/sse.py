@@ -18,7 +18,10 @@ from scheduler.http.tail import HEARTBEAT_S, POLL_S, TERMINAL, Batch, Delta, Tai
 from shared.engine.runtime import Runtime
 from shared.isotime import iso, iso_times
 
-__all__ = ["HEARTBEAT_S", "POLL_S", "event_stream", "format_event"]
+__all__ = ["HEARTBEAT_S", "POLL_S", "SSE_HEADERS", "event_stream", "format_event"]
+
+# an event stream's response headers: not cached, not buffered by a proxy (nginx)
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def format_event(type_: str, data: Any, seq: int | None = None) -> str:

@@ -8,13 +8,16 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from scheduler.http import limits
+from scheduler.http.agents import Resolved
 from scheduler.http.auth import Caller
 from shared.agent.spec import AgentSpec, WebhookSpec
 from shared.config import DEFAULT_TENANT, Settings
+from shared.engine import commands
 from shared.engine.runtime import Runtime
 from shared.engine.spec_policy import check_webhook_url
 from shared.engine.webhooks import TENANT_SECRET
 from shared.errors import Forbidden
+from shared.store.rows import RunRecord
 from shared.vocab import EventType
 
 __all__ = [
@@ -27,6 +30,7 @@ __all__ = [
     "admit",
     "facade_webhook",
     "progress_text",
+    "submit_facade_run",
     "sse",
     "stream_responses",
 ]
@@ -66,6 +70,34 @@ def admit(
     policed) or a tenant's own spec (policed); the webhook's secret env is the operator's,
     not the caller's."""
     limits.admit(rt, caller, agent, spec, msgs)
+
+
+def submit_facade_run(
+    rt: Runtime,
+    agent: Resolved,
+    msgs: str | list[dict[str, Any]],
+    tenant: str,
+    thread_id: str | None,
+    metadata: dict[str, Any] | None,
+    webhook: FacadeWebhook | None = None,
+    idempotency_key: str | None = None,
+) -> RunRecord:
+    """Submit a new run of ``agent`` for a facade or an MCP call (admitted already: see
+    ``admit``), on ``thread_id`` when it continues a thread."""
+    row, _ = commands.submit_run(
+        rt,
+        commands.RunInput(
+            agent=agent.spec,
+            input=msgs,
+            tenant=tenant,
+            thread_id=thread_id,
+            metadata=metadata,
+            webhook=webhook,
+            idempotency_key=idempotency_key,
+            agent_ref=agent.ref,
+        ),
+    )
+    return row
 
 
 class FacadeWebhook(WebhookSpec):

@@ -22,9 +22,10 @@ from scheduler.http.agents import resolve, store_lookup
 from scheduler.http.auth import Caller, ReadCaller, WriteCaller
 from scheduler.http.deps import RuntimeDep
 from scheduler.http.fleet import searchable
+from scheduler.http.sse import SSE_HEADERS
 from scheduler.http.tail import Batch, Beat, Delta, follow, wait_for_end
 from scheduler.interop import lg_assistants, lg_crons
-from scheduler.interop.common import admit, facade_webhook, stream_responses
+from scheduler.interop.common import admit, facade_webhook, stream_responses, submit_facade_run
 from scheduler.interop.lg_bodies import (
     NO_RESUME,
     HistoryBody,
@@ -59,7 +60,6 @@ from shared.vocab import SEGMENT_ENDS, EventType
 __all__ = ["Facade", "router"]
 
 PROTOCOL = segs.LANGGRAPH
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 # --- views -----------------------------------------------------------------------------
@@ -393,18 +393,7 @@ class _Facade:
         if thread_id is None:
             thread_id = str(self.create_thread(tenant, ThreadBody())["id"])
         self._make_room(tenant, thread_id, active, queued, strategy)
-        row, _ = commands.submit_run(
-            self.rt,
-            commands.RunInput(
-                agent=agent.spec,
-                input=msgs,
-                tenant=tenant,
-                thread_id=thread_id,
-                metadata=body.metadata,
-                webhook=hook,
-                agent_ref=agent.ref,
-            ),
-        )
+        row = submit_facade_run(self.rt, agent, msgs, tenant, thread_id, body.metadata, hook)
         return self._segment(tenant, row["id"], 0, body)
 
     def _make_room(
@@ -437,21 +426,9 @@ class _Facade:
             "kwargs": {"config": body.config or {}},
         }
         with self.rt.engine.begin() as conn:
-            run = run_store.get_run(conn, run_id)
-            assert run is not None
-            if from_seq:
-                segs.close_segments(conn, run_id, from_seq)
-            seg = segs.add_segment(
-                conn,
-                protocol=PROTOCOL,
-                tenant=tenant,
-                run=run,
-                from_seq=from_seq,
-                assistant_id=body.assistant_id,
-                meta=body.metadata,
-                options=options,
+            return segs.open_leg(
+                conn, PROTOCOL, tenant, run_id, from_seq, body.assistant_id, body.metadata, options
             )
-            return segs.load_leg(conn, seg)
 
     def cancel(self, tenant: str, leg: segs.Leg) -> None:
         if leg.closed:

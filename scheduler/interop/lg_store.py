@@ -18,14 +18,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from scheduler.http.auth import ReadCaller, WriteCaller
 from scheduler.http.deps import RuntimeDep
 from scheduler.http.memory import (
-    DottedNamespace,
     Index,
+    ItemAt,
     Key,
     MemoryNamespaces,
     MemorySearch,
     Namespace,
-    QueryKey,
-    dotted,
     listed,
     searched,
 )
@@ -91,16 +89,10 @@ def put_item(body: StorePut, rt: RuntimeDep, caller: WriteCaller) -> Response:
 
 
 @router.get("/items")
-def get_item(
-    rt: RuntimeDep,
-    caller: ReadCaller,
-    namespace: DottedNamespace,
-    key: QueryKey,
-    refresh_ttl: bool | None = None,
-) -> dict[str, Any]:
-    item = memory.get_item(rt, caller.tenant, dotted(namespace), key, refresh=refresh_ttl)
+def get_item(rt: RuntimeDep, caller: ReadCaller, at: ItemAt) -> dict[str, Any]:
+    item = at.read(rt, caller.tenant)
     if item is None:
-        raise NotFound(f"item {key!r} not found in {namespace!r}")
+        raise NotFound(f"item {at.key!r} not found in {at.namespace!r}")
     return _item(item)
 
 

@@ -32,7 +32,7 @@ from scheduler.http.auth import Caller
 from scheduler.http.errors import client_path
 from scheduler.http.schemas import run_view
 from scheduler.http.tail import Batch, follow
-from scheduler.interop.common import progress_text
+from scheduler.interop.common import progress_text, submit_facade_run
 from shared.engine import commands
 from shared.engine.runtime import Runtime
 from shared.errors import Conflict, TreadleError
@@ -119,17 +119,7 @@ def parse_args(arguments: dict[str, Any] | None) -> CallArgs | str:
 def _submit(rt: Runtime, caller: Caller, name: str, args: CallArgs) -> str:
     agent = resolve(name, store_lookup(rt, caller.tenant))
     limits.admit(rt, caller, agent.policed, agent.spec, args.input)
-    record, _ = commands.submit_run(
-        rt,
-        commands.RunInput(
-            agent=agent.spec,
-            agent_ref=agent.ref,
-            input=args.input,
-            tenant=caller.tenant,
-            thread_id=args.thread_id,
-            metadata=args.metadata,
-        ),
-    )
+    record = submit_facade_run(rt, agent, args.input, caller.tenant, args.thread_id, args.metadata)
     return str(record["id"])
 
 

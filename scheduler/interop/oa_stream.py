@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared.agent.messages import content_text
 from shared.interop.shapes import INCOMPLETE
 from shared.vocab import EventType
 
@@ -56,14 +57,6 @@ class _Text:
     index: int
     item_id: str
     text: str = ""
-
-
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return ""
 
 
 class ResponseFold:
@@ -179,12 +172,10 @@ class ResponseFold:
         t.text += text
         offset = min(int(data.get("offset") or 0), M - DELTA_AT - 1)
         out.append(
-            self._ev(
+            self._text_ev(
                 base * M + DELTA_AT + offset,
                 "response.output_text.delta",
-                item_id=t.item_id,
-                output_index=t.index,
-                content_index=0,
+                t,
                 delta=text,
                 logprobs=[],
             )
@@ -204,6 +195,12 @@ class ResponseFold:
 
     def _ev(self, num: int, type_: str, **fields: Any) -> StreamEvent:
         return num, {"type": type_, **fields, "sequence_number": num}
+
+    def _text_ev(self, num: int, type_: str, t: _Text, **fields: Any) -> StreamEvent:
+        """An event of a message's text part (its item, its output index, part 0)."""
+        return self._ev(
+            num, type_, item_id=t.item_id, output_index=t.index, content_index=0, **fields
+        )
 
     def _lifecycle(self) -> dict[str, Any]:
         snap = self.response()
@@ -228,18 +225,11 @@ class ResponseFold:
             "content": [],
         }
         index = self._alloc(item)
-        self.texts[round_] = _Text(index, item_id)
+        t = self.texts[round_] = _Text(index, item_id)
         part = {"type": "output_text", "text": "", "annotations": []}
         return [
             self._ev(at[0], "response.output_item.added", output_index=index, item=dict(item)),
-            self._ev(
-                at[1],
-                "response.content_part.added",
-                item_id=item_id,
-                output_index=index,
-                content_index=0,
-                part=part,
-            ),
+            self._text_ev(at[1], "response.content_part.added", t, part=part),
         ]
 
     def _message(self, row: Row, tools: Mapping[str, Row], n: _Counter) -> list[StreamEvent]:
@@ -254,7 +244,7 @@ class ResponseFold:
     def _assistant(self, row: Row, n: _Counter) -> list[StreamEvent]:
         for call in row["tool_calls"] or []:
             self.calls[str(call["id"])] = str(call.get("arguments") or "{}")
-        round_, text = int(row["round"]), _text_of(row["content"])
+        round_, text = int(row["round"]), content_text(row["content"])
         out: list[StreamEvent] = []
         if text and round_ not in self.texts:
             base = self.round_seq.get(round_)
@@ -283,23 +273,8 @@ class ResponseFold:
         }
         self.items[t.index] = item
         return [
-            self._ev(
-                n(),
-                "response.output_text.done",
-                item_id=t.item_id,
-                output_index=t.index,
-                content_index=0,
-                text=text,
-                logprobs=[],
-            ),
-            self._ev(
-                n(),
-                "response.content_part.done",
-                item_id=t.item_id,
-                output_index=t.index,
-                content_index=0,
-                part=part,
-            ),
+            self._text_ev(n(), "response.output_text.done", t, text=text, logprobs=[]),
+            self._text_ev(n(), "response.content_part.done", t, part=part),
             self._ev(n(), "response.output_item.done", output_index=t.index, item=item),
         ]
 
@@ -324,7 +299,7 @@ class ResponseFold:
             "server_label": "treadle",
             "name": name,
             "arguments": arguments,
-            "output": _text_of(row["content"]),
+            "output": content_text(row["content"]),
             "error": None,
             "status": "completed",
         }

@@ -26,8 +26,9 @@ from scheduler.http.agents import resolve, store_lookup
 from scheduler.http.auth import Caller, ReadCaller, WriteCaller
 from scheduler.http.deps import RuntimeDep
 from scheduler.http.errors import client_path
+from scheduler.http.sse import SSE_HEADERS
 from scheduler.http.tail import Batch, Beat, Delta, follow, wait_for_end
-from scheduler.interop.common import admit, facade_webhook, stream_responses
+from scheduler.interop.common import admit, facade_webhook, stream_responses, submit_facade_run
 from scheduler.interop.oa_bodies import CREATE_REQUEST, RESUME_TYPES, CreateBody
 from scheduler.interop.oa_stream import Facts, ResponseFold, Start, StreamEvent
 from shared.agent.approval import ItemDecision
@@ -51,7 +52,6 @@ from shared.vocab import EventType
 __all__ = ["Facade", "router"]
 
 PROTOCOL = segs.OPENAI
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 # --- errors ------------------------------------------------------------------------------
@@ -217,19 +217,7 @@ class _Facade:
             thread_id = f"thr_{uuid.uuid4().hex[:24]}"
             thread_engine.create_thread(self.rt, tenant, None, "reject", thread_id)
         hook = facade_webhook(PROTOCOL, self.rt.settings, tenant, body.model)
-        row, _ = commands.submit_run(
-            self.rt,
-            commands.RunInput(
-                agent=agent.spec,
-                input=msgs,
-                tenant=tenant,
-                thread_id=thread_id,
-                metadata=body.metadata,
-                webhook=hook,
-                idempotency_key=key,
-                agent_ref=agent.ref,
-            ),
-        )
+        row = submit_facade_run(self.rt, agent, msgs, tenant, thread_id, body.metadata, hook, key)
         return self._segment(tenant, row["id"], 0, body, items)
 
     def _resume(
@@ -275,21 +263,9 @@ class _Facade:
             "input": items,
         }
         with self.rt.engine.begin() as conn:
-            run = run_store.get_run(conn, run_id)
-            assert run is not None
-            if from_seq:
-                segs.close_segments(conn, run_id, from_seq)
-            seg = segs.add_segment(
-                conn,
-                protocol=PROTOCOL,
-                tenant=tenant,
-                run=run,
-                from_seq=from_seq,
-                assistant_id=body.model,
-                meta=body.metadata,
-                options=options,
+            return segs.open_leg(
+                conn, PROTOCOL, tenant, run_id, from_seq, body.model, body.metadata, options
             )
-            return segs.load_leg(conn, seg)
 
     def cancel(self, tenant: str, leg: segs.Leg) -> segs.Leg:
         if leg.closed and oa_status(leg.run, leg.end) != "cancelled":

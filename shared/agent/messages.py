@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-__all__ = ["Message", "Reply", "Role", "ToolCall", "Usage"]
+__all__ = ["Message", "Reply", "Role", "ToolCall", "Usage", "content_text"]
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -157,3 +157,13 @@ class Reply:
             reasoning=self.reasoning,
             tool_calls=self.tool_calls,
         )
+
+
+def content_text(content: Any) -> str:
+    """The text of a message's wire ``content``: the string, or its parts' ``text`` joined
+    (an image part, or anything else, gives none)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""

@@ -7,10 +7,12 @@ tokens.
 
 from __future__ import annotations
 
-from shared.agent.messages import Usage
-from shared.agent.spec import Pricing, PricingTier
+from typing import Any
 
-__all__ = ["price_call", "select_tier"]
+from shared.agent.messages import Reply, Usage
+from shared.agent.spec import ModelProfile, Pricing, PricingTier
+
+__all__ = ["call_usage", "price_call", "select_tier"]
 
 
 def select_tier(pricing: Pricing, input_tokens: int) -> PricingTier | None:
@@ -48,3 +50,20 @@ def price_call(pricing: Pricing, usage: Usage, own_key: bool) -> float:
     if tier.reasoning is not None:
         cost += reasoning * tier.reasoning
     return cost / 1000.0
+
+
+def call_usage(reply: Reply, profile: ModelProfile, cost: float, latency_ms: int) -> dict[str, Any]:
+    """The usage record of one model call: its tokens (none reported: zeros, marked
+    estimated), its cost and latency, and the model that answered."""
+    u = reply.usage
+    return {
+        "input_tokens": u.input_tokens if u else 0,
+        "output_tokens": u.output_tokens if u else 0,
+        "cached_input_tokens": u.cached_input_tokens if u else 0,
+        "reasoning_tokens": u.reasoning_tokens if u else 0,
+        "estimated": u.estimated if u else True,
+        "cost": cost,
+        "latency_ms": latency_ms,
+        "committed": True,
+        "model": reply.raw_model or profile.model or profile.name,
+    }

@@ -108,30 +108,19 @@ class _Unlisted:
 
 
 def _internal_entries(spec: AgentSpec) -> list[CatalogEntry]:
-    out = []
-    if spec.plan:
-        out += [
-            CatalogEntry(
-                name=d["name"],
-                description=d["description"],
-                parameters=d["parameters"],
-                read_only=True,
-                internal=True,
-            )
-            for d in plan_mod.TOOL_DEFS
-        ]
+    defs = list(plan_mod.TOOL_DEFS) if spec.plan else []
     if spec.ask:
-        d = ask_mod.TOOL_DEF
-        out.append(
-            CatalogEntry(
-                name=d["name"],
-                description=d["description"],
-                parameters=d["parameters"],
-                read_only=True,
-                internal=True,
-            )
+        defs.append(ask_mod.TOOL_DEF)
+    return [
+        CatalogEntry(
+            name=d["name"],
+            description=d["description"],
+            parameters=d["parameters"],
+            read_only=True,
+            internal=True,
         )
-    return out
+        for d in defs
+    ]
 
 
 def build_catalog(

@@ -54,7 +54,9 @@ __all__ = [
     "approve_run",
     "cancel_run",
     "expire_ask",
+    "input_messages",
     "new_id",
+    "repair_calls",
     "submit_run",
 ]
 
@@ -87,7 +89,8 @@ class RunInput:
         return keys or None
 
 
-def _input_messages(value: str | list[dict[str, Any]]) -> list[Message]:
+def input_messages(value: str | list[dict[str, Any]]) -> list[Message]:
+    """A run's input as messages: a text, or messages whose last is the user's (not empty)."""
     if isinstance(value, str):
         if not value.strip():
             raise SpecError("input must not be empty")
@@ -132,7 +135,7 @@ def submit_run(
     """Create a queued run and dispatch its first round; an Idempotency-Key replay returns the
     run it created the first time (``created`` False). ``also(tx, run_id)`` runs first in the
     transaction that creates the run (a cron's slot claim): what it raises rolls it back."""
-    msgs = _input_messages(req.input)
+    msgs = input_messages(req.input)
     # unknown tools, bad inline tools: a clear error now, not mid-run; what the catalog drops
     # (a tool named like an internal one, SPEC P-5) is a warning stored on the run
     warnings = list(build_catalog(req.agent).warnings)
@@ -277,26 +280,13 @@ def _admit(tx: Tx, req: RunInput, run_id: str) -> threads.Admission:
 # --- cancel --------------------------------------------------------------------------------------
 
 
-def _load(conn: Any, tenant: str | None, run_id: str) -> Run:
-    run = run_store.load_run(conn, run_id, tenant)
-    if run is None:
-        raise NotFound(f"run {run_id} not found")
-    return run
-
-
-def _record(tx: Tx, run_id: str) -> RunRecord:
-    record = run_store.get_run(tx.conn, run_id)
-    assert record is not None
-    return record
-
-
 def cancel_run(rt: Runtime, tenant: str, run_id: str) -> RunRecord:
     def op(tx: Tx) -> RunRecord:
-        run = _load(tx.conn, tenant, run_id)
+        run = tx.run(run_id, tenant)
         if run.final:
             raise Conflict(f"run {run_id} is already {run.status}")
         _cancel(tx, run)
-        return _record(tx, run_id)
+        return tx.record(run_id)
 
     return retrying(rt, op)
 
@@ -306,7 +296,7 @@ def _cancel(tx: Tx, run: Run, *, release: bool = True, **event: Any) -> Run:
     children are cancelled too (same transaction). On a thread (``release``) the thread's
     next held run starts. A child's parent sees it end (its call gets the cancellation)."""
     tx.prepare(run, ending=release, tells_parent=True)
-    change = _repair(tx, run, CANCELLED_TEXT)
+    change = repair_calls(tx, run, CANCELLED_TEXT)
     change.values.update(
         status=Status.CANCELLED.value,
         stop_reason="cancelled",
@@ -330,8 +320,9 @@ def _cancel(tx: Tx, run: Run, *, release: bool = True, **event: Any) -> Run:
     return new
 
 
-def _repair(tx: Tx, run: Run, text: str) -> Change:
-    """Every tool call the model made gets a tool message (no dangling call survives)."""
+def repair_calls(tx: Tx, run: Run, text: str) -> Change:
+    """A change that gives every tool call left without a result its tool message, ``text``
+    (no dangling call survives: the transcript is valid for providers)."""
     calls = call_store.list_tool_calls(tx.conn, run.id)
     open_ids = [c.call_id for c in calls if c.status != CallStatus.DONE]
     values = {
@@ -446,7 +437,7 @@ def answer_run(
         beside = ask_round if owner is run else None  # a descendant's ask: read its round
         new = _finish_ask(tx, owner, ask_id, text, {"answers": answers}, beside)
         # the run's own ask: its new row is the whole change (a descendant's changed it too)
-        return replace(record, run=new) if owner is run else _record(tx, run_id)
+        return replace(record, run=new) if owner is run else tx.record(run_id)
 
     return retrying(rt, op)
 
@@ -507,7 +498,7 @@ def expire_ask(rt: Runtime, run_id: str) -> None:
         spec = tx.rt.caches.spec_of(tx.conn, run_id, loop=run.loop)
         if spec.ask_timeout_action == "fail":
             tx.prepare(run, ending=True, tells_parent=True)
-            change = _repair(tx, run, ask_mod.TIMEOUT_TEXT)
+            change = repair_calls(tx, run, ask_mod.TIMEOUT_TEXT)
             settle(
                 change,
                 Fail(reason="the ask expired without an answer", code="ask_timeout"),
@@ -558,7 +549,7 @@ def approve_run(
         chosen = _decisions(items, decisions, approve, reject)
         resolved = _resolve(tx, owner, items, chosen)
         _apply_approval(tx, owner, resolved, approval_id, note, by)
-        return _record(tx, run_id)
+        return tx.record(run_id)
 
     return retrying(rt, op)
 

@@ -19,7 +19,7 @@ from shared.agent.guardrails import (
     check_rule,
     model_verdict,
 )
-from shared.agent.pricing import price_call
+from shared.agent.pricing import call_usage, price_call
 from shared.agent.spec import AgentSpec, GuardrailSpec
 from shared.engine import spend
 from shared.engine.guard_plugins import run_plugin
@@ -127,20 +127,13 @@ def _model_check(
         u = reply.usage
         cost = price_call(profile.pricing, u, profile.own_key) if u is not None else 0.0
         held.cost = cost
+    latency_ms = int((time.time() - started) * 1000)
     out.usage.append(
         {
             "round": round_no,
             "purpose": GUARDRAIL_PURPOSE,
             "profile": profile.name,
-            "model": reply.raw_model or profile.model or profile.name,
-            "input_tokens": u.input_tokens if u else 0,
-            "output_tokens": u.output_tokens if u else 0,
-            "cached_input_tokens": u.cached_input_tokens if u else 0,
-            "reasoning_tokens": u.reasoning_tokens if u else 0,
-            "estimated": u.estimated if u else True,
-            "cost": cost,
-            "latency_ms": int((time.time() - started) * 1000),
-            "committed": True,
+            **call_usage(reply, profile, cost, latency_ms),
         }
     )
     return model_verdict(g.model, reply.text)

@@ -33,18 +33,19 @@ from shared.agent.plan import Plan, update_plan
 from shared.agent.spec import AgentSpec
 from shared.agent.state import LoopState
 from shared.engine.catalog import build_catalog
-from shared.engine.change import Change, flush
+from shared.engine.change import Change
+from shared.engine.commands import CANCELLED_TEXT, input_messages, repair_calls
 from shared.engine.knowledge import check_sources
 from shared.engine.runtime import Runtime
 from shared.engine.transition import retrying
 from shared.engine.tx import Tx
-from shared.errors import Conflict, NotFound, SpecError
+from shared.errors import Conflict, SpecError
 from shared.llm.profiles import resolve_profile
 from shared.store import calls as call_store
 from shared.store import lineage, records
 from shared.store import runs as run_store
 from shared.store import threads as thread_store
-from shared.store.rows import RUNNABLE, Call, CallStatus, Run, RunRecord, Status
+from shared.store.rows import RUNNABLE, Run, RunRecord, Status
 from shared.vocab import EventType
 
 __all__ = [
@@ -61,7 +62,6 @@ __all__ = [
     "steer_run",
 ]
 
-CANCELLED_TEXT = "Cancelled: the run was cancelled before this call finished."
 MAX_STEER = 20  # messages waiting on one run at most
 RESUMABLE = frozenset({Status.FAILED, Status.CANCELLED})
 STEERABLE = frozenset({Status.QUEUED, Status.RUNNING, Status.WAITING})
@@ -109,19 +109,6 @@ def _spec_json(spec: AgentSpec) -> dict[str, Any]:
     return spec.model_dump(mode="json", exclude_none=True)
 
 
-def _load(tx: Tx, tenant: str, run_id: str) -> Run:
-    run = run_store.load_run(tx.conn, run_id, tenant)
-    if run is None:
-        raise NotFound(f"run {run_id} not found")
-    return run
-
-
-def _record(tx: Tx, run_id: str) -> RunRecord:
-    record = run_store.get_run(tx.conn, run_id)
-    assert record is not None
-    return record
-
-
 # --- resume --------------------------------------------------------------------------------------
 
 
@@ -135,12 +122,12 @@ def resume_run(rt: Runtime, actor: Actor, run_id: str, new: NewSpec | None = Non
         _check_spec(rt, actor.tenant, new, record.inputs if record is not None else None)
 
     def op(tx: Tx) -> RunRecord:
-        run = _load(tx, actor.tenant, run_id)
+        run = tx.run(run_id, actor.tenant)
         _resumable(run)
         if run.thread_id:
             tx.lock_thread(run.thread_id)  # first: lock order
             _thread_allows(tx, run)
-        change = _repaired(tx, run)
+        change = repair_calls(tx, run, CANCELLED_TEXT)
         values = change.values
         spec_deadline: float | None = None
         if new is not None:
@@ -177,7 +164,7 @@ def resume_run(rt: Runtime, actor: Actor, run_id: str, new: NewSpec | None = Non
             changed=changed,
         )
         tx.apply(change)
-        return _record(tx, run_id)
+        return tx.record(run_id)
 
     return retrying(rt, op)
 
@@ -203,34 +190,6 @@ def _thread_allows(tx: Tx, run: Run) -> None:
     last = thread_store.last_started(tx.conn, run.thread_id, other_than="")
     if last is not None and last.id != run.id:
         raise Conflict(f"run {last.id} came after run {run.id} on thread {run.thread_id}")
-
-
-def _repaired(tx: Tx, run: Run) -> Change:
-    """A change that gives every tool call left without a result its tool message (the text a
-    cancel gives), so the transcript is valid for providers."""
-    calls = call_store.list_tool_calls(tx.conn, run.id)
-    open_ids = [c.call_id for c in calls if c.status != CallStatus.DONE]
-    values = {
-        "status": CallStatus.DONE.value,
-        "result": CANCELLED_TEXT,
-        "result_for_model": CANCELLED_TEXT,
-        "finished_at": tx.ts,
-        "lease_owner": None,
-    }
-    if open_ids:
-        call_store.set_calls(tx.conn, run.id, open_ids, values)
-    closed = [Call.of({**_call_dict(c), **values}) if c.call_id in open_ids else c for c in calls]
-    msgs, ids = flush(closed)
-    if ids:
-        call_store.set_calls(tx.conn, run.id, ids, {"flushed": True})
-    change = Change(run)
-    for m in msgs:
-        change.message(m, run.round)
-    return change
-
-
-def _call_dict(call: Call) -> dict[str, Any]:
-    return {f: getattr(call, f) for f in Call.__dataclass_fields__}
 
 
 # --- fork ----------------------------------------------------------------------------------------
@@ -267,15 +226,15 @@ def fork_run(rt: Runtime, actor: Actor, run_id: str, req: ForkInput) -> RunRecor
     new_id = f"run_{uuid.uuid4().hex[:24]}"
 
     def op(tx: Tx) -> RunRecord:
-        source = _load(tx, actor.tenant, run_id)
+        source = tx.run(run_id, actor.tenant)
         stamp = _admit_thread(tx, actor.tenant, req.thread_id) if req.thread_id else tx.ts
         if req.round > source.round:
             raise Conflict(f"run {run_id} has {source.round} rounds; it cannot fork at {req.round}")
         point = _point(tx, source, req)
-        record = _record(tx, source.id)
+        record = tx.record(source.id)
         spec = req.spec.spec if req.spec is not None else AgentSpec.model_validate(record.agent)
         _create_fork(tx, new_id, actor, source, record, spec, point, req, msgs, stamp)
-        return _record(tx, new_id)
+        return tx.record(new_id)
 
     if req.spec is not None:
         with rt.engine.connect() as conn:
@@ -285,18 +244,7 @@ def fork_run(rt: Runtime, actor: Actor, run_id: str, req: ForkInput) -> RunRecor
 
 
 def _fork_input(value: str | list[dict[str, Any]] | None) -> list[Message]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        if not value.strip():
-            raise SpecError("input must not be empty")
-        return [Message(role="user", content=value)]
-    if not value:
-        raise SpecError("input must not be empty")
-    msgs = [Message.from_dict({"content": "", **m}) for m in value]
-    if msgs[-1].role != "user":
-        raise SpecError("the last input message must have role 'user'")
-    return msgs
+    return [] if value is None else input_messages(value)
 
 
 def _admit_thread(tx: Tx, tenant: str, thread_id: str) -> float:
@@ -463,7 +411,7 @@ def steer_run(rt: Runtime, actor: Actor, run_id: str, content: str) -> RunRecord
         raise SpecError("content must not be empty")
 
     def op(tx: Tx) -> RunRecord:
-        found = _load(tx, actor.tenant, run_id)
+        found = tx.run(run_id, actor.tenant)
         if found.status not in STEERABLE or found.held:
             raise Conflict(
                 f"run {run_id} is {found.status}; only a waiting or running run takes a message"
@@ -481,7 +429,7 @@ def steer_run(rt: Runtime, actor: Actor, run_id: str, content: str) -> RunRecord
             change = Change(run, bump=False, values={"steer": [*(run.steer or []), posted]})
             change.event(EventType.MESSAGE_ADDED, **event, delivered=False)
         tx.apply(change)
-        return _record(tx, run_id)
+        return tx.record(run_id)
 
     return retrying(rt, op)
 
@@ -507,7 +455,7 @@ def edit_plan(rt: Runtime, actor: Actor, run_id: str, args: Mapping[str, Any]) -
     tool would refuse them; nothing is kept of a refused edit)."""
 
     def op(tx: Tx) -> RunRecord:
-        run = _load(tx, actor.tenant, run_id)
+        run = tx.run(run_id, actor.tenant)
         if run.status != Status.WAITING:
             raise Conflict(f"run {run_id} is {run.status}; only a waiting run's plan is edited")
         if run.plan is None:
@@ -519,6 +467,6 @@ def edit_plan(rt: Runtime, actor: Actor, run_id: str, args: Mapping[str, Any]) -
         change = Change(run, values={"plan": new.to_dict()})
         change.event(EventType.PLAN_UPDATED, plan=new.to_dict(), by=actor.as_event())
         tx.apply(change)
-        return _record(tx, run_id)
+        return tx.record(run_id)
 
     return retrying(rt, op)

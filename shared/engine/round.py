@@ -40,7 +40,7 @@ from shared.agent.handoff import view_for
 from shared.agent.history import request_budget
 from shared.agent.messages import Message, Reply, Usage
 from shared.agent.plan import Plan
-from shared.agent.pricing import price_call
+from shared.agent.pricing import call_usage, price_call
 from shared.agent.request import RequestPlan, last_user_text, plan_request
 from shared.agent.router import route
 from shared.agent.sanitize import sanitize_reply
@@ -649,7 +649,7 @@ def _maybe_checkpoint(
         "round": claim.state.round + 1,
         "purpose": "compress",
         "profile": profile.name,
-        **_usage_values(claim, reply, _price(profile, reply), latency),
+        **call_usage(reply, claim.profile, _price(profile, reply), latency),
     }
     return _Checkpoint(checkpoint_message(summary, active), usage_row)
 
@@ -880,7 +880,7 @@ def _call_model(
             "round": claim.state.round + 1,
             "purpose": "round" if live else "compress",
             "profile": claim.profile.name,
-            **_usage_values(claim, reply, _price(claim.profile, reply), latency),
+            **call_usage(reply, claim.profile, _price(claim.profile, reply), latency),
             "committed": False,
         }
     )
@@ -1106,21 +1106,6 @@ def _price(profile: ModelProfile, reply: Reply) -> float:
     return price_call(profile.pricing, reply.usage, profile.own_key)
 
 
-def _usage_values(claim: _Claim, reply: Reply, cost: float, latency: int) -> dict[str, Any]:
-    u = reply.usage
-    return {
-        "input_tokens": u.input_tokens if u else 0,
-        "output_tokens": u.output_tokens if u else 0,
-        "cached_input_tokens": u.cached_input_tokens if u else 0,
-        "reasoning_tokens": u.reasoning_tokens if u else 0,
-        "estimated": u.estimated if u else True,
-        "cost": cost,
-        "latency_ms": latency,
-        "committed": True,
-        "model": reply.raw_model or claim.profile.model or claim.profile.name,
-    }
-
-
 # --- commit ------------------------------------------------------------------------------------
 
 
@@ -1150,7 +1135,7 @@ def _commit(
             "round": round_,
             "purpose": "round",
             "profile": claim.profile.name,
-            **_usage_values(claim, reply, result.state.cost - claim.state.cost, latency),
+            **call_usage(reply, claim.profile, result.state.cost - claim.state.cost, latency),
         }
     )
     if result.plan != run.plan:

@@ -39,7 +39,7 @@ from shared.errors import NotFound
 from shared.store import ancestry, deliveries, records
 from shared.store import runs as run_store
 from shared.store import threads as thread_store
-from shared.store.rows import FINAL, Run, Status
+from shared.store.rows import FINAL, Run, RunRecord, Status
 from shared.store.write import Inc, rows_beside
 
 __all__ = ["Applied", "FollowUp", "Tx"]
@@ -77,6 +77,21 @@ class Tx:
         self.appended: list[tuple[str, int, int, list[Message]]] = []
         self._threads: set[str] = set()
         self._lineages: set[str] = set()
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def run(self, run_id: str, tenant: str | None = None) -> Run:
+        """The run's hot row (``tenant`` None: any tenant's). NotFound when there is none."""
+        run = run_store.load_run(self.conn, run_id, tenant)
+        if run is None:
+            raise NotFound(f"run {run_id} not found")
+        return run
+
+    def record(self, run_id: str) -> RunRecord:
+        """The run as the API shows it, as this transaction sees it now."""
+        record = run_store.get_run(self.conn, run_id)
+        assert record is not None
+        return record
 
     # --- locks --------------------------------------------------------------------------------
 

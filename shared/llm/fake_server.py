@@ -38,7 +38,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 import uvicorn
@@ -48,6 +47,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from shared.agent.messages import content_text
 from shared.agent.tokens import estimate_tokens
 from shared.llm.wire_check import error_body, transcript_problem
 
@@ -119,18 +119,10 @@ def _as_spec(value: SpecLike) -> ReplySpec:
     return ReplySpec(**dict(value))
 
 
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return ""
-
-
 def echo_responder(body: dict[str, Any]) -> ReplySpec:
     """The default reply: ``echo: <the last user message>``."""
     users = [m for m in body.get("messages") or () if m.get("role") == "user"]
-    return ReplySpec(text=f"echo: {_text_of(users[-1].get('content')) if users else ''}")
+    return ReplySpec(text=f"echo: {content_text(users[-1].get('content')) if users else ''}")
 
 
 @dataclass(frozen=True)
@@ -275,7 +267,7 @@ def _usage(spec: ReplySpec, body: dict[str, Any], streaming: bool) -> Mapping[st
     wants = bool((body.get("stream_options") or {}).get("include_usage"))
     if streaming and not wants:
         return None
-    prompt = sum(estimate_tokens(_text_of(m.get("content"))) + 4 for m in body["messages"])
+    prompt = sum(estimate_tokens(content_text(m.get("content"))) + 4 for m in body["messages"])
     args = "".join(_arguments(c) for c in spec.tool_calls)
     completion = estimate_tokens(spec.text + spec.reasoning + args)
     return {
@@ -626,12 +618,7 @@ class FakeLLMServer:
     def __enter__(self) -> FakeLLMServer:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         self.stop()
         if exc_type is None and self.violations:
             # a request a strict provider refuses can still end well (the client's fallback to

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 from httpx_sse import EventSource, ServerSentEvent, connect_sse
 
-from shared.agent.messages import Message, Reply, Usage
+from shared.agent.messages import Message, Reply, Usage, content_text
 from shared.agent.spec import ModelProfile
 from shared.agent.tokens import estimate_tokens
 from shared.errors import (
@@ -160,17 +160,9 @@ def _has_tools(body: dict[str, Any]) -> bool:
 # --------------------------------------------------------------------------- usage
 
 
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return ""
-
-
 def _estimate_usage(body: dict[str, Any], reply: Reply) -> Usage:
     """SPEC M-9: no usage from the provider → an estimate, marked as such."""
-    prompt = sum(estimate_tokens(_content_text(m.get("content"))) + 4 for m in body["messages"])
+    prompt = sum(estimate_tokens(content_text(m.get("content"))) + 4 for m in body["messages"])
     tools = body.get("tools") or body.get("functions")
     if tools:
         prompt += estimate_tokens(json.dumps(tools))

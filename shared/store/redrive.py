@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from shared.store.rows import RUNNABLE, CallStatus, Status
+from shared.store.runs import due_query
 from shared.store.tables import runs, tool_calls, workers
 
 __all__ = [
@@ -182,16 +183,7 @@ class DueWait:
 
 def due_waits(conn: Connection, ts: float, limit: int = 200) -> list[DueWait]:
     """Waiting runs whose ``wake_at`` has passed, oldest first."""
-    q = (
-        sa.select(runs.c.id, runs.c.pending)
-        .where(
-            runs.c.status == Status.WAITING.value,
-            runs.c.wake_at.is_not(None),
-            runs.c.wake_at <= ts,
-        )
-        .order_by(runs.c.wake_at)
-        .limit(limit)
-    )
+    q = due_query(Status.WAITING, ts, limit, runs.c.id, runs.c.pending)
     return [DueWait(str(i), (p or {}).get("kind")) for i, p in conn.execute(q)]
 
 

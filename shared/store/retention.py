@@ -10,7 +10,7 @@ kept while that run exists (``referenced``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -79,22 +79,31 @@ def run_tree(conn: Connection, run_ids: Sequence[str]) -> list[str]:
     return out
 
 
-def not_final(conn: Connection, run_ids: Sequence[str]) -> list[str]:
-    """Those of the runs that have not ended."""
+def _run_ids_where(
+    conn: Connection,
+    run_ids: Sequence[str],
+    where: Callable[[list[str]], sa.ColumnElement[bool]],
+) -> list[str]:
+    """The ids of the runs that match ``where(part)``, for each chunk of ``run_ids``."""
     out: list[str] = []
     for part in _chunks(run_ids):
-        q = sa.select(runs.c.id).where(runs.c.id.in_(part), runs.c.status.not_in(_FINAL))
+        q = sa.select(runs.c.id).where(where(part))
         out += [str(i) for i in conn.execute(q).scalars()]
     return out
+
+
+def not_final(conn: Connection, run_ids: Sequence[str]) -> list[str]:
+    """Those of the runs that have not ended."""
+    return _run_ids_where(
+        conn, run_ids, lambda part: runs.c.id.in_(part) & runs.c.status.not_in(_FINAL)
+    )
 
 
 def referenced(conn: Connection, run_ids: Sequence[str]) -> list[str]:
     """Runs outside ``run_ids`` that read one of them as their history (their base)."""
-    out: list[str] = []
-    for part in _chunks(run_ids):
-        q = sa.select(runs.c.id).where(runs.c.base_run_id.in_(part), runs.c.id.not_in(run_ids))
-        out += [str(i) for i in conn.execute(q).scalars()]
-    return out
+    return _run_ids_where(
+        conn, run_ids, lambda part: runs.c.base_run_id.in_(part) & runs.c.id.not_in(run_ids)
+    )
 
 
 def delete_runs(conn: Connection, run_ids: Sequence[str]) -> int:

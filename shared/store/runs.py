@@ -15,11 +15,12 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Connection
 
-from shared.store.rows import Run, RunRecord
+from shared.store.rows import Run, RunRecord, Status
 from shared.store.tables import run_specs, runs, workers
 
 __all__ = [
     "RunFilter",
+    "due_query",
     "now",
     "search_runs",
     "record_of",
@@ -310,3 +311,13 @@ def make_due(conn: Connection, run_id: str, version: int) -> None:
         sa.update(runs).where(runs.c.id == run_id, runs.c.version == version).values(wake_at=None)
     )
     conn.execute(stmt)
+
+
+def due_query(status: Status, ts: float, limit: int, *columns: Any) -> sa.Select[Any]:
+    """``columns`` of the runs in ``status`` whose ``wake_at`` has passed, earliest first."""
+    return (
+        sa.select(*columns)
+        .where(runs.c.status == status.value, runs.c.wake_at.is_not(None), runs.c.wake_at <= ts)
+        .order_by(runs.c.wake_at)
+        .limit(limit)
+    )

@@ -15,6 +15,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from shared.store.rows import Status
+from shared.store.runs import due_query
 from shared.store.tables import cron_fires, crons, runs
 
 __all__ = [
@@ -60,16 +61,7 @@ class Cron:
 
 def due_scheduled(conn: Connection, ts: float, limit: int = 200) -> list[str]:
     """Scheduled runs whose time came, earliest first."""
-    q = (
-        sa.select(runs.c.id)
-        .where(
-            runs.c.status == Status.SCHEDULED.value,
-            runs.c.wake_at.is_not(None),
-            runs.c.wake_at <= ts,
-        )
-        .order_by(runs.c.wake_at)
-        .limit(limit)
-    )
+    q = due_query(Status.SCHEDULED, ts, limit, runs.c.id)
     return [str(i) for i in conn.execute(q).scalars()]
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "get_segment",
     "last_waiting_seq",
     "load_leg",
+    "open_leg",
     "resumed",
     "segment_id",
     "segment_of_event",
@@ -74,7 +75,6 @@ class Leg:
 
 def add_segment(
     conn: Connection,
-    *,
     protocol: str,
     tenant: str,
     run: Mapping[Any, Any],
@@ -195,6 +195,26 @@ def load_leg(conn: Connection, segment: Mapping[Any, Any]) -> Leg:
     assert run is not None, f"segment {segment['id']} lost its run"
     end = end_event(conn, segment["run_id"], segment["from_seq"])
     return Leg(segment=segment, run=run, end=end)
+
+
+def open_leg(
+    conn: Connection,
+    protocol: str,
+    tenant: str,
+    run_id: str,
+    from_seq: int,
+    assistant_id: str,
+    meta: dict[str, Any] | None,
+    options: dict[str, Any],
+) -> Leg:
+    """The run's segment from ``from_seq`` (0: its start; else the ``run.waiting`` seq it
+    resumes, which closes the segments before it), recorded once, as a leg."""
+    run = run_store.get_run(conn, run_id)
+    assert run is not None
+    if from_seq:
+        close_segments(conn, run_id, from_seq)
+    seg = add_segment(conn, protocol, tenant, run, from_seq, assistant_id, meta, options)
+    return load_leg(conn, seg)
 
 
 def close_segments(conn: Connection, run_id: str, to_seq: int) -> None:

@@ -32,6 +32,7 @@ from shared.errors import ConfigError, ToolError
 from shared.llm.base import ModelRequest
 from shared.llm.profiles import make_model, resolve_profile
 from shared.tools.base import ToolContext, ToolResult
+from shared.tools.inline import InlineFace
 
 __all__ = ["INPUT_SCHEMA", "AgentTool", "SubAgentTool", "agent_answer", "question_of"]
 
@@ -43,18 +44,8 @@ INPUT_SCHEMA: dict[str, Any] = {
 """The parameters of an agent tool that declares none."""
 
 
-class _InlineFace:
-    """The Tool-protocol face of an inline tool spec (name, description, parameters, trust)."""
-
-    _spec: InlineTool
-
-    @property
-    def name(self) -> str:
-        return self._spec.name
-
-    @property
-    def description(self) -> str:
-        return self._spec.description
+class _InlineFace(InlineFace):
+    """An agent tool's face: its declared parameters, or ``INPUT_SCHEMA`` when none are."""
 
     @property
     def parameters(self) -> dict[str, Any]:
@@ -62,16 +53,6 @@ class _InlineFace:
         if self._spec.parameters.get("properties"):
             return self._spec.parameters
         return INPUT_SCHEMA
-
-    @property
-    def read_only(self) -> bool:
-        """As declared (N-5: the default is write; declare ``read_only: true`` so a guarded
-        agent runs it without approval)."""
-        return self._spec.read_only
-
-    @property
-    def internal(self) -> bool:
-        return False
 
 
 class AgentTool(_InlineFace):

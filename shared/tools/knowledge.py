@@ -25,6 +25,7 @@ from shared.errors import ConfigError, ModelError, ToolError
 from shared.llm.base import ModelRequest
 from shared.llm.profiles import make_model, resolve_profile
 from shared.tools.base import InvalidToolArguments, KnowledgeSource, ToolContext, ToolResult
+from shared.tools.inline import InlineFace
 from shared.tools.registry import tool
 
 __all__ = ["QUERY_SCHEMA", "KnowledgeTool", "SearchArgs", "knowledge_search"]
@@ -65,7 +66,7 @@ def knowledge_search(args: SearchArgs, ctx: ToolContext) -> ToolResult:
     return _result(_source(ctx).search(args.query, datasets, args.k))
 
 
-class KnowledgeTool:
+class KnowledgeTool(InlineFace):
     """An inline ``knowledge:`` tool over fixed datasets, with the optional LLM filter."""
 
     def __init__(
@@ -82,10 +83,6 @@ class KnowledgeTool:
         self._profiles = dict(profiles or {})
 
     @property
-    def name(self) -> str:
-        return self._spec.name
-
-    @property
     def description(self) -> str:
         if self._spec.description:
             return self._spec.description
@@ -98,14 +95,6 @@ class KnowledgeTool:
     @property
     def parameters(self) -> dict[str, Any]:
         return QUERY_SCHEMA
-
-    @property
-    def read_only(self) -> bool:
-        return self._spec.read_only
-
-    @property
-    def internal(self) -> bool:
-        return False
 
     def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         query = str(args.get("query") or "").strip()
