@@ -23,6 +23,7 @@ from shared.agent.spec import HttpToolSpec, InlineTool
 from shared.errors import SpecError, ToolError
 from shared.tools.base import InvalidToolArguments, ToolContext, ToolResult
 from shared.tools.http_progress import is_event_stream, progress_watch, sse_result
+from shared.tools.inline import InlineFace
 from shared.tools.netguard import SafeResponse, safe_request
 
 __all__ = [
@@ -44,8 +45,9 @@ STOP_HEADER = "Treadle-Stop"
 _TRUE = frozenset({"true", "1", "yes"})
 
 
-class HttpTool:
-    """A ``Tool`` that calls one HTTP endpoint through the SSRF guard."""
+class HttpTool(InlineFace):
+    """A ``Tool`` that calls one HTTP endpoint through the SSRF guard (its name, description,
+    parameters and trust as the spec declares them: ``InlineFace``)."""
 
     def __init__(
         self,
@@ -61,26 +63,6 @@ class HttpTool:
         self._http: HttpToolSpec = spec.http
         self._max_bytes = max_bytes
         self._client = client
-
-    @property
-    def name(self) -> str:
-        return self._spec.name
-
-    @property
-    def description(self) -> str:
-        return self._spec.description
-
-    @property
-    def parameters(self) -> dict[str, Any]:
-        return self._spec.parameters
-
-    @property
-    def read_only(self) -> bool:
-        return self._spec.read_only
-
-    @property
-    def internal(self) -> bool:
-        return False
 
     def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         self._require(args)
