@@ -77,19 +77,22 @@ def list_tool_calls(conn: Connection, run_id: str, round_: int | None = None) ->
 
 
 _CALL_COLUMNS = [c.label(f"call_{c.name}") for c in tool_calls.c]
+_CALL_NAMES = [(c.name, f"call_{c.name}") for c in tool_calls.c]
+
+# built once: a statement built per call pays SQLAlchemy's cache-key walk of its whole tree
+_CALL_AND_RUN = (
+    sa.select(runs, *_CALL_COLUMNS)
+    .join(tool_calls, tool_calls.c.run_id == runs.c.id)
+    .where(runs.c.id == sa.bindparam("b_run"), tool_calls.c.call_id == sa.bindparam("b_call"))
+)
 
 
 def call_and_run(conn: Connection, run_id: str, call_id: str) -> tuple[Run, Call] | None:
     """A tool call and its run, in one read (what a tool task starts from)."""
-    q = (
-        sa.select(runs, *_CALL_COLUMNS)
-        .join(tool_calls, tool_calls.c.run_id == runs.c.id)
-        .where(runs.c.id == run_id, tool_calls.c.call_id == call_id)
-    )
-    row = conn.execute(q).mappings().first()
+    row = conn.execute(_CALL_AND_RUN, {"b_run": run_id, "b_call": call_id}).mappings().first()
     if row is None:
         return None
-    call = {c.name: row[f"call_{c.name}"] for c in tool_calls.c}
+    call = {name: row[label] for name, label in _CALL_NAMES}
     return Run.of(row), Call.of(call)
 
 
