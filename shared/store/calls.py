@@ -77,19 +77,22 @@ def list_tool_calls(conn: Connection, run_id: str, round_: int | None = None) ->
 
 
 _CALL_COLUMNS = [c.label(f"call_{c.name}") for c in tool_calls.c]
+_CALL_NAMES = [(c.name, f"call_{c.name}") for c in tool_calls.c]
+
+# built once: a statement built per call pays SQLAlchemy's cache-key walk of its whole tree
+_CALL_AND_RUN = (
+    sa.select(runs, *_CALL_COLUMNS)
+    .join(tool_calls, tool_calls.c.run_id == runs.c.id)
+    .where(runs.c.id == sa.bindparam("b_run"), tool_calls.c.call_id == sa.bindparam("b_call"))
+)
 
 
 def call_and_run(conn: Connection, run_id: str, call_id: str) -> tuple[Run, Call] | None:
     """A tool call and its run, in one read (what a tool task starts from)."""
-    q = (
-        sa.select(runs, *_CALL_COLUMNS)
-        .join(tool_calls, tool_calls.c.run_id == runs.c.id)
-        .where(runs.c.id == run_id, tool_calls.c.call_id == call_id)
-    )
-    row = conn.execute(q).mappings().first()
+    row = conn.execute(_CALL_AND_RUN, {"b_run": run_id, "b_call": call_id}).mappings().first()
     if row is None:
         return None
-    call = {c.name: row[f"call_{c.name}"] for c in tool_calls.c}
+    call = {name: row[label] for name, label in _CALL_NAMES}
     return Run.of(row), Call.of(call)
 
 
@@ -215,7 +218,9 @@ def set_calls(
     """Set ``values`` on calls (guarded by their status and, for a claimed call, its attempt:
     a fencing token); returns how many rows changed."""
     statuses = None if from_status is None else tuple(s.value for s in from_status)
-    stmt = _close_statement(values_shape(values), statuses, attempts is not None)
+    stmt = _close_statement(
+        values_shape(values), statuses, attempts is not None, len(call_ids) == 1
+    )
     params = calls_params(call_ids, values, "v_")
     params.update(b_run=run_id, b_attempts=attempts)
     return int(conn.execute(stmt, params).rowcount)
@@ -227,33 +232,48 @@ def values_shape(values: Mapping[str, Any]) -> tuple[tuple[str, bool], ...]:
 
 def calls_params(call_ids: Sequence[str], values: Mapping[str, Any], prefix: str) -> dict[str, Any]:
     params = {f"{prefix}{name}": v for name, v in values.items() if v is not None}
-    params[f"{prefix}ids"] = list(call_ids)
+    if len(call_ids) == 1:
+        params[f"{prefix}id"] = call_ids[0]
+    else:
+        params[f"{prefix}ids"] = list(call_ids)
     return params
 
 
-def calls_update(shape: tuple[tuple[str, bool], ...], run: Any, prefix: str) -> Any:
-    """UPDATE tool_calls of run ``run`` whose ids are ``:<prefix>ids``, setting each value of
-    ``shape`` from ``:<prefix><column>`` (a None value is SQL NULL)."""
+def calls_update(
+    shape: tuple[tuple[str, bool], ...], run: Any, prefix: str, single: bool = False
+) -> Any:
+    """UPDATE tool_calls of run ``run`` whose ids are ``:<prefix>ids`` (``single``: whose id
+    is ``:<prefix>id``), setting each value of ``shape`` from ``:<prefix><column>`` (a None
+    value is SQL NULL). One call (a tool task's) is a plain equality: an expanding ``IN``
+    makes SQLAlchemy render the statement's text again on every execute."""
     c = tool_calls.c
     sets = {
         name: sa.null() if null else sa.bindparam(f"{prefix}{name}", type_=c[name].type)
         for name, null in shape
     }
-    ids: Any = sa.bindparam(f"{prefix}ids", expanding=True)
-    return sa.update(tool_calls).where(c.run_id == run, c.call_id.in_(ids)).values(**sets)
+    which = (
+        c.call_id == sa.bindparam(f"{prefix}id")
+        if single
+        else c.call_id.in_(sa.bindparam(f"{prefix}ids", expanding=True))
+    )
+    return sa.update(tool_calls).where(c.run_id == run, which).values(**sets)
 
 
 @lru_cache(maxsize=256)
 def _close_statement(
-    shape: tuple[tuple[str, bool], ...], statuses: tuple[str, ...] | None, fenced: bool
+    shape: tuple[tuple[str, bool], ...],
+    statuses: tuple[str, ...] | None,
+    fenced: bool,
+    single: bool,
 ) -> Any:
     """``set_calls``' UPDATE for this shape of values (a None value is SQL NULL), status
-    guard and fence: built once per shape (a statement built per call costs more CPU than its
-    round trip)."""
+    guard, fence and one call or several: built once per shape (a statement built per call
+    costs more CPU than its round trip). The status guard is a disjunction of equalities, not
+    ``IN``: no statement text rendered again per execute."""
     c = tool_calls.c
-    stmt = calls_update(shape, sa.bindparam("b_run"), "v_")
+    stmt = calls_update(shape, sa.bindparam("b_run"), "v_", single)
     if statuses is not None:
-        stmt = stmt.where(c.status.in_(statuses))
+        stmt = stmt.where(sa.or_(*(c.status == s for s in statuses)))
     if fenced:
         stmt = stmt.where(c.attempts == sa.bindparam("b_attempts"))
     return stmt

@@ -101,7 +101,7 @@ class PostgresStore(Store):
             extra.update(calls.calls_params(c.call_ids, c.values, f"c{i}_"))
         kinds = tuple((name, kind_of(v)) for name, v in vals.items())
         shape = tuple((b.table.name, tuple(b.rows[0]), b.seq) for b in beside)
-        closes = tuple(calls.values_shape(c.values) for c in closing)
+        closes = tuple((calls.values_shape(c.values), len(c.call_ids) == 1) for c in closing)
         guard_shape = tuple((g, v is None) for g, v in guard.items())
         stmt = _pg_write(kinds, owner, guard_shape, shape, closes)
         row = conn.execute(stmt, {**params, **extra}).mappings().first()
@@ -239,13 +239,14 @@ def _pg_write(
     owner: bool,
     guard: tuple[tuple[str, bool], ...],
     shape: tuple[tuple[str, tuple[str, ...], str | None], ...],
-    closes: tuple[tuple[tuple[str, bool], ...], ...],
+    closes: tuple[tuple[tuple[tuple[str, bool], ...], bool], ...],
 ) -> Any:
     """The guarded UPDATE with its rows beside and its calls' values, as one statement. A
     row's ``k`` (1…n) is its place: its seq is the run's new counter minus n plus k."""
     u = update_statement(kinds, owner, guard).cte("u")
     ctes = [
-        calls.calls_update(close, u.c.id, f"c{i}_").cte(f"c{i}") for i, close in enumerate(closes)
+        calls.calls_update(close, u.c.id, f"c{i}_", single).cte(f"c{i}")
+        for i, (close, single) in enumerate(closes)
     ]
     for i, (name, keys, seq) in enumerate(shape):
         table = _TABLES[name]

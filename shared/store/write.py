@@ -160,11 +160,13 @@ _Shape = tuple[tuple[str, ...], bool, tuple[tuple[str, bool], ...]]  # values, o
 
 
 def claim_due() -> tuple[Any, ...]:
-    """The WHERE of a round claim, with bind parameters."""
+    """The WHERE of a round claim, with bind parameters. The status test is a disjunction
+    of equalities, not ``IN``: a list ``IN`` is an expanding parameter, whose statement text
+    SQLAlchemy renders again on every execute."""
     return (
         _R.id == sa.bindparam("b_run"),
         _R.version == sa.bindparam("b_version"),
-        _R.status.in_([s.value for s in RUNNABLE]),
+        sa.or_(*(_R.status == value for value in sorted(s.value for s in RUNNABLE))),
         _R.open_calls == 0,
         _R.held == sa.false(),
         sa.or_(_R.wake_at.is_(None), _R.wake_at <= sa.bindparam("b_ts")),
