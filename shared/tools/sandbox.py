@@ -30,6 +30,7 @@ From the run's point of view it is read-only: nothing outside the sandbox change
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import json
@@ -475,10 +476,8 @@ def _kill(
     """SIGKILL to the sandbox's process group (and its cgroup); the first reason is kept."""
     if not killed:
         killed.append(reason)
-    try:
+    with contextlib.suppress(ProcessLookupError):  # already gone: nothing to kill
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     if group is not None:
         group.kill()
 
