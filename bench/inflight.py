@@ -39,11 +39,13 @@ import datetime
 import math
 import os
 import socket
+import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import httpx
 import sqlalchemy as sa
 
 from bench.common import (
@@ -118,9 +120,11 @@ class Sampler:
     """Every 0.5 s: connections to the scratch database other than the bench's own (the
     workers'; total and ``active``), the workers' summed RSS and threads. Keeps the peaks."""
 
-    def __init__(self, url: str, pids: list[int]) -> None:
+    def __init__(self, url: str, pids: list[int], model_stats: str) -> None:
         self.engine = bench_engine(url)
         self.name, self.pids = db_name(url), pids
+        self.model_stats = model_stats
+        self.open_calls: list[tuple[float, int]] = []  # (when, model calls open at the model)
         self.peak_conns = self.peak_active = self.peak_threads = 0
         self.peak_rss = 0.0
         self._stop = threading.Event()
@@ -129,6 +133,9 @@ class Sampler:
 
     def _loop(self) -> None:
         while not self._stop.wait(0.5):
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                opened = httpx.get(self.model_stats, timeout=2).json()["in_flight"]
+                self.open_calls.append((time.time(), int(opened)))
             rss = sum(proc_rss_mb(p) for p in self.pids)
             self.peak_rss = max(self.peak_rss, rss)
             self.peak_threads = max(self.peak_threads, sum(threads_of(p) for p in self.pids))
@@ -165,7 +172,9 @@ def snapshot(admin: sa.Engine, url: str, pids: list[int]) -> dict[str, Any]:
     return {
         "t": time.time(),
         "machine": machine_cpu()[0],
-        "workers": sum(proc_cpu(p) for p in pids),
+        "workers": sum(proc_cpu(p) for p in pids[:PROCS]),
+        "outside": sum(proc_cpu(p) for p in pids[PROCS:]),
+        "bench": proc_cpu(os.getpid()),
         "pg": retrying(backends),
     }
 
@@ -268,7 +277,7 @@ def measure(procs: Procs, url: str, runs: int, start: str) -> dict[str, Any]:
             log(f"inflight: {runs} runs queued in {time.time() - t:.0f} s; starting workers")
         names = start_treadle_workers(procs, env, PROCS, conc, tag=f"if{runs}-")
         pids = [procs.pid(n) for n in names]
-        sampler = Sampler(url, pids)
+        sampler = Sampler(url, pids, f"http://127.0.0.1:{outside.model_port}/stats")
         started = time.time()
         if start == "burst":
             t0 = wait_for(lambda: first_round_at(admin), LATENCY + 120, "the first round", 0.2)
@@ -283,9 +292,9 @@ def measure(procs: Procs, url: str, runs: int, start: str) -> dict[str, Any]:
         close_runtime(rt)
         b_t = a_t + WINDOW
         time.sleep(max(0.0, a_t - time.time()))
-        a = snapshot(admin, url, pids)
+        a = snapshot(admin, url, pids + outside.pids())
         time.sleep(max(0.0, b_t - time.time()))
-        b = snapshot(admin, url, pids)
+        b = snapshot(admin, url, pids + outside.pids())
         time.sleep(2)  # commits of the window's last rounds
         n = rounds_between(admin, a_t, b_t)  # the CPU snapshots are taken at (about) these
         out.update(rate=n / (b_t - a_t), rounds=n, window=b_t - a_t)
@@ -294,6 +303,9 @@ def measure(procs: Procs, url: str, runs: int, start: str) -> dict[str, Any]:
             cpu=(b["workers"] - a["workers"]) / k,
             machine=(b["machine"] - a["machine"]) / k,
             pg=pg_cpu_delta(a["pg"], b["pg"]) / k,
+            outside=(b["outside"] - a["outside"]) / k,
+            bench=(b["bench"] - a["bench"]) / k,
+            open_calls=[n for t, n in sampler.open_calls if a_t <= t <= b_t],
             worker_cores=(b["workers"] - a["workers"]) / (b["t"] - a["t"]),
             machine_cores=(b["machine"] - a["machine"]) / (b["t"] - a["t"]),
         )
@@ -374,6 +386,14 @@ def main() -> None:
         [r["rate"] >= TARGET * r["ideal"] for r in results],
     )
     row(
+        "**model calls open at the model in the window**, mean / peak (sampled every 0.5 s)",
+        [
+            f"**{num(statistics.fmean(c), 0)}** / {max(c)}"
+            for c in (r["open_calls"] or [0] for r in results)
+        ],
+        f"the ideal: {', '.join(str(r['runs']) for r in results)}",
+    )
+    row(
         "gap between a run's model calls, median / p95 (s)",
         [f"{num(med(r['gaps']), 2)} / {num(p95(r['gaps']), 2)}" for r in results],
     )
@@ -404,6 +424,10 @@ def main() -> None:
     )
     row("worker CPU per round (ms)", [num(r["cpu"] * 1000, 1) for r in results])
     row("PostgreSQL backends' CPU per round (ms)", [num(r["pg"] * 1000, 1) for r in results])
+    row(
+        "fake model + tool endpoint processes' CPU per round (ms) / this bench process's",
+        [f"{num(r['outside'] * 1000, 1)} / {num(r['bench'] * 1000, 1)}" for r in results],
+    )
     row("whole machine CPU per round (ms)", [num(r["machine"] * 1000, 1) for r in results])
     row(
         "cores busy in the window: workers / whole machine (of 2)",

@@ -7,7 +7,8 @@ starts them):
 ``model``: the fake OpenAI-compatible server (``shared.llm.fake_server``, strict as OpenAI is)
 streaming SSE; every reply is one call of the inline HTTP tool ``http_echo`` with a ~500-char
 argument after ``--latency`` seconds before the first byte; the call id is numbered by the
-assistant turns so far (stateless: any number of runs at once).
+assistant turns so far (stateless: any number of runs at once; no request is kept).
+``GET /stats`` says how many calls are open now and the most at once so far.
 
 ``tool``: ``POST /echo`` returns ``{"text": …}`` of its JSON body (a read-only tool).
 """
@@ -51,6 +52,15 @@ def tool_app() -> Starlette:
     return Starlette(routes=[Route("/echo", echo, methods=["POST"]), Route("/health", health)])
 
 
+def _stats(state: FakeState) -> Any:
+    """``GET /stats``: the model calls open now and the most open at once so far."""
+
+    async def stats(_: Request) -> JSONResponse:
+        return JSONResponse({"in_flight": state.in_flight, "peak": state.max_concurrency})
+
+    return stats
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="the bench's model and tool endpoint")
     parser.add_argument("what", choices=["model", "tool"])
@@ -61,7 +71,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.getLogger("uvicorn.error").setLevel(logging.ERROR)
     if args.what == "model":
         text = (TEXT_500 * 10)[: args.text_chars]
-        app = create_app(FakeState(http_tool_responder(args.latency, text)))
+        state = FakeState(http_tool_responder(args.latency, text), keep_requests=False)
+        app = create_app(state)
+        app.router.routes.append(Route("/stats", _stats(state)))
     else:
         app = tool_app()
     uvicorn.run(

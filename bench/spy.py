@@ -166,6 +166,9 @@ def main() -> None:
             a1 = proc_cpu(procs.pid("api"))
             stop.set()
             raws = {k: v.read_text() for k, v in paths.items()}
+            if keep := os.environ.get("SPY_RAW_DIR"):  # the raw stacks, for a closer look
+                for k, v in raws.items():
+                    (Path(keep) / f"{k}.raw").write_text(v)
         finally:
             stop.set()
             procs.stop_all()

@@ -154,8 +154,10 @@ class FakeState:
         *,
         reject_tools: bool = False,
         strict: bool = True,
+        keep_requests: bool = True,
     ) -> None:
         self._lock = threading.Lock()
+        self.keep_requests = keep_requests  # False: a long-lived server (a bench) keeps none
         self._queue: deque[ReplySpec] = deque()
         self._requests: list[RecordedRequest] = []
         self._violations: list[str] = []
@@ -223,6 +225,8 @@ class FakeState:
         return error_body(*problem)
 
     def record(self, request: RecordedRequest) -> None:
+        if not self.keep_requests:
+            return
         with self._lock:
             self._requests.append(request)
 

@@ -13,7 +13,10 @@ deadline shortens the timeouts, and the socket is shut down at the deadline or o
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -64,6 +67,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_RETRY_AFTER_CAP_S = 60.0
+DRAIN_EVENTS = 8  # events read after [DONE] to reach the body's end (a kept-alive connection)
+DRAIN_S = 0.25
 CONTINUE_PROMPT = "Continue exactly where your last message stopped. Do not repeat anything."
 
 # --------------------------------------------------------------------------- request bodies
@@ -492,16 +497,31 @@ def _consume(source: EventSource, acc: StreamAccumulator, sink: DeltaSink, deadl
     """SPEC M-2: read SSE events into ``acc`` until ``[DONE]`` (True) or the end of the
     body (False)."""
     abort = aborts.current()
-    for event in source.iter_sse():
+    events = source.iter_sse()
+    for event in events:
         if abort is not None:
             abort.check()
         if time.monotonic() > deadline:
             raise _TotalTimeout
         if event.data.strip() == "[DONE]":
+            _drain(events)
             return True
         for delta in _feed_event(acc, event):
             sink(delta)
     return False
+
+
+def _drain(events: Iterator[ServerSentEvent]) -> None:
+    """After ``[DONE]``, read to the body's end so its kept-alive connection goes back to the
+    pool (httpcore closes a connection whose response was not read to the end: every call
+    would open a new connection, a TLS handshake each). Bounded: at most ``DRAIN_EVENTS``
+    more events within ``DRAIN_S``; a server that sends more, or holds the body open, only
+    loses its connection — the reply is complete either way."""
+    with (
+        contextlib.suppress(httpx.HTTPError, Aborted, _TotalTimeout),
+        Abort(time.time() + DRAIN_S).bound(),  # each read waits at most the time left
+    ):
+        collections.deque(itertools.islice(events, DRAIN_EVENTS), maxlen=0)
 
 
 def _broken(body: dict[str, Any], acc: StreamAccumulator, why: str) -> BrokenStream:
