@@ -3,7 +3,8 @@
 A profile file is TOML (``[profiles.NAME]`` tables) or YAML/JSON (``profiles: {NAME: {...}}``);
 each entry becomes ``ModelProfile(name=NAME, ...)``, marked as the operator's. ``demo`` is
 built in. HTTP clients are shared per base URL and per process (a forked worker never reuses
-its parent's sockets); their connections obey the caller's ``Abort`` (``shared.llm.abort``).
+its parent's sockets), spread over pools of about ``POOL_SHARD`` connections; their
+connections obey the caller's ``Abort`` (``shared.llm.abort``).
 A profile that came inline in a tenant's spec gets a client whose connections go through the
 SSRF guard and are pinned to the address it checked (``shared.tools.netguard``), so DNS
 rebinding after the check at submit cannot turn it to a private address; an operator's
@@ -13,7 +14,9 @@ is trusted. Proxies from the environment are not used.
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import os
 import threading
 import tomllib
@@ -47,14 +50,27 @@ __all__ = [
 
 DEMO_PROFILE = ModelProfile(name="demo", provider="demo").as_operator()
 
-_clients: dict[tuple[int, str, tuple[str, ...] | None], httpx.Client] = {}
+# httpcore's pool scans all of its connections on every request and every response's end
+# (and polls each idle one's socket): with hundreds of calls in flight through one pool that
+# scan was two thirds of a worker's CPU (py-spy, 1,000 runs in flight). A process therefore
+# spreads a base URL's calls over pools of about this many connections each.
+POOL_SHARD = 32
+
+_clients: dict[tuple[int, str, tuple[str, ...] | None], list[httpx.Client]] = {}
 _clients_lock = threading.Lock()
+_turns = itertools.count()
 
 
-def _limits() -> httpx.Limits:
+def _shards() -> int:
+    """Pools per base URL: enough that each holds about ``POOL_SHARD`` of the worker's
+    concurrent calls."""
+    return max(1, math.ceil(get_settings().worker_concurrency / POOL_SHARD))
+
+
+def _limits(shards: int) -> httpx.Limits:
     """No cap on connections (the worker's threads bound the calls in flight, so a pool
     never holds a model call back below ``-c``); as many kept alive as there are threads."""
-    keep = max(64, get_settings().worker_concurrency)
+    keep = max(64, math.ceil(get_settings().worker_concurrency / shards))
     return httpx.Limits(max_connections=None, max_keepalive_connections=keep, keepalive_expiry=30.0)
 
 
@@ -111,21 +127,23 @@ def resolve_profile(
 
 
 def http_client(base_url: str, guard: tuple[str, ...] | None = None) -> httpx.Client:
-    """The shared, thread-safe ``httpx.Client`` for a base URL in this process. ``guard``: the
-    SSRF allow-list for a tenant's endpoint (connections checked and pinned); None: trusted."""
+    """A shared, thread-safe ``httpx.Client`` for a base URL in this process: one of its
+    ``_shards()`` pools, in turn. ``guard``: the SSRF allow-list for a tenant's endpoint
+    (connections checked and pinned); None: trusted."""
     key = (os.getpid(), base_url.rstrip("/"), guard)
     with _clients_lock:
-        client = _clients.get(key)
-        if client is None or client.is_closed:
-            client = _clients[key] = _new_client(guard)
-        return client
+        shards = _clients.get(key)
+        if shards is None or shards[0].is_closed:
+            n = _shards()
+            shards = _clients[key] = [_new_client(guard, n) for _ in range(n)]
+        return shards[next(_turns) % len(shards)]
 
 
-def _new_client(guard: tuple[str, ...] | None) -> httpx.Client:
+def _new_client(guard: tuple[str, ...] | None, shards: int) -> httpx.Client:
     from shared.tools.netguard import GuardedBackend
 
     backend = None if guard is None else GuardedBackend(guard, refuse=FatalModelError)
-    return httpx.Client(transport=abortable_transport(backend, limits=_limits()))
+    return httpx.Client(transport=abortable_transport(backend, limits=_limits(shards)))
 
 
 def _guard(profile: ModelProfile, tenant: str, allow_hosts: str | None) -> tuple[str, ...] | None:
@@ -140,7 +158,7 @@ def _guard(profile: ModelProfile, tenant: str, allow_hosts: str | None) -> tuple
 def close_http_clients() -> None:
     """Close every shared client (worker shutdown, tests)."""
     with _clients_lock:
-        clients = list(_clients.values())
+        clients = [c for shards in _clients.values() for c in shards]
         _clients.clear()
     for client in clients:
         client.close()

@@ -49,9 +49,17 @@ def test_the_model_client_pool_never_caps_below_concurrency(
 
     reset_settings()
     try:
-        limits = profiles._limits()
+        shards = profiles._shards()
+        limits = profiles._limits(shards)
+        profiles.close_http_clients()
+        clients = [profiles.http_client("http://shards.test/v1") for _ in range(2 * shards)]
     finally:
         monkeypatch.delenv("TREADLE_WORKER_CONCURRENCY")
         reset_settings()
+        profiles.close_http_clients()
+    # httpcore's pool scans every connection per request: 1,000 calls go through 32 pools
+    assert shards == 32 == len({id(c) for c in clients})
+    assert clients[:shards] == clients[shards:]  # in turn
+    assert all(c.is_closed for c in clients)
     assert limits.max_connections is None
-    assert limits.max_keepalive_connections == 1000
+    assert limits.max_keepalive_connections * shards >= 1000
