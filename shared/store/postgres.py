@@ -25,7 +25,6 @@ from shared.store.write import (
     Prefetch,
     Store,
     claim_due,
-    claim_params,
     claim_values,
     kind_of,
     update_statement,
@@ -41,22 +40,11 @@ class PostgresStore(Store):
 
     dialect = "postgresql"
 
-    def claim_round(
-        self,
-        conn: Connection,
-        run_id: str,
-        version: int,
-        owner: str,
-        ts: float,
-        live_after: float,
-        *,
-        cold: bool = False,
-    ) -> Claimed | None:
+    def _claim(self, conn: Connection, params: Any, ts: float, cold: bool) -> Claimed | None:
         """One statement: a run another transaction has locked is skipped, not waited for
         (``SKIP LOCKED``: whoever holds it publishes what comes next); the claim writes its
         ``round.started`` event; a cold claim reads the run's spec, inputs and own messages
         too (``Prefetch``)."""
-        params = claim_params(run_id, version, owner, ts, live_after)
         found = conn.execute(_pg_claim(cold), params).mappings().first()
         if found is None:
             return None

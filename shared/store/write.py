@@ -238,6 +238,11 @@ class Store:
         process holds nothing of the run (read its spec and messages with it, where the
         dialect can)."""
         params = claim_params(run_id, version, owner, ts, live_after)
+        return self._claim(conn, params, ts, cold)
+
+    def _claim(self, conn: Connection, params: Any, ts: float, cold: bool) -> Claimed | None:
+        """``claim_round``'s statements (``params``: ``claim_params``): any dialect, a
+        conditional UPDATE then the event's INSERT; no prefetch."""
         was = conn.execute(_was(), params).first()
         if was is None:
             return None
