@@ -46,9 +46,10 @@ def langgraph_body(
     conn: Connection, run: Mapping[str, Any], event: Event, doc: dict[str, Any]
 ) -> dict[str, Any] | None:
     seq, type_, data = event
-    seg_id, from_seq = segs.segment_of_event(conn, segs.LANGGRAPH, run["id"], seq)
-    if not segs.resumed(conn, run["id"], from_seq, seq):
+    segment = segs.segment_of_event(conn, segs.LANGGRAPH, run["id"], seq)
+    if segment is None:
         return None
+    seg_id, from_seq = segment
     now, started = time.time(), segs.started_at(conn, run, from_seq)
     values: dict[str, Any] = {"messages": lc_messages(segs.thread_rows(conn, run))}
     if type_ == EventType.RUN_WAITING:
@@ -81,8 +82,8 @@ def openai_body(
     conn: Connection, run: Mapping[str, Any], event: Event, doc: dict[str, Any]
 ) -> dict[str, Any] | None:
     seq, type_, data = event
-    resp_id, from_seq = segs.segment_of_event(conn, segs.OPENAI, run["id"], seq)
-    if not segs.resumed(conn, run["id"], from_seq, seq):
+    segment = segs.segment_of_event(conn, segs.OPENAI, run["id"], seq)
+    if segment is None:
         return None
     status = oa_status(run, {"type": type_, "data": data})
     kind = _OA_TYPES.get(status)
@@ -94,7 +95,7 @@ def openai_body(
         "object": "event",
         "type": kind,
         "created_at": int(time.time()),
-        "data": {"id": resp_id},
+        "data": {"id": segment[0]},
     }
 
 
