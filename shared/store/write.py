@@ -51,6 +51,7 @@ __all__ = [
     "Inc",
     "Prefetch",
     "Store",
+    "Write",
     "claim_due",
     "claim_params",
     "claim_values",
@@ -106,6 +107,20 @@ class Closing:
 
     call_ids: list[str]
     values: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """``update_run``'s UPDATE, ready for a dialect's ``_write``: the values, whether it is
+    guarded by an owner and by which columns, the statement's parameters, and the non-empty
+    rows beside it and calls it closes."""
+
+    vals: Mapping[str, Any]
+    owner: bool
+    guard: Mapping[str, Any]
+    params: dict[str, Any]
+    beside: Sequence[Beside]
+    closing: Sequence[Closing]
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,27 +319,19 @@ class Store:
         params.update(b_run=run_id, b_version=version, b_owner=owner)
         beside = [b for b in beside if b.rows]
         closing = [c for c in closing if c.call_ids]
-        return self._write(conn, vals, owner is not None, guard, params, beside, closing)
+        return self._write(conn, Write(vals, owner is not None, guard, params, beside, closing))
 
-    def _write(
-        self,
-        conn: Connection,
-        vals: Mapping[str, Any],
-        owner: bool,
-        guard: Mapping[str, Any],
-        params: dict[str, Any],
-        beside: Sequence[Beside],
-        closing: Sequence[Closing],
-    ) -> Run | None:
+    def _write(self, conn: Connection, w: Write) -> Run | None:
         """The UPDATE, then the calls' values and the rows beside it (this transaction rolls
         back what it did if the UPDATE lost: the caller raises)."""
-        for c in closing:
-            calls.set_calls(conn, str(params["b_run"]), c.call_ids, c.values)
-        row = conn.execute(_statement_of(vals, owner, guard), params).mappings().first()
+        for c in w.closing:
+            calls.set_calls(conn, str(w.params["b_run"]), c.call_ids, c.values)
+        stmt = _statement_of(w.vals, w.owner, w.guard)
+        row = conn.execute(stmt, w.params).mappings().first()
         if row is None:
             return None
         new = Run.of(row)
-        for b in beside:
+        for b in w.beside:
             _insert_beside(conn, new, b)
         return new
 
