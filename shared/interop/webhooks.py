@@ -16,9 +16,10 @@ no LangGraph run or response: nothing is sent.
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -34,6 +35,9 @@ from shared.vocab import EventType
 __all__ = ["RENDERERS", "langgraph_body", "openai_body"]
 
 Event = tuple[int, str, Mapping[str, Any]]
+_SegmentRenderer = Callable[
+    [Connection, Mapping[str, Any], Event, dict[str, Any], tuple[str, int]], dict[str, Any] | None
+]
 _OA_TYPES = {
     "completed": "response.completed",
     "incomplete": "response.incomplete",
@@ -42,13 +46,33 @@ _OA_TYPES = {
 }
 
 
+def _of_segments(protocol: str) -> Callable[[_SegmentRenderer], Renderer]:
+    """A renderer of ``protocol``'s segments (facade runs and responses): the one the event
+    belongs to is the last argument; an event after a pause that no client resumed belongs to
+    none, and sends nothing."""
+
+    def wrap(render: _SegmentRenderer) -> Renderer:
+        @functools.wraps(render)
+        def rendered(
+            conn: Connection, run: Mapping[str, Any], event: Event, doc: dict[str, Any]
+        ) -> dict[str, Any] | None:
+            segment = segs.segment_of_event(conn, protocol, run["id"], event[0])
+            return None if segment is None else render(conn, run, event, doc, segment)
+
+        return rendered
+
+    return wrap
+
+
+@_of_segments(segs.LANGGRAPH)
 def langgraph_body(
-    conn: Connection, run: Mapping[str, Any], event: Event, doc: dict[str, Any]
+    conn: Connection,
+    run: Mapping[str, Any],
+    event: Event,
+    doc: dict[str, Any],
+    segment: tuple[str, int],
 ) -> dict[str, Any] | None:
-    seq, type_, data = event
-    segment = segs.segment_of_event(conn, segs.LANGGRAPH, run["id"], seq)
-    if segment is None:
-        return None
+    _, type_, data = event
     seg_id, from_seq = segment
     now, started = time.time(), segs.started_at(conn, run, from_seq)
     values: dict[str, Any] = {"messages": lc_messages(segs.thread_rows(conn, run))}
@@ -78,13 +102,15 @@ def langgraph_body(
     return body
 
 
+@_of_segments(segs.OPENAI)
 def openai_body(
-    conn: Connection, run: Mapping[str, Any], event: Event, doc: dict[str, Any]
+    conn: Connection,
+    run: Mapping[str, Any],
+    event: Event,
+    doc: dict[str, Any],
+    segment: tuple[str, int],
 ) -> dict[str, Any] | None:
     seq, type_, data = event
-    segment = segs.segment_of_event(conn, segs.OPENAI, run["id"], seq)
-    if segment is None:
-        return None
     status = oa_status(run, {"type": type_, "data": data})
     kind = _OA_TYPES.get(status)
     if kind is None:
