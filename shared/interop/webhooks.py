@@ -29,15 +29,14 @@ from shared.interop.shapes import interrupt_of, lc_messages, lg_run_status, oa_s
 from shared.interop.thread_ids import public_id
 from shared.isotime import iso
 from shared.store import segments as segs
-from shared.store.deliveries import Renderer
+from shared.store.deliveries import Event, Renderer, Row
 from shared.vocab import EventType
 
 __all__ = ["RENDERERS", "langgraph_body", "openai_body"]
 
-Event = tuple[int, str, Mapping[str, Any]]
-_SegmentRenderer = Callable[
-    [Connection, Mapping[str, Any], Event, dict[str, Any], tuple[str, int]], dict[str, Any] | None
-]
+Body = dict[str, Any]
+Segment = tuple[str, int]  # (segment id, from_seq)
+_SegmentRenderer = Callable[[Connection, Row, Event, Body, Segment], Body | None]
 _OA_TYPES = {
     "completed": "response.completed",
     "incomplete": "response.incomplete",
@@ -53,9 +52,7 @@ def _of_segments(protocol: str) -> Callable[[_SegmentRenderer], Renderer]:
 
     def wrap(render: _SegmentRenderer) -> Renderer:
         @functools.wraps(render)
-        def rendered(
-            conn: Connection, run: Mapping[str, Any], event: Event, doc: dict[str, Any]
-        ) -> dict[str, Any] | None:
+        def rendered(conn: Connection, run: Row, event: Event, doc: Body) -> Body | None:
             segment = segs.segment_of_event(conn, protocol, run["id"], event[0])
             return None if segment is None else render(conn, run, event, doc, segment)
 
@@ -66,12 +63,8 @@ def _of_segments(protocol: str) -> Callable[[_SegmentRenderer], Renderer]:
 
 @_of_segments(segs.LANGGRAPH)
 def langgraph_body(
-    conn: Connection,
-    run: Mapping[str, Any],
-    event: Event,
-    doc: dict[str, Any],
-    segment: tuple[str, int],
-) -> dict[str, Any] | None:
+    conn: Connection, run: Row, event: Event, doc: Body, segment: Segment
+) -> Body | None:
     _, type_, data = event
     seg_id, from_seq = segment
     now, started = time.time(), segs.started_at(conn, run, from_seq)
@@ -104,12 +97,8 @@ def langgraph_body(
 
 @_of_segments(segs.OPENAI)
 def openai_body(
-    conn: Connection,
-    run: Mapping[str, Any],
-    event: Event,
-    doc: dict[str, Any],
-    segment: tuple[str, int],
-) -> dict[str, Any] | None:
+    conn: Connection, run: Row, event: Event, doc: Body, segment: Segment
+) -> Body | None:
     seq, type_, data = event
     status = oa_status(run, {"type": type_, "data": data})
     kind = _OA_TYPES.get(status)
