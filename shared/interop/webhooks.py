@@ -65,8 +65,8 @@ def _of_segments(protocol: str) -> Callable[[_SegmentRenderer], Renderer]:
 def langgraph_body(
     conn: Connection, run: Row, event: Event, doc: Body, segment: Segment
 ) -> Body | None:
-    _, type_, data = event
     seg_id, from_seq = segment
+    _, type_, data = event
     now, started = time.time(), segs.started_at(conn, run, from_seq)
     values: dict[str, Any] = {"messages": lc_messages(segs.thread_rows(conn, run))}
     if type_ == EventType.RUN_WAITING:
