@@ -237,15 +237,18 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+_CLASSES: dict[str, type] = {
+    "boolean": bool,  # first: a bool is an int too
+    "integer": int,
+    "number": float,
+    "string": str,
+    "array": list,
+    "object": dict,
+}
+"""A JSON type's Python class, as ``json`` decodes it (``number``: also an int)."""
+
+
 def _is_type(value: Any, name: str) -> bool:
-    if name == "object":
-        return isinstance(value, dict)
-    if name == "array":
-        return isinstance(value, list)
-    if name == "string":
-        return isinstance(value, str)
-    if name == "boolean":
-        return isinstance(value, bool)
     if name == "null":
         return value is None
     if name == "number":
@@ -254,7 +257,8 @@ def _is_type(value: Any, name: str) -> bool:
         if isinstance(value, bool):
             return False
         return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-    return True  # an unknown type name restricts nothing
+    cls = _CLASSES.get(name)
+    return cls is None or isinstance(value, cls)  # an unknown type name restricts nothing
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -279,19 +283,7 @@ def _type_phrase(types: list[Any]) -> str:
 def _json_type(value: Any) -> str:
     if value is None:
         return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
+    return next((n for n, cls in _CLASSES.items() if isinstance(value, cls)), type(value).__name__)
 
 
 def _short(message: str, limit: int = 120) -> str:

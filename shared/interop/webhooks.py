@@ -16,9 +16,10 @@ no LangGraph run or response: nothing is sent.
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -28,12 +29,14 @@ from shared.interop.shapes import interrupt_of, lc_messages, lg_run_status, oa_s
 from shared.interop.thread_ids import public_id
 from shared.isotime import iso
 from shared.store import segments as segs
-from shared.store.deliveries import Renderer
+from shared.store.deliveries import Event, Renderer, Row
 from shared.vocab import EventType
 
 __all__ = ["RENDERERS", "langgraph_body", "openai_body"]
 
-Event = tuple[int, str, Mapping[str, Any]]
+Body = dict[str, Any]
+Segment = tuple[str, int]  # (segment id, from_seq)
+_SegmentRenderer = Callable[[Connection, Row, Event, Body, Segment], Body | None]
 _OA_TYPES = {
     "completed": "response.completed",
     "incomplete": "response.incomplete",
@@ -42,13 +45,28 @@ _OA_TYPES = {
 }
 
 
+def _of_segments(protocol: str) -> Callable[[_SegmentRenderer], Renderer]:
+    """A renderer of ``protocol``'s segments (facade runs and responses): the one the event
+    belongs to is the last argument; an event after a pause that no client resumed belongs to
+    none, and sends nothing."""
+
+    def wrap(render: _SegmentRenderer) -> Renderer:
+        @functools.wraps(render)
+        def rendered(conn: Connection, run: Row, event: Event, doc: Body) -> Body | None:
+            segment = segs.segment_of_event(conn, protocol, run["id"], event[0])
+            return None if segment is None else render(conn, run, event, doc, segment)
+
+        return rendered
+
+    return wrap
+
+
+@_of_segments(segs.LANGGRAPH)
 def langgraph_body(
-    conn: Connection, run: Mapping[str, Any], event: Event, doc: dict[str, Any]
-) -> dict[str, Any] | None:
-    seq, type_, data = event
-    seg_id, from_seq = segs.segment_of_event(conn, segs.LANGGRAPH, run["id"], seq)
-    if not segs.resumed(conn, run["id"], from_seq, seq):
-        return None
+    conn: Connection, run: Row, event: Event, doc: Body, segment: Segment
+) -> Body | None:
+    seg_id, from_seq = segment
+    _, type_, data = event
     now, started = time.time(), segs.started_at(conn, run, from_seq)
     values: dict[str, Any] = {"messages": lc_messages(segs.thread_rows(conn, run))}
     if type_ == EventType.RUN_WAITING:
@@ -77,13 +95,11 @@ def langgraph_body(
     return body
 
 
+@_of_segments(segs.OPENAI)
 def openai_body(
-    conn: Connection, run: Mapping[str, Any], event: Event, doc: dict[str, Any]
-) -> dict[str, Any] | None:
+    conn: Connection, run: Row, event: Event, doc: Body, segment: Segment
+) -> Body | None:
     seq, type_, data = event
-    resp_id, from_seq = segs.segment_of_event(conn, segs.OPENAI, run["id"], seq)
-    if not segs.resumed(conn, run["id"], from_seq, seq):
-        return None
     status = oa_status(run, {"type": type_, "data": data})
     kind = _OA_TYPES.get(status)
     if kind is None:
@@ -94,7 +110,7 @@ def openai_body(
         "object": "event",
         "type": kind,
         "created_at": int(time.time()),
-        "data": {"id": resp_id},
+        "data": {"id": segment[0]},
     }
 
 

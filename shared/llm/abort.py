@@ -36,6 +36,7 @@ import httpx
 
 from shared.ambient import WORKING_FOR
 from shared.errors import Aborted, CallCancelled, DeadlineExceeded
+from shared.llm.backend import Connect, OverBackend
 
 __all__ = ["WATCH_INTERVAL_S", "Abort", "WatchedBackend", "abortable_transport", "current"]
 
@@ -274,28 +275,18 @@ def _as_connect_error() -> contextlib.AbstractContextManager[None]:
     return _mapped(httpcore.ConnectError)
 
 
-class WatchedBackend(httpcore.NetworkBackend):
+class WatchedBackend(OverBackend):
     """httpcore's network backend with every connection a ``_WatchedStream``. ``inner``: the
     backend that really connects (default: the plain synchronous one)."""
 
-    def __init__(self, inner: httpcore.NetworkBackend | None = None) -> None:
-        self._inner = inner or httpcore.SyncBackend()
-
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[typing.Any] | None = None,
+    def _tcp(
+        self, host: str, port: int, timeout: float | None, connect: Connect
     ) -> httpcore.NetworkStream:
         abort = current()
         with _as_connect_error():
             if abort is not None:
                 abort.check()
-            stream = self._inner.connect_tcp(
-                host, port, _timeout(timeout), local_address, socket_options
-            )
+            stream = connect(host, _timeout(timeout))
         return _WatchedStream(stream)
 
     def connect_unix_socket(
@@ -305,9 +296,6 @@ class WatchedBackend(httpcore.NetworkBackend):
         socket_options: Iterable[typing.Any] | None = None,
     ) -> httpcore.NetworkStream:
         return _WatchedStream(self._inner.connect_unix_socket(path, _timeout(timeout)))
-
-    def sleep(self, seconds: float) -> None:
-        self._inner.sleep(seconds)
 
 
 @functools.cache

@@ -212,53 +212,55 @@ _TRIP = ("trip", "travel", "vacation", "holiday", "journey", "旅行")
 _NOTE = ("note", "remember", "write down", "save")
 
 
-def _plan_for(question: str) -> tuple[str, list[str]]:
+_ASKS = {  # a kind of question: why ask, what, and the options (label, value)
+    "trip": (
+        "The request does not say what kind of trip you want.",
+        "What kind of trip do you have in mind?",
+        [("City break", "city"), ("Beach holiday", "beach"), ("Hiking in the mountains", "hiking")],
+    ),
+    "note": (
+        "I need to know what the note should hold.",
+        "Which note should I save?",
+        [
+            ("Meeting summary", "meeting-summary"),
+            ("Shopping list", "shopping-list"),
+            ("Reminder for tomorrow", "reminder"),
+        ],
+    ),
+    "other": (
+        "The request leaves open how much detail you want.",
+        "How detailed should the answer be?",
+        [("Brief", "brief"), ("Step by step", "detailed")],
+    ),
+}
+
+
+def _kind(question: str) -> str:
+    """Which canned plan and question fit: ``trip``, ``note`` or ``other``."""
     low = question.casefold()
     if any(w in low for w in _TRIP):
+        return "trip"
+    return "note" if any(w in low for w in _NOTE) else "other"
+
+
+def _plan_for(question: str) -> tuple[str, list[str]]:
+    kind = _kind(question)
+    if kind == "trip":
         return "Trip", [
             "Choose the kind of trip",
             "Pick the destination and dates",
             "Book travel and a place to stay",
             "Write the day-by-day plan",
         ]
-    if any(w in low for w in _NOTE):
+    if kind == "note":
         return "Save a note", ["Ask which note to save", "Save the note", "Confirm"]
     topic = _title(question)
     return topic, ["Clarify what you need", f"Work on it: {topic}", "Summarise the result"]
 
 
 def _ask_call(question: str) -> ToolCall:
-    low = question.casefold()
-    if any(w in low for w in _TRIP):
-        ask = {
-            "reason": "The request does not say what kind of trip you want.",
-            "question": "What kind of trip do you have in mind?",
-            "options": [
-                {"label": "City break", "value": "city"},
-                {"label": "Beach holiday", "value": "beach"},
-                {"label": "Hiking in the mountains", "value": "hiking"},
-            ],
-        }
-    elif any(w in low for w in _NOTE):
-        ask = {
-            "reason": "I need to know what the note should hold.",
-            "question": "Which note should I save?",
-            "options": [
-                {"label": "Meeting summary", "value": "meeting-summary"},
-                {"label": "Shopping list", "value": "shopping-list"},
-                {"label": "Reminder for tomorrow", "value": "reminder"},
-            ],
-        }
-    else:
-        ask = {
-            "reason": "The request leaves open how much detail you want.",
-            "question": "How detailed should the answer be?",
-            "options": [
-                {"label": "Brief", "value": "brief"},
-                {"label": "Step by step", "value": "detailed"},
-            ],
-        }
-    reason = ask.pop("reason")
+    reason, text, options = _ASKS[_kind(question)]
+    ask = {"question": text, "options": [{"label": lb, "value": v} for lb, v in options]}
     return _call("call_demo_ask", "ask_user", {"reason": reason, "questions": [ask]})
 
 

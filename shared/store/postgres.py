@@ -4,7 +4,7 @@ write and an answer's read, each in one statement."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -21,11 +21,10 @@ from shared.store.write import (
     TOOL_STARTED,
     Beside,
     Claimed,
-    Closing,
     Prefetch,
     Store,
+    Write,
     claim_due,
-    claim_params,
     claim_values,
     kind_of,
     update_statement,
@@ -41,22 +40,11 @@ class PostgresStore(Store):
 
     dialect = "postgresql"
 
-    def claim_round(
-        self,
-        conn: Connection,
-        run_id: str,
-        version: int,
-        owner: str,
-        ts: float,
-        live_after: float,
-        *,
-        cold: bool = False,
-    ) -> Claimed | None:
+    def _claim(self, conn: Connection, params: Any, ts: float, cold: bool) -> Claimed | None:
         """One statement: a run another transaction has locked is skipped, not waited for
         (``SKIP LOCKED``: whoever holds it publishes what comes next); the claim writes its
         ``round.started`` event; a cold claim reads the run's spec, inputs and own messages
         too (``Prefetch``)."""
-        params = claim_params(run_id, version, owner, ts, live_after)
         found = conn.execute(_pg_claim(cold), params).mappings().first()
         if found is None:
             return None
@@ -81,30 +69,21 @@ class PostgresStore(Store):
         took = calls.claimed(call, found["took_attempts"], owner, found["took_started"])
         return Run.of(found), took
 
-    def _write(
-        self,
-        conn: Connection,
-        vals: Mapping[str, Any],
-        owner: bool,
-        guard: Mapping[str, Any],
-        params: dict[str, Any],
-        beside: Sequence[Beside],
-        closing: Sequence[Closing],
-    ) -> Run | None:
+    def _write(self, conn: Connection, w: Write) -> Run | None:
         """One statement when there are rows or calls beside the UPDATE (and JSON can carry
         their values): ``WITH u AS (UPDATE runs … RETURNING *), c0 AS (UPDATE tool_calls …),
         w0 AS (INSERT … SELECT … FROM u, json_to_recordset(:j_0)), … SELECT * FROM u``."""
-        extra = _beside_params(beside) if beside or closing else None
+        extra = _beside_params(w.beside) if w.beside or w.closing else None
         if extra is None:
-            return super()._write(conn, vals, owner, guard, params, beside, closing)
-        for i, c in enumerate(closing):
+            return super()._write(conn, w)
+        for i, c in enumerate(w.closing):
             extra.update(calls.calls_params(c.call_ids, c.values, f"c{i}_"))
-        kinds = tuple((name, kind_of(v)) for name, v in vals.items())
-        shape = tuple((b.table.name, tuple(b.rows[0]), b.seq) for b in beside)
-        closes = tuple((calls.values_shape(c.values), len(c.call_ids) == 1) for c in closing)
-        guard_shape = tuple((g, v is None) for g, v in guard.items())
-        stmt = _pg_write(kinds, owner, guard_shape, shape, closes)
-        row = conn.execute(stmt, {**params, **extra}).mappings().first()
+        kinds = tuple((name, kind_of(v)) for name, v in w.vals.items())
+        shape = tuple((b.table.name, tuple(b.rows[0]), b.seq) for b in w.beside)
+        closes = tuple((calls.values_shape(c.values), len(c.call_ids) == 1) for c in w.closing)
+        guard_shape = tuple((g, v is None) for g, v in w.guard.items())
+        stmt = _pg_write(kinds, w.owner, guard_shape, shape, closes)
+        row = conn.execute(stmt, {**w.params, **extra}).mappings().first()
         return Run.of(row) if row is not None else None
 
     def insert_ignoring(self, table: sa.Table, index: Sequence[Any]) -> Any:

@@ -163,9 +163,14 @@ def last_waiting_seq(conn: Connection, run_id: str, before: int | None = None) -
     return int(conn.execute(q).scalar() or 0)
 
 
-def segment_of_event(conn: Connection, protocol: str, run_id: str, seq: int) -> tuple[str, int]:
-    """(segment id, from_seq) of the segment an event belongs to."""
+def segment_of_event(
+    conn: Connection, protocol: str, run_id: str, seq: int
+) -> tuple[str, int] | None:
+    """(segment id, from_seq) of the segment an event belongs to; None: the event came after
+    a pause that no client resumed (it belongs to no segment of ``protocol``)."""
     from_seq = last_waiting_seq(conn, run_id, before=seq)
+    if not resumed(conn, run_id, from_seq, seq):
+        return None
     return segment_id(protocol, run_id, from_seq), from_seq
 
 

@@ -33,6 +33,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Connection
 
+from shared.agent.fields import fields_of
 from shared.agent.messages import Message
 from shared.agent.tokens import estimate_message_tokens
 from shared.store import calls, runs
@@ -51,6 +52,7 @@ __all__ = [
     "Inc",
     "Prefetch",
     "Store",
+    "Write",
     "claim_due",
     "claim_params",
     "claim_values",
@@ -73,12 +75,7 @@ def round_started(run: Run) -> dict[str, Any]:
 
 def tool_started(call: Call) -> dict[str, Any]:
     """The data of the ``tool.started`` event a claim of ``call`` (as claimed) writes."""
-    return {
-        "call_id": call.call_id,
-        "name": call.name,
-        "round": call.round,
-        "attempt": call.attempts,
-    }
+    return {**fields_of(call, "call_id", "name", "round"), "attempt": call.attempts}
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +103,20 @@ class Closing:
 
     call_ids: list[str]
     values: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """``update_run``'s UPDATE, ready for a dialect's ``_write``: the values, whether it is
+    guarded by an owner and by which columns, the statement's parameters, and the non-empty
+    rows beside it and calls it closes."""
+
+    vals: Mapping[str, Any]
+    owner: bool
+    guard: Mapping[str, Any]
+    params: dict[str, Any]
+    beside: Sequence[Beside]
+    closing: Sequence[Closing]
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +249,11 @@ class Store:
         process holds nothing of the run (read its spec and messages with it, where the
         dialect can)."""
         params = claim_params(run_id, version, owner, ts, live_after)
+        return self._claim(conn, params, ts, cold)
+
+    def _claim(self, conn: Connection, params: Any, ts: float, cold: bool) -> Claimed | None:
+        """``claim_round``'s statements (``params``: ``claim_params``): any dialect, a
+        conditional UPDATE then the event's INSERT; no prefetch."""
         was = conn.execute(_was(), params).first()
         if was is None:
             return None
@@ -299,27 +315,19 @@ class Store:
         params.update(b_run=run_id, b_version=version, b_owner=owner)
         beside = [b for b in beside if b.rows]
         closing = [c for c in closing if c.call_ids]
-        return self._write(conn, vals, owner is not None, guard, params, beside, closing)
+        return self._write(conn, Write(vals, owner is not None, guard, params, beside, closing))
 
-    def _write(
-        self,
-        conn: Connection,
-        vals: Mapping[str, Any],
-        owner: bool,
-        guard: Mapping[str, Any],
-        params: dict[str, Any],
-        beside: Sequence[Beside],
-        closing: Sequence[Closing],
-    ) -> Run | None:
+    def _write(self, conn: Connection, w: Write) -> Run | None:
         """The UPDATE, then the calls' values and the rows beside it (this transaction rolls
         back what it did if the UPDATE lost: the caller raises)."""
-        for c in closing:
-            calls.set_calls(conn, str(params["b_run"]), c.call_ids, c.values)
-        row = conn.execute(_statement_of(vals, owner, guard), params).mappings().first()
+        for c in w.closing:
+            calls.set_calls(conn, str(w.params["b_run"]), c.call_ids, c.values)
+        stmt = _statement_of(w.vals, w.owner, w.guard)
+        row = conn.execute(stmt, w.params).mappings().first()
         if row is None:
             return None
         new = Run.of(row)
-        for b in beside:
+        for b in w.beside:
             _insert_beside(conn, new, b)
         return new
 

@@ -51,6 +51,7 @@ import httpx
 from shared.errors import BlockedAddress, ToolError
 from shared.llm.abort import Abort, abortable_transport
 from shared.llm.abort import current as current_abort
+from shared.llm.backend import Connect, OverBackend
 
 __all__ = [
     "GuardedBackend",
@@ -545,7 +546,7 @@ def _watchdog(response: httpx.Response, limits: _Limits) -> Iterator[None]:
         timer.cancel()
 
 
-class GuardedBackend(httpcore.NetworkBackend):
+class GuardedBackend(OverBackend):
     """An httpcore network backend that connects only where the SSRF rules allow, to the
     address it checked; otherwise it raises ``refuse(message)`` (the caller's error type)."""
 
@@ -555,32 +556,24 @@ class GuardedBackend(httpcore.NetworkBackend):
         inner: httpcore.NetworkBackend | None = None,
         refuse: Callable[[str], Exception] = ToolError,
     ) -> None:
+        super().__init__(inner)
         self._allow_hosts = tuple(allow_hosts)
-        self._inner = inner or httpcore.SyncBackend()
         self._refuse = refuse
 
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
+    def _tcp(
+        self, host: str, port: int, timeout: float | None, connect: Connect
     ) -> httpcore.NetworkStream:
         name = host.lower().rstrip(".").strip("[]")
         try:
             address = _checked_host(name, port, self._allow_hosts)
         except ToolError as exc:
             raise self._refuse(str(exc)) from None
-        return self._inner.connect_tcp(address, port, timeout, local_address, socket_options)
+        return connect(address, timeout)
 
     def connect_unix_socket(
         self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
     ) -> httpcore.NetworkStream:
         raise self._refuse("unix sockets are not reachable through the SSRF guard")
-
-    def sleep(self, seconds: float) -> None:
-        self._inner.sleep(seconds)
 
 
 def _shutdown(sock: socket.socket) -> None:
