@@ -33,7 +33,6 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Connection
 
-from shared.agent.fields import fields_of
 from shared.agent.messages import Message
 from shared.agent.tokens import estimate_message_tokens
 from shared.store import calls, runs
@@ -75,7 +74,12 @@ def round_started(run: Run) -> dict[str, Any]:
 
 def tool_started(call: Call) -> dict[str, Any]:
     """The data of the ``tool.started`` event a claim of ``call`` (as claimed) writes."""
-    return {**fields_of(call, "call_id", "name", "round"), "attempt": call.attempts}
+    return {
+        "call_id": call.call_id,
+        "name": call.name,
+        "round": call.round,
+        "attempt": call.attempts,
+    }
 
 
 @dataclass(frozen=True, slots=True)
