@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from shared.agent.fields import fields_of
 from shared.agent.messages import Message
 from shared.agent.spec import AgentSpec
 
@@ -171,7 +170,10 @@ def build_chat_messages_for_spec(
         history=history,
         quotes=quotes,
         profile_system_prompt=profile_system_prompt,
-        **fields_of(spec, "system_prompt", "quote_role", "quote_template", "quote_prompt"),
+        system_prompt=spec.system_prompt,
+        quote_role=spec.quote_role,
+        quote_template=spec.quote_template,
+        quote_prompt=spec.quote_prompt,
     )
 
 

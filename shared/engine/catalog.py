@@ -9,7 +9,6 @@ from typing import Any
 from shared.agent import ask as ask_mod
 from shared.agent import plan as plan_mod
 from shared.agent.attachments import is_image
-from shared.agent.fields import fields_of
 from shared.agent.handoff import transfer_entries
 from shared.agent.messages import Message
 from shared.agent.request import RequestPlan
@@ -198,8 +197,13 @@ def _check_handoffs(spec: AgentSpec, profiles: Mapping[str, ModelProfile] | None
 
 
 def _entry(tool: Tool) -> CatalogEntry:
-    shown = fields_of(tool, "name", "description", "parameters", "read_only")
-    return CatalogEntry(**shown, internal=False)
+    return CatalogEntry(
+        name=tool.name,
+        description=tool.description,
+        parameters=tool.parameters,
+        read_only=tool.read_only,
+        internal=False,
+    )
 
 
 def _inline_tool(

@@ -11,7 +11,6 @@ from dataclasses import replace
 from typing import Any
 
 from shared.agent.compression import tool_result_budget
-from shared.agent.fields import fields_of
 from shared.agent.spec import AgentSpec
 from shared.config import DEFAULT_TENANT
 from shared.engine import metrics
@@ -72,10 +71,11 @@ def mcp_access(rt: Runtime) -> McpAccess:
     return McpAccess(
         allow_hosts=hosts,
         ttl=s.mcp_tools_ttl,
+        max_bytes=s.mcp_max_bytes,
+        timeout_s=s.mcp_timeout_s,
         max_tools=s.max_tools,
         list_bytes=s.mcp_list_max_bytes,
         wait_s=s.mcp_list_wait_s,
-        **fields_of(s, "max_bytes", "timeout_s", prefix="mcp_"),
     )
 
 

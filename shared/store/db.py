@@ -12,8 +12,6 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-from shared.agent.fields import fields_of
-
 __all__ = [
     "PgLimits",
     "get_engine",
@@ -30,8 +28,6 @@ if TYPE_CHECKING:
     from shared.config import Settings
 
 _engines: dict[str, Engine] = {}
-_DB_NAMED = "lock_timeout statement_timeout keepalives_idle keepalives_interval keepalives_count"
-"""The ``PgLimits`` fields that are the settings of the same name after ``db_``."""
 _lock = threading.Lock()
 
 
@@ -168,8 +164,12 @@ def ping_on_checkout(engine: Engine) -> None:
 def limits_of(settings: Settings) -> PgLimits:
     """The bounded waits the settings ask for (``TREADLE_DB_*``)."""
     return PgLimits(
+        lock_timeout=settings.db_lock_timeout,
+        statement_timeout=settings.db_statement_timeout,
         idle_in_transaction=settings.db_idle_in_transaction_timeout,
-        **fields_of(settings, *_DB_NAMED.split(), prefix="db_"),
+        keepalives_idle=settings.db_keepalives_idle,
+        keepalives_interval=settings.db_keepalives_interval,
+        keepalives_count=settings.db_keepalives_count,
     )
 
 
