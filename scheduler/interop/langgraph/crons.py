@@ -18,7 +18,7 @@ from scheduler.http.auth import ReadCaller, WriteCaller
 from scheduler.http.cron_routes import Schedule, store_cron
 from scheduler.http.deps import RuntimeDep
 from scheduler.http.schemas import JsonInt
-from scheduler.interop.lg_bodies import LgInput
+from scheduler.interop.langgraph.bodies import LgInput
 from shared.engine import schedule
 from shared.engine.runtime import Runtime
 from shared.errors import NotFound
@@ -129,7 +129,7 @@ def _search(rt: Runtime, caller: Any, body: CronSearchBody) -> list[store.Cron]:
 
 
 router = APIRouter()
-"""The crons routes of the LangGraph facade (``scheduler.interop.langgraph`` includes them)."""
+"""The crons routes of the LangGraph facade (``langgraph.routes`` includes them)."""
 
 
 @router.post("/runs/crons")
