@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from scheduler.cli.apps import console, err_console
 from scheduler.cli.client import FINAL, ApiClient, ApiError
 from scheduler.cli.decisions import FlagError, flag_decisions
 from scheduler.cli.interactive import ask_answers, decide_approval, watch_run
@@ -33,8 +34,6 @@ __all__ = ["DEFAULT_URL", "exit_code", "load_agent", "register", "runs_table"]
 DEFAULT_URL = "http://127.0.0.1:8000"
 EXIT_OK, EXIT_RUN, EXIT_USAGE, EXIT_WAITING = 0, 1, 2, 3
 
-console = Console()
-err_console = Console(stderr=True)
 
 UrlOpt = Annotated[str, typer.Option("--url", envvar="TREADLE_URL", help="API base URL")]
 KeyOpt = Annotated[
