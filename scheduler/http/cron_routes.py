@@ -41,6 +41,7 @@ __all__ = [
     "new_cron",
     "router",
     "store_cron",
+    "tenant_cron",
 ]
 
 Schedule = Annotated[
@@ -208,13 +209,18 @@ def list_crons(
     return CronList(crons=[cron_view(c) for c in rows])
 
 
-@router.get("/crons/{cron_id}", response_model=CronView)
-def get_cron(cron_id: PathId, rt: RuntimeDep, caller: ReadCaller) -> CronView:
+def tenant_cron(rt: Runtime, tenant: str, cron_id: str) -> store.Cron:
+    """The tenant's cron ``cron_id`` (404 when it has none of that id)."""
     with rt.engine.connect() as conn:
-        found = store.get_cron(conn, cron_id, caller.tenant)
+        found = store.get_cron(conn, cron_id, tenant)
     if found is None:
         raise NotFound(f"cron {cron_id} not found")
-    return cron_view(found)
+    return found
+
+
+@router.get("/crons/{cron_id}", response_model=CronView)
+def get_cron(cron_id: PathId, rt: RuntimeDep, caller: ReadCaller) -> CronView:
+    return cron_view(tenant_cron(rt, caller.tenant, cron_id))
 
 
 @router.patch("/crons/{cron_id}", response_model=CronView)
