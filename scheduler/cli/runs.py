@@ -8,9 +8,11 @@ was cancelled, 2 a usage or API error, 3 the run is waiting (on a question or an
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -273,8 +275,60 @@ def _after(
     raise typer.Exit(EXIT_OK if run["status"] not in FINAL else exit_code(run))
 
 
+Reply = Callable[..., dict[str, Any]]
+"""What a reply command sends: ``(client, run_id, pending, as_json, **its own options)`` → the
+run after it."""
+
+_REPLY_OPTIONS = tuple(
+    inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=option)
+    for name, option, default in (
+        ("follow", FollowOpt, False),
+        ("interactive", InputOpt, None),
+        ("as_json", JsonOpt, False),
+        ("url", UrlOpt, DEFAULT_URL),
+        ("key", KeyOpt, None),
+    )
+)
+
+
+def _replies_to(kind: str) -> Callable[[Reply], Callable[..., None]]:
+    """The command of a reply to the run's pending ``kind`` (``ask``, ``approval``): it takes
+    the run id, the reply's own options, then those every reply takes (``--watch``,
+    ``--input``, ``--json``, ``--url``, ``--key``); it finds the pause, sends the reply, then
+    follows the run or prints it. Its name and help are the reply's."""
+
+    def command_of(reply: Reply) -> Callable[..., None]:
+        @functools.wraps(reply)
+        def command(
+            run_id: str,
+            *,
+            follow: bool,
+            interactive: bool | None,
+            as_json: bool,
+            url: str,
+            key: str | None,
+            **options: Any,
+        ) -> None:
+            with api(url, key) as client:
+                pending = _waiting_on(client, run_id, kind)
+                run = reply(client, run_id, pending, as_json, **options)
+                _after(client, run, follow, as_json, interactive)
+
+        own = list(inspect.signature(reply, eval_str=True).parameters.values())[4:]
+        run_id = inspect.Parameter("run_id", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        params = [run_id.replace(annotation=RunIdArg), *own, *_REPLY_OPTIONS]
+        command.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
+        return command
+
+    return command_of
+
+
+@_replies_to("ask")
 def answer(
-    run_id: RunIdArg,
+    client: ApiClient,
+    run_id: str,
+    pending: dict[str, Any],
+    as_json: bool,
     answers: Annotated[
         list[str] | None,
         typer.Option(
@@ -284,19 +338,11 @@ def answer(
             "option's value or label, or free text",
         ),
     ] = None,
-    follow: FollowOpt = False,
-    interactive: InputOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    key: KeyOpt = None,
-) -> None:
+) -> dict[str, Any]:
     """Answer the run's question: pick an option or type an answer."""
-    with api(url, key) as client:
-        pending = _waiting_on(client, run_id, "ask")
-        given = [_option_value(pending, i, a) for i, a in enumerate(answers or [])]
-        answered = given or ask_answers(_prompt_console(as_json), pending)
-        run = client.answer(run_id, pending["ask_id"], answered)
-        _after(client, run, follow, as_json, interactive)
+    given = [_option_value(pending, i, a) for i, a in enumerate(answers or [])]
+    answered = given or ask_answers(_prompt_console(as_json), pending)
+    return client.answer(run_id, pending["ask_id"], answered)
 
 
 def _option_value(pending: dict[str, Any], index: int, text: str) -> str:
@@ -306,8 +352,12 @@ def _option_value(pending: dict[str, Any], index: int, text: str) -> str:
     return next((o["value"] for o in options if text in (o["label"], o["value"])), text)
 
 
+@_replies_to("approval")
 def approve(
-    run_id: RunIdArg,
+    client: ApiClient,
+    run_id: str,
+    pending: dict[str, Any],
+    as_json: bool,
     approve_all: Annotated[
         bool, typer.Option("--all", help="approve every write (but the --reject ones)")
     ] = False,
@@ -332,27 +382,19 @@ def approve(
         ),
     ] = None,
     note: Annotated[str | None, typer.Option(help="a note for the model")] = None,
-    follow: FollowOpt = False,
-    interactive: InputOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    key: KeyOpt = None,
-) -> None:
+) -> dict[str, Any]:
     """Approve, edit or reject the run's proposed writes (a checklist, or flags for scripts)."""
-    with api(url, key) as client:
-        pending = _waiting_on(client, run_id, "approval")
-        ids = [i["call_id"] for i in pending.get("items") or []]
-        if approve_all or approve_ids or reject_ids or edits:
-            try:
-                decided = flag_decisions(
-                    ids, approve_all, approve_ids or [], reject_ids or [], edits or []
-                )
-            except FlagError as exc:
-                raise fail(str(exc)) from None
-        else:
-            decided = decide_approval(_prompt_console(as_json), pending)
-        run = client.decide(run_id, pending["approval_id"], decided, note)
-        _after(client, run, follow, as_json, interactive)
+    ids = [i["call_id"] for i in pending.get("items") or []]
+    if approve_all or approve_ids or reject_ids or edits:
+        try:
+            decided = flag_decisions(
+                ids, approve_all, approve_ids or [], reject_ids or [], edits or []
+            )
+        except FlagError as exc:
+            raise fail(str(exc)) from None
+    else:
+        decided = decide_approval(_prompt_console(as_json), pending)
+    return client.decide(run_id, pending["approval_id"], decided, note)
 
 
 def cancel(
