@@ -31,11 +31,11 @@ from scheduler.http.runs import router as runs_router
 from scheduler.http.schemas import ERROR_RESPONSES
 from scheduler.http.spend import router as spend_router
 from scheduler.http.threads import router as threads_router
-from scheduler.interop.a2a_server import install_a2a
-from scheduler.interop.langgraph import router as langgraph_router
-from scheduler.interop.lg_store import router as lg_store_router
-from scheduler.interop.mcp_server import McpService
-from scheduler.interop.openai_responses import router as openai_router
+from scheduler.interop.a2a.server import install_a2a
+from scheduler.interop.langgraph.routes import router as langgraph_router
+from scheduler.interop.langgraph.store import router as lg_store_router
+from scheduler.interop.mcp.server import McpService
+from scheduler.interop.openai.responses import router as openai_router
 from shared import tracing
 from shared.config import Settings, get_settings
 from shared.engine.runtime import Runtime

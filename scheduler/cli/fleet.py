@@ -11,7 +11,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from scheduler.cli.runs import DEFAULT_URL, JsonOpt, KeyOpt, UrlOpt, api, console, fail, runs_table
+from scheduler.cli.apps import console
+from scheduler.cli.runs import DEFAULT_URL, JsonOpt, KeyOpt, UrlOpt, api, fail, runs_table
 
 __all__ = ["bulk_body", "register", "search_params"]
 

@@ -12,22 +12,17 @@ import os
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from sqlalchemy.engine import Engine
 
+from scheduler.cli.apps import command_group, console
 from shared.errors import NotFound, SpecError
 from shared.isotime import iso, iso_or_none
 from shared.store import keys
 
 __all__ = ["keys_app", "register"]
 
-keys_app = typer.Typer(
-    help="API keys: create (printed once), list, revoke.",
-    no_args_is_help=True,
-    add_completion=False,
-)
-console = Console()
+keys_app = command_group("API keys: create (printed once), list, revoke.")
 _SCOPE_HELP = f"a scope: {', '.join(keys.SCOPES)} (repeat; default runs:write and runs:read)"
 
 

@@ -9,7 +9,6 @@ import time
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.text import Text
 
 from scheduler.cli import fleet as cli_fleet
@@ -17,6 +16,7 @@ from scheduler.cli import keys as keys_cli
 from scheduler.cli import prune as prune_cli
 from scheduler.cli import runs as cli_runs
 from scheduler.cli import spend as spend_cli
+from scheduler.cli.apps import command_group, console
 from scheduler.cli.render import print_run, print_transcript
 from scheduler.cli.runs import exit_code, load_agent
 from shared.vocab import FINAL, Status
@@ -26,12 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["app", "main"]
 
-app = typer.Typer(
-    help="treadle: durable, distributed execution of LLM agents on Celery.",
-    no_args_is_help=True,
-    add_completion=False,
-)
-console = Console()
+app = command_group("treadle: durable, distributed execution of LLM agents on Celery.")
 
 
 def _setup_logging() -> None:

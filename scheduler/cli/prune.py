@@ -7,11 +7,11 @@ import re
 from typing import Annotated
 
 import typer
-from rich.console import Console
+
+from scheduler.cli.apps import console
 
 __all__ = ["parse_age", "register"]
 
-console = Console()
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
 _AGE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([smhdw])\s*$")
 

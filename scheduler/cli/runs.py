@@ -8,9 +8,11 @@ was cancelled, 2 a usage or API error, 3 the run is waiting (on a question or an
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from scheduler.cli.apps import console, err_console
 from scheduler.cli.client import FINAL, ApiClient, ApiError
 from scheduler.cli.decisions import FlagError, flag_decisions
 from scheduler.cli.interactive import ask_answers, decide_approval, watch_run
@@ -33,8 +36,6 @@ __all__ = ["DEFAULT_URL", "exit_code", "load_agent", "register", "runs_table"]
 DEFAULT_URL = "http://127.0.0.1:8000"
 EXIT_OK, EXIT_RUN, EXIT_USAGE, EXIT_WAITING = 0, 1, 2, 3
 
-console = Console()
-err_console = Console(stderr=True)
 
 UrlOpt = Annotated[str, typer.Option("--url", envvar="TREADLE_URL", help="API base URL")]
 KeyOpt = Annotated[
@@ -150,6 +151,34 @@ def _print_result(run: dict[str, Any], as_json: bool) -> None:
         console.print(Text(f"resume it: treadle resume {run['id']}", style="dim"))
 
 
+_API_OPTIONS = tuple(
+    inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=option)
+    for name, option, default in (
+        ("as_json", JsonOpt, False),
+        ("url", UrlOpt, DEFAULT_URL),
+        ("key", KeyOpt, None),
+    )
+)
+
+
+def _run_command(body: Callable[..., None]) -> Callable[..., None]:
+    """A command on one run, whose name, help and own options are ``body``'s: it takes the run
+    id, those options, then ``--json``, ``--url`` and ``--key``, and calls
+    ``body(client, run_id, as_json, **options)`` with a client of the API (an API error ends
+    it with exit code 2)."""
+
+    @functools.wraps(body)
+    def command(run_id: str, *, as_json: bool, url: str, key: str | None, **options: Any) -> None:
+        with api(url, key) as client:
+            body(client, run_id, as_json, **options)
+
+    own = list(inspect.signature(body, eval_str=True).parameters.values())[3:]
+    run_id = inspect.Parameter("run_id", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    params = [run_id.replace(annotation=RunIdArg), *own, *_API_OPTIONS]
+    command.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
+    return command
+
+
 def _watch(client: ApiClient, run_id: str, interactive: bool | None, as_json: bool) -> int:
     ask = interactive_terminal() if interactive is None else interactive
     run = watch_run(client, run_id, err_console if as_json else console, interactive=ask)
@@ -238,16 +267,10 @@ def _json_object(text: str) -> dict[str, Any]:
     return value
 
 
-def watch(
-    run_id: RunIdArg,
-    interactive: InputOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    key: KeyOpt = None,
-) -> None:
+@_run_command
+def watch(client: ApiClient, run_id: str, as_json: bool, interactive: InputOpt = None) -> None:
     """Follow a run live: reasoning, streaming text, tools, plan, cost; answer its pauses."""
-    with api(url, key) as client:
-        raise typer.Exit(_watch(client, run_id, interactive, as_json))
+    raise typer.Exit(_watch(client, run_id, interactive, as_json))
 
 
 def _waiting_on(client: ApiClient, run_id: str, kind: str) -> dict[str, Any]:
@@ -274,8 +297,11 @@ def _after(
     raise typer.Exit(EXIT_OK if run["status"] not in FINAL else exit_code(run))
 
 
+@_run_command
 def answer(
-    run_id: RunIdArg,
+    client: ApiClient,
+    run_id: str,
+    as_json: bool,
     answers: Annotated[
         list[str] | None,
         typer.Option(
@@ -287,17 +313,12 @@ def answer(
     ] = None,
     follow: FollowOpt = False,
     interactive: InputOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    key: KeyOpt = None,
 ) -> None:
     """Answer the run's question: pick an option or type an answer."""
-    with api(url, key) as client:
-        pending = _waiting_on(client, run_id, "ask")
-        given = [_option_value(pending, i, a) for i, a in enumerate(answers or [])]
-        answered = given or ask_answers(_prompt_console(as_json), pending)
-        run = client.answer(run_id, pending["ask_id"], answered)
-        _after(client, run, follow, as_json, interactive)
+    pending = _waiting_on(client, run_id, "ask")
+    given = [_option_value(pending, i, a) for i, a in enumerate(answers or [])]
+    answered = given or ask_answers(_prompt_console(as_json), pending)
+    _after(client, client.answer(run_id, pending["ask_id"], answered), follow, as_json, interactive)
 
 
 def _option_value(pending: dict[str, Any], index: int, text: str) -> str:
@@ -307,8 +328,11 @@ def _option_value(pending: dict[str, Any], index: int, text: str) -> str:
     return next((o["value"] for o in options if text in (o["label"], o["value"])), text)
 
 
+@_run_command
 def approve(
-    run_id: RunIdArg,
+    client: ApiClient,
+    run_id: str,
+    as_json: bool,
     approve_all: Annotated[
         bool, typer.Option("--all", help="approve every write (but the --reject ones)")
     ] = False,
@@ -335,41 +359,34 @@ def approve(
     note: Annotated[str | None, typer.Option(help="a note for the model")] = None,
     follow: FollowOpt = False,
     interactive: InputOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    key: KeyOpt = None,
 ) -> None:
     """Approve, edit or reject the run's proposed writes (a checklist, or flags for scripts)."""
-    with api(url, key) as client:
-        pending = _waiting_on(client, run_id, "approval")
-        ids = [i["call_id"] for i in pending.get("items") or []]
-        if approve_all or approve_ids or reject_ids or edits:
-            try:
-                decided = flag_decisions(
-                    ids, approve_all, approve_ids or [], reject_ids or [], edits or []
-                )
-            except FlagError as exc:
-                raise fail(str(exc)) from None
-        else:
-            decided = decide_approval(_prompt_console(as_json), pending)
-        run = client.decide(run_id, pending["approval_id"], decided, note)
-        _after(client, run, follow, as_json, interactive)
+    pending = _waiting_on(client, run_id, "approval")
+    ids = [i["call_id"] for i in pending.get("items") or []]
+    if approve_all or approve_ids or reject_ids or edits:
+        try:
+            decided = flag_decisions(
+                ids, approve_all, approve_ids or [], reject_ids or [], edits or []
+            )
+        except FlagError as exc:
+            raise fail(str(exc)) from None
+    else:
+        decided = decide_approval(_prompt_console(as_json), pending)
+    run = client.decide(run_id, pending["approval_id"], decided, note)
+    _after(client, run, follow, as_json, interactive)
 
 
-def cancel(
-    run_id: RunIdArg,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    key: KeyOpt = None,
-) -> None:
+@_run_command
+def cancel(client: ApiClient, run_id: str, as_json: bool) -> None:
     """Cancel a run that has not ended."""
-    with api(url, key) as client:
-        run = client.cancel(run_id)
-    _print_result(run, as_json)
+    _print_result(client.cancel(run_id), as_json)
 
 
+@_run_command
 def resume(
-    run_id: RunIdArg,
+    client: ApiClient,
+    run_id: str,
+    as_json: bool,
     model: Annotated[str | None, typer.Option(help="go on with this model profile instead")] = None,
     agent: Annotated[
         str | None,
@@ -377,18 +394,14 @@ def resume(
     ] = None,
     watch: Annotated[bool, typer.Option("--watch", help="follow it live")] = False,
     interactive: InputOpt = None,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    key: KeyOpt = None,
 ) -> None:
     """Take up a failed or cancelled run from its last checkpoint (same run id)."""
     overrides = _json_object(agent) if agent else {}
     if model:
         overrides["model"] = model
-    with api(url, key) as client:
-        run = client.resume(run_id, overrides or None)
-        if watch:
-            raise typer.Exit(_watch(client, run["id"], interactive, as_json))
+    run = client.resume(run_id, overrides or None)
+    if watch:
+        raise typer.Exit(_watch(client, run["id"], interactive, as_json))
     if as_json:
         _print_result(run, as_json)
     else:
@@ -430,15 +443,10 @@ def runs_table(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
-def show(
-    run_id: RunIdArg,
-    as_json: JsonOpt = False,
-    url: UrlOpt = DEFAULT_URL,
-    key: KeyOpt = None,
-) -> None:
+@_run_command
+def show(client: ApiClient, run_id: str, as_json: bool) -> None:
     """Show a run and its transcript."""
-    with api(url, key) as client:
-        run, msgs = client.run(run_id), client.messages(run_id)
+    run, msgs = client.run(run_id), client.messages(run_id)
     if as_json:
         print(json.dumps({"run": run, "messages": msgs}, ensure_ascii=False))
         return

@@ -11,14 +11,13 @@ import json
 from typing import Annotated, Any, Literal
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from scheduler.cli.apps import console
 from scheduler.cli.runs import DEFAULT_URL, JsonOpt, KeyOpt, UrlOpt, api
 
 __all__ = ["register", "spend_app"]
 
-console = Console()
 spend_app = typer.Typer(help="Spend envelopes: list, set, delete", invoke_without_command=True)
 Scope = Literal["tenant", "agent", "cron"]
 

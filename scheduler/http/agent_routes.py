@@ -208,16 +208,7 @@ router = APIRouter(prefix="/v1", tags=["agents"])
 @router.post("/agents", status_code=201, response_model=AgentView)
 def create(body: AgentCreate, rt: RuntimeDep, caller: WriteCaller) -> AgentView:
     """Create an agent: its version 1 (409 if the name is taken)."""
-    v = add_agent_version(
-        rt,
-        caller,
-        body.name,
-        body.spec,
-        new=True,
-        description=body.description,
-        meta=body.metadata,
-    )
-    return version_view(v)
+    return _added(rt, caller, body.name, body, new=True)
 
 
 @router.put("/agents/{name}", response_model=AgentView)
@@ -225,16 +216,15 @@ def update(name: AgentRef, body: AgentBody, rt: RuntimeDep, caller: WriteCaller)
     """A new immutable version of the agent; runs naming it without a version get it."""
     if parse_ref(name)[1] is not None:
         raise Conflict("versions are immutable: PUT the agent's name to add one")
-    v = add_agent_version(
-        rt,
-        caller,
-        name,
-        body.spec,
-        new=False,
-        description=body.description,
-        meta=body.metadata,
+    return _added(rt, caller, name, body, new=False)
+
+
+def _added(rt: Runtime, caller: Caller, name: str, body: AgentBody, *, new: bool) -> AgentView:
+    """The version ``body`` adds (the agent's first when ``new``), as the API shows it."""
+    desc, meta = body.description, body.metadata
+    return version_view(
+        add_agent_version(rt, caller, name, body.spec, new=new, description=desc, meta=meta)
     )
-    return version_view(v)
 
 
 @router.get("/agents/{name}", response_model=AgentView)

@@ -41,6 +41,7 @@ __all__ = [
     "new_cron",
     "router",
     "store_cron",
+    "tenant_cron",
 ]
 
 Schedule = Annotated[
@@ -113,22 +114,17 @@ class CronList(BaseModel):
 
 
 def cron_view(c: store.Cron) -> CronView:
-    return CronView(
-        id=c.id,
-        agent=c.agent["spec"],
-        agent_ref=c.agent.get("ref"),
-        input=c.input,
-        schedule=c.schedule,
-        timezone=c.timezone,
-        thread_id=c.thread_id,
-        metadata=c.meta,
-        paused=c.paused,
-        next_run_at=iso_or_none(None if c.paused else c.next_fire),
-        last_run_at=iso_or_none(c.last_slot),
-        last_run_id=c.last_run_id,
-        created_at=iso(c.created_at),
-        updated_at=iso(c.updated_at),
-    )
+    """The cron's fields (``meta`` as ``metadata``, the agent as its spec and ref), times in
+    ISO 8601; a paused cron has no next run."""
+    fields = {name: getattr(c, name) for name in c.__slots__}
+    agent = {"agent": c.agent["spec"], "agent_ref": c.agent.get("ref"), "metadata": c.meta}
+    times = {
+        "next_run_at": iso_or_none(None if c.paused else c.next_fire),
+        "last_run_at": iso_or_none(c.last_slot),
+        "created_at": iso(c.created_at),
+        "updated_at": iso(c.updated_at),
+    }
+    return CronView.model_validate({**fields, **agent, **times})
 
 
 def new_cron(rt: Runtime, caller: Caller, body: CronCreate) -> store.Cron:
@@ -208,13 +204,18 @@ def list_crons(
     return CronList(crons=[cron_view(c) for c in rows])
 
 
-@router.get("/crons/{cron_id}", response_model=CronView)
-def get_cron(cron_id: PathId, rt: RuntimeDep, caller: ReadCaller) -> CronView:
+def tenant_cron(rt: Runtime, tenant: str, cron_id: str) -> store.Cron:
+    """The tenant's cron ``cron_id`` (404 when it has none of that id)."""
     with rt.engine.connect() as conn:
-        found = store.get_cron(conn, cron_id, caller.tenant)
+        found = store.get_cron(conn, cron_id, tenant)
     if found is None:
         raise NotFound(f"cron {cron_id} not found")
-    return cron_view(found)
+    return found
+
+
+@router.get("/crons/{cron_id}", response_model=CronView)
+def get_cron(cron_id: PathId, rt: RuntimeDep, caller: ReadCaller) -> CronView:
+    return cron_view(tenant_cron(rt, caller.tenant, cron_id))
 
 
 @router.patch("/crons/{cron_id}", response_model=CronView)

@@ -118,27 +118,14 @@ class SearchResult(BaseModel):
 
 
 def dataset_view(row: RowMapping) -> DatasetView:
-    return DatasetView(
-        id=row["id"],
-        name=row["name"],
-        description=row["description"],
-        embedding_model=row["embedding_model"],
-        created_at=iso(row["created_at"]),
-        updated_at=iso(row["updated_at"]),
-    )
+    """The dataset's columns, its times in ISO 8601."""
+    times = {"created_at": iso(row["created_at"]), "updated_at": iso(row["updated_at"])}
+    return DatasetView.model_validate({**row, **times})
 
 
 def document_view(row: RowMapping) -> DocumentView:
-    return DocumentView(
-        id=row["id"],
-        dataset_id=row["dataset_id"],
-        name=row["name"],
-        content_type=row["content_type"],
-        size=row["size"],
-        chunks=row["chunks"],
-        file_id=row["file_id"],
-        created_at=iso(row["created_at"]),
-    )
+    """The document's columns, its time in ISO 8601."""
+    return DocumentView.model_validate({**row, "created_at": iso(row["created_at"])})
 
 
 _DOCUMENT_BODY: dict[str, Any] = {

@@ -129,7 +129,7 @@ def _guardrail_plugins(schema: dict[str, Any]) -> None:
 
 def _assistant_context(schema: dict[str, Any]) -> None:
     """A LangGraph assistant's ``context`` is a set of agent spec fields, checked as a spec
-    (``scheduler.interop.lg_assistants``): the schema says so."""
+    (``scheduler.interop.langgraph.assistants``): the schema says so."""
     defs = schema.get("components", {}).get("schemas", {})
     spec = {"$ref": "#/components/schemas/AgentSpec"}
     for name, body in defs.items():

@@ -369,18 +369,9 @@ def _fork_link(row: Mapping[Any, Any]) -> ForkLink | None:
 
 
 def message_view(row: Mapping[Any, Any]) -> MessageView:
-    return MessageView(
-        seq=row["seq"],
-        round=row["round"],
-        role=row["role"],
-        content=row["content"],
-        reasoning=row["reasoning"],
-        tool_calls=[ToolCallView(**c) for c in row["tool_calls"] or []],
-        tool_call_id=row["tool_call_id"],
-        name=row["name"],
-        hidden=row["hidden"],
-        kind=row["kind"],
-    )
+    """The message's columns (its tool calls as the API shows them)."""
+    calls = [ToolCallView(**c) for c in row["tool_calls"] or []]
+    return MessageView.model_validate({**row, "tool_calls": calls})
 
 
 class FieldError(BaseModel):

@@ -59,13 +59,9 @@ class ThreadDetail(ThreadView):
 
 
 def thread_view(row: Mapping[Any, Any]) -> ThreadView:
-    return ThreadView(
-        id=row["id"],
-        metadata=row["meta"],
-        multitask=row["multitask"],
-        created_at=iso(row["created_at"]),
-        updated_at=iso(row["updated_at"]),
-    )
+    """The thread's columns (``meta`` as ``metadata``), its times in ISO 8601."""
+    times = {"created_at": iso(row["created_at"]), "updated_at": iso(row["updated_at"])}
+    return ThreadView.model_validate({**row, "metadata": row["meta"], **times})
 
 
 def thread_detail(

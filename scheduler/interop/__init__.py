@@ -1,6 +1,7 @@
-"""Interop facades (docs/api.md, Compatibility facades): the LangGraph Server routes
-(``/langgraph``, what ``langgraph-sdk`` speaks) and the OpenAI Responses background routes
-(``/openai/v1``) over treadle's engine.
+"""Interop facades (docs/api.md, Compatibility facades), one package a protocol over treadle's
+engine: ``langgraph`` (the LangGraph Server routes and Store, ``/langgraph``, what
+``langgraph-sdk`` speaks), ``openai`` (the OpenAI Responses background routes, ``/openai/v1``),
+``mcp`` (``/mcp``) and ``a2a`` (``/a2a/{agent}``); ``common`` is what they share.
 
 Each LangGraph run and each OpenAI response is a *segment* of a treadle run: from its start
 (or a resume) to the next pause or the end (``shared.store.segments``). Pauses become LangChain

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.interop.lg_stream import modes_of
+from scheduler.interop.langgraph.stream import modes_of
 from shared.agent.approval import ItemDecision
 from shared.errors import Conflict, SpecError
 from shared.interop.shapes import (

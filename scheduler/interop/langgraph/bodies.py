@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from scheduler.http.schemas import JsonInt
 from scheduler.interop.common import Content, Role
-from scheduler.interop.lg_stream import ALL_MODES
+from scheduler.interop.langgraph.stream import ALL_MODES
 from shared.agent.spec import HTTP_URL
 from shared.interop.thread_ids import CLIENT_THREAD_ID
 

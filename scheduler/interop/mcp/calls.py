@@ -1,5 +1,5 @@
 """One ``tools/call`` on ``/mcp``: a run of the named agent, followed until it ends, pauses
-or the call's wait runs out (docs/mcp.md). The wiring is ``scheduler.interop.mcp_server``.
+or the call's wait runs out (docs/mcp.md). The wiring is ``scheduler.interop.mcp.server``.
 
 * The run is submitted through the command path of ``POST /v1/runs`` (the same checks).
 * While it works, each durable event of the run is a progress notification.

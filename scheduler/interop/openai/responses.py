@@ -29,8 +29,8 @@ from scheduler.http.errors import client_path
 from scheduler.http.sse import SSE_HEADERS
 from scheduler.http.tail import Batch, Beat, Delta, follow, wait_for_end
 from scheduler.interop.common import admit, facade_webhook, stream_responses, submit_facade_run
-from scheduler.interop.oa_bodies import CREATE_REQUEST, RESUME_TYPES, CreateBody
-from scheduler.interop.oa_stream import Facts, ResponseFold, Start, StreamEvent
+from scheduler.interop.openai.bodies import CREATE_REQUEST, RESUME_TYPES, CreateBody
+from scheduler.interop.openai.stream import Facts, ResponseFold, Start, StreamEvent
 from shared.agent.approval import ItemDecision
 from shared.engine import commands
 from shared.engine import threads as thread_engine

@@ -5,7 +5,7 @@ Each named agent a caller may run is a tool: the operator's registered agents (o
 ``TREADLE_MCP_AGENTS`` names) and the caller's tenant's own agents; a key of another tenant
 sees none of them. A tool's input is ``{input, thread_id?, metadata?}``; an agent with an
 ``output_schema`` declares it as the tool's output schema (or a run's handle, for a run still
-going or paused). A call runs the agent (``scheduler.interop.mcp_calls``). Each run is also a
+going or paused). A call runs the agent (``scheduler.interop.mcp.calls``). Each run is also a
 resource, ``treadle://runs/{id}`` (its view as ``GET /v1/runs/{id}`` shows it), to read, and
 to subscribe to (``resources/subscribe`` on a 2025 session, ``subscriptions/listen`` on the
 2026-07-28 protocol): an update is sent as the run moves.
@@ -37,7 +37,7 @@ from scheduler.http.auth import CALLER_KEY, Caller
 from scheduler.http.errors import ApiError, error_response
 from scheduler.http.schemas import run_view
 from scheduler.http.tail import TERMINAL, Batch, follow
-from scheduler.interop import mcp_calls as calls
+from scheduler.interop.mcp import calls
 from shared.agent.spec import AgentSpec
 from shared.engine.runtime import Runtime
 from shared.errors import TreadleError

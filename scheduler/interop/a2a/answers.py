@@ -1,4 +1,4 @@
-"""What ``/a2a`` does to runs, in the request's thread (``scheduler.interop.a2a_server`` is
+"""What ``/a2a`` does to runs, in the request's thread (``scheduler.interop.a2a.server`` is
 its async side): start a task's run through the command path of ``POST /v1/runs``, answer
 its pause, cancel it, list an agent's tasks (docs/a2a.md)."""
 

@@ -43,8 +43,8 @@ from scheduler.http.auth import CALLER_KEY, Caller, ReadCaller
 from scheduler.http.deps import RuntimeDep
 from scheduler.http.errors import ApiError
 from scheduler.http.tail import Batch, follow
-from scheduler.interop import a2a_answers as answers
-from scheduler.interop.a2a_card import agent_card
+from scheduler.interop.a2a import answers
+from scheduler.interop.a2a.card import agent_card
 from scheduler.interop.common import progress_text
 from shared.engine.runtime import Runtime
 from shared.errors import NotFound, SpecError, TreadleError

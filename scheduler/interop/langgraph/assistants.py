@@ -276,7 +276,7 @@ Assistants = Annotated[_Assistants, Depends(_assistants)]
 """A route's assistants, over the request's runtime."""
 
 router = APIRouter()
-"""The assistants routes of the LangGraph facade (``scheduler.interop.langgraph`` includes
+"""The assistants routes of the LangGraph facade (``scheduler.interop.langgraph.routes`` includes
 them)."""
 
 

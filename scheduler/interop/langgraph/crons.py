@@ -15,10 +15,10 @@ from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from scheduler.http.auth import ReadCaller, WriteCaller
-from scheduler.http.cron_routes import Schedule, store_cron
+from scheduler.http.cron_routes import Schedule, store_cron, tenant_cron
 from scheduler.http.deps import RuntimeDep
 from scheduler.http.schemas import JsonInt
-from scheduler.interop.lg_bodies import LgInput
+from scheduler.interop.langgraph.bodies import LgInput
 from shared.engine import schedule
 from shared.engine.runtime import Runtime
 from shared.errors import NotFound
@@ -129,7 +129,7 @@ def _search(rt: Runtime, caller: Any, body: CronSearchBody) -> list[store.Cron]:
 
 
 router = APIRouter()
-"""The crons routes of the LangGraph facade (``scheduler.interop.langgraph`` includes them)."""
+"""The crons routes of the LangGraph facade (``langgraph.routes`` includes them)."""
 
 
 @router.post("/runs/crons")
@@ -161,11 +161,7 @@ def update_cron(
 ) -> dict[str, Any]:
     if body.enabled is not None:
         return _view(schedule.pause_cron(rt, caller.tenant, cron_id, not body.enabled))
-    with rt.engine.connect() as conn:
-        found = store.get_cron(conn, cron_id, caller.tenant)
-    if found is None:
-        raise NotFound(f"cron {cron_id} not found")
-    return _view(found)
+    return _view(tenant_cron(rt, caller.tenant, cron_id))
 
 
 @router.delete("/runs/crons/{cron_id}", status_code=204, response_class=Response)
