@@ -684,7 +684,14 @@ class Outside:
     """The fake model and the HTTP tool's endpoint, each its own process (``bench.services``).
     ``latency``: seconds the model waits before its first byte."""
 
-    def __init__(self, procs: Procs, latency: float = 0.0, text_chars: int = 480) -> None:
+    def __init__(
+        self,
+        procs: Procs,
+        latency: float = 0.0,
+        text_chars: int = 480,
+        script: str = "tool",
+        call_log: str | None = None,
+    ) -> None:
         self.procs = procs
         self.model_port, self.tool_port = free_port(), free_port()
         self.names = [f"model-{uuid.uuid4().hex[:4]}", f"tool-{uuid.uuid4().hex[:4]}"]
@@ -692,7 +699,8 @@ class Outside:
         procs.start(
             self.names[0],
             [*svc, "model", "--port", str(self.model_port), "--latency", str(latency)]
-            + ["--text-chars", str(text_chars)],
+            + ["--text-chars", str(text_chars), "--script", script]
+            + (["--call-log", call_log] if call_log else []),
             {},
         )
         procs.start(self.names[1], [*svc, "tool", "--port", str(self.tool_port)], {})

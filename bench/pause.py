@@ -4,12 +4,16 @@ run; then every run is answered: answer → next model request latency, paced on
 (against the floor hop measured in the same run) and all at once.
 
 Runs are submitted straight through ``shared.engine.commands.submit_run`` (4 threads, no
-HTTP) and answered through ``answer_run`` — what the API handlers call. The model is the
-scripted one: reply 1 asks, reply 2 answers; each run's profile has its own name so the
-worker's model-call log (``TREADLE_MODEL_CALL_LOG``) gives the exact time of each run's
-second model request.
+HTTP) and answered through ``answer_run`` — what the API handlers call. The model is, by
+default, the path users run: the fake model in its own process over HTTP (``bench.services
+model --script ask``: reply 1 asks, reply 2 answers), which logs the arrival of every request
+with the run's input (``p<i>`` for the paced runs): "answer → next model request" ends when
+the request reaches the model. ``BENCH_PAUSE_MODEL=scripted`` measures the in-process scripted
+model instead (NOT the path users run: its own model-call log, ``TREADLE_MODEL_CALL_LOG``,
+gives the time the worker called it).
 
-    python -m bench.pause     (BENCH_PAUSE_RUNS=5000, BENCH_PAUSE_PACED=200)
+    python -m bench.pause     (BENCH_PAUSE_RUNS=5000, BENCH_PAUSE_PACED=200,
+                               BENCH_PAUSE_MODEL=http|scripted)
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from bench.common import (
     PY,
     Floor,
     FloorResult,
+    Outside,
     Probe,
     Procs,
     Section,
@@ -53,30 +58,27 @@ from bench.common import (
     verdict,
     wait_for,
 )
+from bench.services import ANSWER, ASK
 
 N = int(os.environ.get("BENCH_PAUSE_RUNS", "5000"))
 PACED = min(int(os.environ.get("BENCH_PAUSE_PACED", "200")), N)
 WORKERS = int(os.environ.get("BENCH_PAUSE_WORKERS", "2"))
 CONC = int(os.environ.get("BENCH_PAUSE_CONCURRENCY", "16"))
+MODEL = os.environ.get("BENCH_PAUSE_MODEL", "http")  # http: the path users run
 TABLES = ["runs", "messages", "tool_calls", "events", "usage", "outbox"]
-ASK = {
-    "reason": "I need the user's choice to go on.",
-    "questions": [
-        {
-            "question": "Which colour should the report use?",
-            "options": [{"label": "Red", "value": "red"}, {"label": "Blue", "value": "blue"}],
-        }
-    ],
-}
 TARGET_HOPS = 3.0
 
 
-def ask_agent(i: int) -> dict[str, Any]:
-    """Reply 1 asks, reply 2 answers. The paced runs' profiles are named ``p<i>`` (the worker's
-    model-call log then tells their calls apart); the others share one name."""
+def ask_agent(i: int, model_url: str | None) -> dict[str, Any]:
+    """Reply 1 asks, reply 2 answers: the fake model process at ``model_url`` (the path users
+    run), or the in-process scripted model (None), whose profiles are named ``p<i>`` for the
+    paced runs (its model-call log then tells their calls apart)."""
+    if model_url is not None:
+        model = {"provider": "openai", "base_url": model_url, "model": "fake"}
+        return {"kind": "agent", "ask": True, "model": model}
     replies = [
         {"tool_calls": [{"id": "ask_1", "name": "ask_user", "arguments": ASK}]},
-        {"text": "Thanks: the report will be red."},
+        {"text": ANSWER},
     ]
     name = f"p{i}" if i < PACED else "pause"
     return {
@@ -140,9 +142,12 @@ def main() -> None:
             with rt.engine.connect() as conn:
                 bytes0 = table_bytes(conn, TABLES)
             ids: list[str] = [""] * N
+            model_url = None
+            if MODEL == "http":
+                model_url = Outside(procs, script="ask", call_log=call_log).model_url
 
             def sub(i: int) -> None:
-                ids[i] = submit(rt, ask_agent(i))
+                ids[i] = submit(rt, ask_agent(i, model_url), text=f"p{i}")
 
             log(f"pause: submitting {N} runs (4 threads, submit_run)")
             probe = Probe().attach(rt.engine)
@@ -444,8 +449,14 @@ def report(res: dict[str, Any], fl: FloorResult, started: float) -> None:
         )
     a.note(
         "From the answer call = `answer_run` called (the API handler's work: one "
-        "transaction, then the publish) → the scripted model called in the worker; from "
-        "its commit = `answer_run` returned → the model call."
+        "transaction, then the publish) → "
+        + (
+            "the next request reached the fake model in its own process over HTTP (the "
+            "path users run)"
+            if MODEL == "http"
+            else "the scripted model called in the worker (NOT the path users run)"
+        )
+        + "; from its commit = `answer_run` returned → the same."
     )
     sa_, ss = res["answer_sql"], res["submit_sql"]
     call = res["answer_call"]

@@ -10,6 +10,11 @@ argument after ``--latency`` seconds before the first byte; the call id is numbe
 assistant turns so far (stateless: any number of runs at once; no request is kept).
 ``GET /stats`` says how many calls are open now and the most at once so far.
 
+``model --script ask``: the first reply of a run is an ``ask_user`` call (``ASK``), the reply
+after its answer is text; with ``--call-log PATH`` each request's arrival is appended to PATH
+as ``<the run's first user message> <assistant turns so far> <epoch seconds>`` (the bench's
+clock for "answer → next model request").
+
 ``tool``: ``POST /echo`` returns ``{"text": …}`` of its JSON body (a read-only tool).
 """
 
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +42,34 @@ def http_tool_responder(latency: float, text: str = TEXT_500) -> Any:
     def responder(body: dict[str, Any]) -> ReplySpec:
         n = sum(1 for m in body.get("messages") or () if m.get("role") == "assistant")
         call = {"id": f"call_{n}", "name": HTTP_TOOL, "arguments": {"text": text}}
+        return ReplySpec(tool_calls=[call], first_byte_latency=latency)
+
+    return responder
+
+
+ASK = {
+    "reason": "I need the user's choice to go on.",
+    "questions": [
+        {
+            "question": "Which colour should the report use?",
+            "options": [{"label": "Red", "value": "red"}, {"label": "Blue", "value": "blue"}],
+        }
+    ],
+}
+ANSWER = "Thanks: the report will be red."
+
+
+def ask_responder(latency: float, call_log: str | None) -> Any:
+    def responder(body: dict[str, Any]) -> ReplySpec:
+        messages = body.get("messages") or []
+        if call_log:
+            first = next((m for m in messages if m.get("role") == "user"), {})
+            turns = sum(1 for m in messages if m.get("role") == "assistant")
+            with open(call_log, "a", encoding="utf-8") as fh:
+                fh.write(f"{first.get('content')} {turns} {time.time():.6f}\n")
+        if any(m.get("role") == "tool" for m in messages):
+            return ReplySpec(text=ANSWER, first_byte_latency=latency)
+        call = {"id": "ask_1", "name": "ask_user", "arguments": ASK}
         return ReplySpec(tool_calls=[call], first_byte_latency=latency)
 
     return responder
@@ -67,11 +101,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--latency", type=float, default=0.0, help="model: s before 1st byte")
     parser.add_argument("--text-chars", type=int, default=480, help="model: tool argument size")
+    parser.add_argument("--script", choices=["tool", "ask"], default="tool", help="model")
+    parser.add_argument("--call-log", default=None, help="model --script ask: arrivals")
     args = parser.parse_args(argv)
     logging.getLogger("uvicorn.error").setLevel(logging.ERROR)
     if args.what == "model":
         text = (TEXT_500 * 10)[: args.text_chars]
-        state = FakeState(http_tool_responder(args.latency, text), keep_requests=False)
+        responder = (
+            ask_responder(args.latency, args.call_log)
+            if args.script == "ask"
+            else http_tool_responder(args.latency, text)
+        )
+        state = FakeState(responder, keep_requests=False)
         app = create_app(state)
         app.router.routes.append(Route("/stats", _stats(state)))
     else:
