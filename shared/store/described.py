@@ -42,10 +42,14 @@ def _parsed(query: str | bytes, encoding: str) -> Any:
 class DescribedCursor(psycopg.Cursor[Any]):
     """``psycopg.Cursor`` with a per-connection cache of ``description`` by statement."""
 
+    _sent: bytes | None = None  # the text of the statement last executed
+
     @property
     def description(self) -> list[Column] | None:
-        res, query = self.pgresult, self._query
-        if res is None or query is None or not res.nfields:
+        # not psycopg's ``_query``: it is left unset when a statement runs prepared (from its
+        # fifth execution on a connection), which is when the cache matters most
+        res, sent = self.pgresult, self._sent
+        if res is None or sent is None or not res.nfields:
             return super().description
         cache: dict[tuple[bytes, int], list[Column]] | None = getattr(
             self._conn, "_treadle_described", None
@@ -53,7 +57,7 @@ class DescribedCursor(psycopg.Cursor[Any]):
         if cache is None:
             cache = {}
             self._conn._treadle_described = cache  # type: ignore[attr-defined]
-        key = (query.query, res.nfields)
+        key = (sent, res.nfields)
         found = cache.get(key)
         if found is None:
             found = super().description or []
@@ -63,7 +67,13 @@ class DescribedCursor(psycopg.Cursor[Any]):
         return list(found)
 
     def _convert_query(self, query: Any, params: Any = None) -> pg_queries.PostgresQuery:
-        """psycopg's conversion, with the parse of a long statement's text cached too."""
+        """psycopg's conversion (remembered as the statement sent), with the parse of a long
+        statement's text cached too."""
+        pgq = self._converted(query, params)
+        self._sent = pgq.query
+        return pgq
+
+    def _converted(self, query: Any, params: Any) -> pg_queries.PostgresQuery:
         if params is None or self._query_cls is not pg_queries.PostgresQuery:
             return super()._convert_query(query, params)
         pgq = pg_queries.PostgresQuery(self._tx)
