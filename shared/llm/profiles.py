@@ -67,11 +67,11 @@ def _shards() -> int:
     return max(1, math.ceil(get_settings().worker_concurrency / POOL_SHARD))
 
 
-def _limits(shards: int) -> httpx.Limits:
-    """No cap on connections (the worker's threads bound the calls in flight, so a pool
-    never holds a model call back below ``-c``); as many kept alive as there are threads."""
-    keep = max(64, math.ceil(get_settings().worker_concurrency / shards))
-    return httpx.Limits(max_connections=None, max_keepalive_connections=keep, keepalive_expiry=30.0)
+# No cap on connections (the worker's threads bound the calls in flight, so a pool never holds
+# a model call back below ``-c``); each pool keeps twice its share of the calls alive.
+_LIMITS = httpx.Limits(
+    max_connections=None, max_keepalive_connections=2 * POOL_SHARD, keepalive_expiry=30.0
+)
 
 
 def _read_document(path: Path) -> Any:
@@ -134,16 +134,15 @@ def http_client(base_url: str, guard: tuple[str, ...] | None = None) -> httpx.Cl
     with _clients_lock:
         shards = _clients.get(key)
         if shards is None or shards[0].is_closed:
-            n = _shards()
-            shards = _clients[key] = [_new_client(guard, n) for _ in range(n)]
+            shards = _clients[key] = [_new_client(guard) for _ in range(_shards())]
         return shards[next(_turns) % len(shards)]
 
 
-def _new_client(guard: tuple[str, ...] | None, shards: int) -> httpx.Client:
+def _new_client(guard: tuple[str, ...] | None) -> httpx.Client:
     from shared.tools.netguard import GuardedBackend
 
     backend = None if guard is None else GuardedBackend(guard, refuse=FatalModelError)
-    return httpx.Client(transport=abortable_transport(backend, limits=_limits(shards)))
+    return httpx.Client(transport=abortable_transport(backend, limits=_LIMITS))
 
 
 def _guard(profile: ModelProfile, tenant: str, allow_hosts: str | None) -> tuple[str, ...] | None:

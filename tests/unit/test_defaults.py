@@ -50,7 +50,7 @@ def test_the_model_client_pool_never_caps_below_concurrency(
     reset_settings()
     try:
         shards = profiles._shards()
-        limits = profiles._limits(shards)
+        limits = profiles._LIMITS
         profiles.close_http_clients()
         clients = [profiles.http_client("http://shards.test/v1") for _ in range(2 * shards)]
     finally:
