@@ -164,7 +164,10 @@ class Sampler:
         self.engine.dispose()
 
 
-def snapshot(admin: sa.Engine, url: str, pids: list[int]) -> dict[str, Any]:
+def snapshot(admin: sa.Engine, url: str, pids: list[int], outside: list[int]) -> dict[str, Any]:
+    """CPU so far: the workers (``pids``), the fake model and tool endpoint (``outside``), this
+    bench, PostgreSQL's backends and the whole machine."""
+
     def backends() -> dict[int, float]:
         with admin.connect() as conn:
             return pg_backend_cpu(conn, db_name(url))
@@ -172,8 +175,8 @@ def snapshot(admin: sa.Engine, url: str, pids: list[int]) -> dict[str, Any]:
     return {
         "t": time.time(),
         "machine": machine_cpu()[0],
-        "workers": sum(proc_cpu(p) for p in pids[:PROCS]),
-        "outside": sum(proc_cpu(p) for p in pids[PROCS:]),
+        "workers": sum(proc_cpu(p) for p in pids),
+        "outside": sum(proc_cpu(p) for p in outside),
         "bench": proc_cpu(os.getpid()),
         "pg": retrying(backends),
     }
@@ -292,9 +295,9 @@ def measure(procs: Procs, url: str, runs: int, start: str) -> dict[str, Any]:
         close_runtime(rt)
         b_t = a_t + WINDOW
         time.sleep(max(0.0, a_t - time.time()))
-        a = snapshot(admin, url, pids + outside.pids())
+        a = snapshot(admin, url, pids, outside.pids())
         time.sleep(max(0.0, b_t - time.time()))
-        b = snapshot(admin, url, pids + outside.pids())
+        b = snapshot(admin, url, pids, outside.pids())
         time.sleep(2)  # commits of the window's last rounds
         n = rounds_between(admin, a_t, b_t)  # the CPU snapshots are taken at (about) these
         out.update(rate=n / (b_t - a_t), rounds=n, window=b_t - a_t)

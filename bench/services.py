@@ -63,7 +63,7 @@ def ask_responder(latency: float, call_log: str | None) -> Any:
     def responder(body: dict[str, Any]) -> ReplySpec:
         messages = body.get("messages") or []
         if call_log:
-            first = next((m for m in messages if m.get("role") == "user"), {})
+            first: dict[str, Any] = next((m for m in messages if m.get("role") == "user"), {})
             turns = sum(1 for m in messages if m.get("role") == "assistant")
             with open(call_log, "a", encoding="utf-8") as fh:
                 fh.write(f"{first.get('content')} {turns} {time.time():.6f}\n")
