@@ -154,7 +154,9 @@ class EffectServer:
     def __init__(self, delay: float = 0.0) -> None:
         import json
         import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from http.server import BaseHTTPRequestHandler
+
+        from tests.loopback import LoopbackServer
 
         self.delay = delay
         self.effects: dict[str, int] = {}
@@ -192,7 +194,7 @@ class EffectServer:
                 self.end_headers()
                 self.wfile.write(payload)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = LoopbackServer(("127.0.0.1", 0), Handler)
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 

@@ -10,7 +10,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from fastapi.testclient import TestClient
 from scheduler.app import create_app
 from shared.engine.runtime import Runtime
 from shared.llm.fake_server import FakeLLMServer, ReplySpec
+from tests.loopback import LoopbackServer
 from tests.support import ROOT, WorkerProcs, wait_for
 
 AUTH = ("ops", "s3cret")
@@ -103,7 +104,7 @@ class _Echo(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def echo_endpoint() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+    server = LoopbackServer(("127.0.0.1", 0), _Echo)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

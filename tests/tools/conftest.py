@@ -17,12 +17,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+
+from tests.loopback import LoopbackServer
 
 __all__ = ["Certs", "FakeDns", "LocalServer", "Recorded"]
 
@@ -54,8 +56,7 @@ class LocalServer:
         return f"{self.scheme}://{host}:{self.port}{path}"
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(LoopbackServer):
     record: LocalServer
 
 
