@@ -17,6 +17,7 @@ from shared.engine.gate import Gate
 from shared.engine.leases import Heartbeat, heartbeat_for
 from shared.engine.livebus import WAKE, InProcessBus, LiveBus
 from shared.engine.pacer import Pacer
+from shared.engine.standby import Standby
 from shared.engine.stopper import Stopper
 from shared.interop.webhooks import RENDERERS
 from shared.llm.ratelimit import LocalLimiter, RateLimiter
@@ -94,12 +95,14 @@ class Runtime:
     pacer: Pacer = field(default_factory=Pacer)  # what this process does at most every so often
     # process state shared by copies (``replace``): engine admission, MCP tool lists (bounded
     # in bytes), the slots and cgroups of tenants' child processes, learnt tool modes, the
-    # kept-alive connections of guarded HTTP calls (inline HTTP tools)
+    # kept-alive connections of guarded HTTP calls (inline HTTP tools), the threads kept for
+    # tool calls
     _gate: Gate | None = field(default=None, repr=False)
     _mcp_lists: ToolLists | None = field(default=None, repr=False)
     _confinement: Confinement | None = field(default=None, repr=False)
     _tool_modes: ToolModes | None = field(default=None, repr=False)
     _http_pools: GuardedPools | None = field(default=None, repr=False)
+    _tool_threads: Standby | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -113,6 +116,8 @@ class Runtime:
             self._tool_modes = ToolModes(s.tool_mode_ttl_s)
         if self._http_pools is None:
             self._http_pools = GuardedPools()
+        if self._tool_threads is None:
+            self._tool_threads = Standby()
 
     @property
     def store(self) -> Store:
@@ -149,6 +154,12 @@ class Runtime:
         name (``shared.tools.netguard``)."""
         assert self._http_pools is not None
         return self._http_pools
+
+    @property
+    def tool_threads(self) -> Standby:
+        """Threads kept for tool calls (``shared.engine.standby``)."""
+        assert self._tool_threads is not None
+        return self._tool_threads
 
     @property
     def heartbeat(self) -> Heartbeat:

@@ -12,9 +12,7 @@ instead (``shared.engine.children``).
 
 from __future__ import annotations
 
-import contextvars
 import logging
-import threading
 from typing import Any
 
 from shared.agent.approval import edited_result
@@ -199,7 +197,9 @@ def execute_tool(
         if quick(tool):
             return _run(lambda: tool.execute(args, ctx))
         with rt.gate.outside(Stage.TOOL), rt.stopper.holding(run.id, abort, rt.live):
-            return _with_timeout(lambda: tool.execute(args, ctx), rt.settings.tool_timeout, abort)
+            return _with_timeout(
+                rt, lambda: tool.execute(args, ctx), rt.settings.tool_timeout, abort
+            )
 
 
 def _run(fn: Any) -> ToolResult:
@@ -210,27 +210,19 @@ def _run(fn: Any) -> ToolResult:
     return result
 
 
-def _with_timeout(fn: Any, timeout: float, abort: Abort) -> ToolResult:
-    """Run ``fn`` in a thread (in this context: its spans join the tool's); after ``timeout``
-    fire ``abort`` (the tool stops: sockets shut, child processes killed) and give it a moment
-    to wind down; failures become results."""
-    box: dict[str, ToolResult] = {}
-
-    def target() -> None:
-        box["result"] = _run(fn)
-
-    context = contextvars.copy_context()
-    t = threading.Thread(target=context.run, args=(target,), daemon=True, name="tool-exec")
-    t.start()
-    t.join(timeout)
-    if t.is_alive():
+def _with_timeout(rt: Runtime, fn: Any, timeout: float, abort: Abort) -> ToolResult:
+    """Run ``fn`` in one of the process's kept threads (in this context: its spans join the
+    tool's; ``shared.engine.standby``); after ``timeout`` fire ``abort`` (the tool stops:
+    sockets shut, child processes killed) and give it a moment to wind down; failures become
+    results."""
+    job = rt.tool_threads.submit(lambda: _run(fn))
+    if not job.wait(timeout):
         abort.cancel(f"timed out after {timeout:g}s")
-        t.join(STOP_GRACE_S)
-    if t.is_alive():
-        return ToolResult(text=f"Tool error: timed out after {timeout:g}s")
-    if "result" not in box:  # the thread died of something no tool should raise
+        if not job.wait(STOP_GRACE_S):
+            return ToolResult(text=f"Tool error: timed out after {timeout:g}s")
+    if job.result is None:  # the thread died of something no tool should raise
         return ToolResult(text="Tool error: the tool stopped without a result")
-    return box["result"]
+    return job.result
 
 
 def _error_text(exc: Exception) -> str:
