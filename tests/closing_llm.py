@@ -30,6 +30,7 @@ from shared.llm.fake_server import (
     completion_body,
     sse_events,
 )
+from tests.loopback import LoopbackTCPServer
 
 __all__ = ["ClosingLLMServer"]
 
@@ -103,10 +104,7 @@ class _Handler(socketserver.StreamRequestHandler):
         self.connection.shutdown(socket.SHUT_WR)
 
 
-class _Server(socketserver.ThreadingTCPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
+class _Server(LoopbackTCPServer):
     def __init__(self, state: FakeState) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.state = state

@@ -7,9 +7,18 @@ hundreds (uvicorn 2048, nginx 511)."""
 
 from __future__ import annotations
 
+import socketserver
 from http.server import ThreadingHTTPServer
 
 
 class LoopbackServer(ThreadingHTTPServer):
     request_queue_size = 1024
     daemon_threads = True
+
+
+class LoopbackTCPServer(socketserver.ThreadingTCPServer):
+    """A threaded TCP server (a proxy, a hand-written HTTP endpoint) with the same backlog."""
+
+    request_queue_size = 1024
+    daemon_threads = True
+    allow_reuse_address = True

@@ -25,6 +25,7 @@ from shared.engine.livebus import RedisBus
 from shared.engine.runtime import Runtime
 from shared.llm.fake_server import FakeLLMServer, ReplySpec
 from shared.store.tables import runs, usage
+from tests.loopback import LoopbackTCPServer
 from tests.support import WorkerProcs, wait_for
 
 STOP_WITHIN_S = 1.0
@@ -61,9 +62,7 @@ class SlowHttp:
                 head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode()
                 sock.sendall(head + body)
 
-        socketserver.ThreadingTCPServer.allow_reuse_address = True
-        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = LoopbackTCPServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 

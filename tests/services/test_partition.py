@@ -35,6 +35,7 @@ from scheduler.embedded import ReaperLoop
 from shared.config import Settings
 from shared.engine.runtime import Runtime
 from shared.store.tables import events, tool_calls, usage
+from tests.loopback import LoopbackTCPServer
 from tests.support import (
     IN_CI,
     EffectServer,
@@ -106,9 +107,7 @@ class Relay:
                 _pipe(down, upstream)
                 pump.join(5)
 
-        socketserver.ThreadingTCPServer.allow_reuse_address = True
-        self.server = socketserver.ThreadingTCPServer((host, 0), Handler)
-        self.server.daemon_threads = True
+        self.server = LoopbackTCPServer((host, 0), Handler)
         self.port = int(self.server.server_address[1])
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
