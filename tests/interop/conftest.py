@@ -78,8 +78,9 @@ AGENTS: dict[str, dict[str, Any]] = {
         ),
     },
     "it-slow": {"kind": "chat", "model": _scripted({"text": "too late", "sleep": 4})},
-    # /mcp and /a2a: a model that takes 30 s (a long run), structured output, an approval
-    "it-30s": {"kind": "chat", "model": _scripted({"text": "Finally done.", "sleep": 30})},
+    # /mcp and /a2a: a model that takes 12 s (a run longer than a call waits), structured
+    # output, an approval
+    "it-12s": {"kind": "chat", "model": _scripted({"text": "Finally done.", "sleep": 12})},
     "it-struct": {
         "kind": "agent",
         "output_schema": {

@@ -163,7 +163,7 @@ def test_an_approval_is_answered(served: Served) -> None:
 def test_cancel(served: Served) -> None:
     async def main() -> None:
         configuration = pb.SendMessageConfiguration(return_immediately=True)
-        async with _client(served.url, "it-30s", streaming=False) as client:
+        async with _client(served.url, "it-12s", streaming=False) as client:
             (event,) = await _events(client, _request("slowly", configuration=configuration))
             task_id = event.task.id
             assert event.task.status.state in (pb.TASK_STATE_SUBMITTED, pb.TASK_STATE_WORKING)
