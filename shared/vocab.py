@@ -78,6 +78,7 @@ class EventType(StrEnum):
     TOOL_STARTED = "tool.started"
     TOOL_FINISHED = "tool.finished"
     TOOL_UNAVAILABLE = "tool.unavailable"  # a warning: an MCP server's tools are missing
+    CONTEXT_UNCOMPRESSED = "context.uncompressed"  # a warning: a compression failed (L-8)
     PLAN_UPDATED = "plan.updated"
     MESSAGE_ADDED = "message.added"
     MEMORY_READ = "memory.read"  # a run's recall read its long-term memory (shared.engine.memory)

@@ -31,6 +31,7 @@ __all__ = [
     "checkpoint_message",
     "checkpoint_request_messages",
     "clean_checkpoint_summary",
+    "compression_due",
     "elide_ids",
     "is_checkpoint",
     "model_view",
@@ -42,6 +43,10 @@ __all__ = [
 
 CHECKPOINT_KIND = "context_checkpoint"
 CHECKPOINT_THRESHOLD = 0.8
+# after a failed compression, the next one waits until the run's messages have grown by this
+# share of the window: a compression that fails the same way every round would bill a model
+# call every round
+RETRY_GROWTH = 0.1
 TOOL_RESULT_SHARE = 0.2
 MIN_TOOL_RESULT_TOKENS = 4096
 HEAD_SHARE = 0.6
@@ -288,6 +293,13 @@ def needs_checkpoint(
     if room > 0:
         limit = min(limit, room)
     return estimate_messages_tokens(view) + extra_tokens > limit
+
+
+def compression_due(tokens: int, failed_at: int, context_window: int) -> bool:
+    """SPEC L-8: whether a compression may be tried with the run's messages at ``tokens``,
+    its last one having failed at ``failed_at`` tokens (0: none failed since the last
+    checkpoint): only once they have grown by ``RETRY_GROWTH`` of the window since."""
+    return failed_at <= 0 or tokens >= failed_at + int(context_window * RETRY_GROWTH)
 
 
 def checkpoint_request_messages(

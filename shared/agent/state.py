@@ -46,6 +46,9 @@ class LoopState:
     # handoffs (docs/handoffs.md): the names taken from the submitted spec to the agent that
     # serves now (empty: the submitted agent)
     handoffs: tuple[str, ...] = ()
+    # L-8: the run's message tokens when its last compression failed (0: none since the last
+    # checkpoint); the next try waits for them to grow (``compression.compression_due``)
+    compress_failed_at: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

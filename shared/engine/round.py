@@ -24,6 +24,7 @@ from shared.agent.compression import (
     checkpoint_message,
     checkpoint_request_messages,
     clean_checkpoint_summary,
+    compression_due,
     needs_checkpoint,
     reduce_tool_result,
     tool_result_budget,
@@ -498,7 +499,10 @@ def _drive(rt: Runtime, claim: _Claim, attempt_no: int) -> RoundResult:
     if catalog.deferred:  # an MCP listing in flight: come back for it, holding no thread
         raise _Retry(DEFER_S, "mcp listing", counts=False)
     checkpoint = _maybe_checkpoint(rt, claim, catalog, attempt_no)
-    history = claim.history + ([checkpoint.message] if checkpoint else [])
+    made = checkpoint.message if checkpoint is not None else None
+    history = claim.history + ([made] if made is not None else [])
+    if checkpoint is not None:  # a failure is remembered; a checkpoint made clears it
+        state = replace(state, compress_failed_at=checkpoint.failed_at)
     view = _View(run, history, catalog, checkpoint)
     called = _call_guarded(rt, claim, _request(rt, claim, view, state), attempt_no)
     if isinstance(called, RoundResult):  # a parallel input guardrail tripped
@@ -538,6 +542,11 @@ class _View:
     catalog: Catalog
     checkpoint: _Checkpoint | None
 
+    @property
+    def made(self) -> bool:
+        """A context checkpoint was made this round (the history ends with it)."""
+        return self.checkpoint is not None and self.checkpoint.message is not None
+
 
 def _request(rt: Runtime, claim: _Claim, view: _View, state: LoopState) -> RequestPlan:
     """The round's request: the model view (a handoff's view of the history), the dataset
@@ -554,7 +563,7 @@ def _request(rt: Runtime, claim: _Claim, view: _View, state: LoopState) -> Reque
         catalog=view.catalog.entries,
         plan=run.plan,
         inputs=inputs,
-        known_tokens=None if view.checkpoint or seen is not history else run.view_tokens,
+        known_tokens=None if view.made or seen is not history else run.view_tokens,
     )
     return with_unavailable_note(req, view.catalog)  # MCP servers not listed: the model is told
 
@@ -611,8 +620,13 @@ def _taken(rt: Runtime, run_id: str, ids: list[str]) -> set[str]:
 
 @dataclass(frozen=True)
 class _Checkpoint:
-    message: Message
-    usage: dict[str, Any]
+    """A compression tried this round: its checkpoint message (None: it failed, L-8) and its
+    call's usage (None: no reply came, so nothing was billed); ``failed_at``: the run's
+    message tokens when it failed (0: it did not)."""
+
+    message: Message | None
+    usage: dict[str, Any] | None
+    failed_at: int = 0
 
 
 def _maybe_checkpoint(
@@ -620,13 +634,17 @@ def _maybe_checkpoint(
 ) -> _Checkpoint | None:
     """L-8: over 80% of the window → one model call summarizes the run so far into a
     ``<context_checkpoint>``; later rounds send only system + checkpoint + what follows.
-    A failed compression keeps the original messages."""
+    A failed compression keeps the original messages, is billed if it had a reply, and is
+    not tried again until the messages have grown (``compression_due``)."""
     spec, profile = claim.spec, claim.profile
     if spec.kind != "agent":
         return None
     schema_tokens = rt.caches.schema_tokens(claim.run.id, catalog)
+    tokens = claim.run.view_tokens + schema_tokens
     limit = min(int(profile.context_window * 0.8), profile.context_window - profile.max_tokens)
-    if claim.run.view_tokens + schema_tokens <= limit:  # the stored count: no estimate needed
+    if tokens <= limit:  # the stored count: no estimate needed
+        return None
+    if not compression_due(tokens, claim.state.compress_failed_at, profile.context_window):
         return None
     if not needs_checkpoint(
         claim.history, profile.context_window, profile.max_tokens, extra_tokens=schema_tokens
@@ -639,18 +657,19 @@ def _maybe_checkpoint(
     req = RequestPlan(messages=tuple(msgs), max_tokens=profile.max_tokens)
     try:
         reply, latency = _call_model(rt, claim, req, attempt_no, live=False)
-    except _Fatal:
-        log.warning("context checkpoint failed for %s; keeping the messages", claim.run.id)
-        return None
-    summary = clean_checkpoint_summary(reply.text)
-    if summary is None:
-        return None
+    except _Fatal as exc:
+        log.warning("context checkpoint of %s failed (%s); keeping the messages", claim.run.id, exc)
+        return _Checkpoint(None, None, failed_at=tokens)
     usage_row = {
         "round": claim.state.round + 1,
         "purpose": "compress",
         "profile": profile.name,
         **call_usage(reply, claim.profile, _price(profile, reply), latency),
     }
+    summary = clean_checkpoint_summary(reply.text)
+    if summary is None:
+        log.warning("context checkpoint of %s came back empty; keeping the messages", claim.run.id)
+        return _Checkpoint(None, usage_row, failed_at=tokens)
     return _Checkpoint(checkpoint_message(summary, active), usage_row)
 
 
@@ -1124,8 +1143,7 @@ def _commit(
     change = Change.by_holder(run, claim.owner)
     _note(change, claim, result, catalog, guards)
     if checkpoint is not None:
-        change.message(checkpoint.message, round_)
-        change.usage.append(checkpoint.usage)
+        _checkpointed(change, checkpoint, round_)
     change.message(result.message, round_)
     for m in result.followups:  # an output repair prompt
         change.message(m, round_)
@@ -1147,6 +1165,23 @@ def _commit(
     elif isinstance(decision, Finish | Fail | Continue):  # Continue: an output repair round
         settle(change, decision, ts=run_store.now())
     return _apply(rt, claim, change, type(decision).__name__, ran)
+
+
+def _checkpointed(change: Change, checkpoint: _Checkpoint, round_: int) -> None:
+    """The compression tried this round: its checkpoint message, its call billed, or the
+    warning that it failed and when it is tried again (L-8)."""
+    if checkpoint.message is not None:
+        change.message(checkpoint.message, round_)
+    if checkpoint.usage is not None:
+        change.usage.append(checkpoint.usage)
+    if checkpoint.failed_at:
+        change.event(
+            EventType.CONTEXT_UNCOMPRESSED,
+            round=round_,
+            level="warning",
+            tokens=checkpoint.failed_at,
+            billed=checkpoint.usage is not None,
+        )
 
 
 def _note(
@@ -1181,7 +1216,8 @@ def _set_totals(
     """The run's loop state, cost, tokens and plan after the round; after a checkpoint, the
     model view starts at it (the change's messages already added)."""
     round_ = result.state.round
-    cost = result.state.cost + (checkpoint.usage["cost"] if checkpoint else 0.0)
+    billed = checkpoint.usage if checkpoint is not None else None
+    cost = result.state.cost + (billed["cost"] if billed else 0.0)
     loop = result.state.add_usage(guards.input_tokens, guards.output_tokens, guards.cost)
     change.values.update(
         loop=loop.to_dict(),
@@ -1191,7 +1227,7 @@ def _set_totals(
         plan=result.plan,
         round=round_,
     )
-    if checkpoint is not None:  # the model view starts at the checkpoint
+    if checkpoint is not None and checkpoint.message is not None:  # the view starts at it
         change.values["view_start"] = run.msg_seq + 1
         change.values["view_tokens"] = sum(records.message_tokens(change.messages))
 

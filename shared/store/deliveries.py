@@ -68,6 +68,7 @@ DURABLE_EVENTS = frozenset(
         EventType.RUN_RELEASED,
         *(e.value for e in MEMORY_EVENTS),
         EventType.TOOL_UNAVAILABLE.value,
+        EventType.CONTEXT_UNCOMPRESSED.value,  # docs/loop.md L-8
         EventType.GUARDRAIL_TRIPPED.value,  # docs/guardrails.md
         EventType.RUN_HANDOFF.value,  # docs/handoffs.md
     }

@@ -29,6 +29,12 @@ def test_the_current_loop_state_round_trips() -> None:
     assert stored["v"] == SCHEMA_VERSION
 
 
+def test_a_v1_loop_state_from_before_a_field_reads_with_its_default() -> None:
+    stored = _load("loop_v1.json")
+    del stored["compress_failed_at"]  # added to v1 with a default (no new version)
+    assert LoopState.from_dict(stored).compress_failed_at == 0
+
+
 def test_an_unversioned_loop_state_still_reads_with_defaults() -> None:
     state = LoopState.from_dict(_load("loop_unversioned.json"))
     assert (state.round, state.tool_calls, state.cost) == (3, 2, 0.004)
