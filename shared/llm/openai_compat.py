@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+import orjson
 from httpx_sse import EventSource, ServerSentEvent, connect_sse
 
 from shared.agent.messages import Message, Reply, Usage, content_text
@@ -156,6 +157,20 @@ def build_body(
         body["response_format"] = request.response_format
     body.update(profile.extra)
     return {k: v for k, v in body.items() if v is not None}
+
+
+def encode_body(body: dict[str, Any]) -> bytes:
+    """The request body as compact UTF-8 JSON, what httpx's ``json=`` writes (byte for byte
+    but for a float's spelling: ``1e-7`` for ``1e-07``), by orjson. The whole history goes
+    out every round, and the standard library's encoder was a third of a long run's round CPU
+    (py-spy of a worker at rounds 100-400): a 400-round history encodes in 0.35 ms instead
+    of 2.6. What orjson refuses (an integer past 64 bits, a key that is not a string) goes
+    through the standard library as before; a NaN, which that refused, goes as ``null``."""
+    try:
+        return orjson.dumps(body)
+    except (orjson.JSONEncodeError, TypeError):
+        text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return text.encode("utf-8")
 
 
 def _has_tools(body: dict[str, Any]) -> bool:
@@ -429,7 +444,7 @@ class OpenAICompatModel:
 
     def _stream(self, body: dict[str, Any], sink: DeltaSink, deadline: float) -> Reply:
         with connect_sse(
-            self._client, "POST", self._url(), json=body, **self._http_options(deadline)
+            self._client, "POST", self._url(), **self._http_options(deadline, body)
         ) as source:
             response = source.response
             self._check(response, body)
@@ -451,7 +466,7 @@ class OpenAICompatModel:
         return replace(reply, extra={**reply.extra, "done": done})
 
     def _post(self, body: dict[str, Any], sink: DeltaSink, deadline: float) -> Reply:
-        response = self._client.post(self._url(), json=body, **self._http_options(deadline))
+        response = self._client.post(self._url(), **self._http_options(deadline, body))
         self._check(response, body)
         return self._from_completion(response, sink)
 
@@ -473,13 +488,14 @@ class OpenAICompatModel:
     def _url(self) -> str:
         return self.profile.base_url.rstrip("/") + "/chat/completions"
 
-    def _http_options(self, deadline: float) -> dict[str, Any]:
+    def _http_options(self, deadline: float, body: dict[str, Any]) -> dict[str, Any]:
         remaining = max(0.001, deadline - time.monotonic())
         read = min(self.profile.timeout_read, remaining)
         timeout = httpx.Timeout(
             connect=min(self.profile.timeout_connect, remaining), read=read, write=read, pool=read
         )
-        return {"headers": self._headers(), "timeout": timeout}
+        headers = {**self._headers(), "Content-Type": "application/json"}
+        return {"content": encode_body(body), "headers": headers, "timeout": timeout}
 
     def _headers(self) -> dict[str, str]:
         key = self._api_key
