@@ -19,7 +19,7 @@ def _httpx(body: dict[str, Any]) -> bytes:
 
 
 BODIES = [
-    {"model": "m", "messages": [{"role": "user", "content": "héllo – 你好 \u2028 \x00 \"q\" \\"}]},
+    {"model": "m", "messages": [{"role": "user", "content": 'héllo – 你好 \u2028 \x00 "q" \\'}]},
     {"model": "m", "stream": True, "max_tokens": 5, "temperature": 0.1, "top_p": 0.95},
     {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"a": [1, 2.5]}}}]},
     {"nested": {"a": {"b": {"c": [None, True, False, -0.0, 1e300]}}}},
@@ -37,8 +37,9 @@ JSON = st.recursive(
     | st.integers(min_value=-(2**63), max_value=2**63 - 1)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(st.characters(exclude_categories=["Cs"])),
-    lambda inner: st.lists(inner, max_size=4)
-    | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4)
+    ),
     max_leaves=20,
 )
 
