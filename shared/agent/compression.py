@@ -32,6 +32,7 @@ __all__ = [
     "checkpoint_request_messages",
     "clean_checkpoint_summary",
     "compression_due",
+    "compression_retry_at",
     "elide_ids",
     "is_checkpoint",
     "model_view",
@@ -299,7 +300,13 @@ def compression_due(tokens: int, failed_at: int, context_window: int) -> bool:
     """SPEC L-8: whether a compression may be tried with the run's messages at ``tokens``,
     its last one having failed at ``failed_at`` tokens (0: none failed since the last
     checkpoint): only once they have grown by ``RETRY_GROWTH`` of the window since."""
-    return failed_at <= 0 or tokens >= failed_at + int(context_window * RETRY_GROWTH)
+    return failed_at <= 0 or tokens >= compression_retry_at(failed_at, context_window)
+
+
+def compression_retry_at(failed_at: int, context_window: int) -> int:
+    """SPEC L-8: the message tokens at which a compression that failed at ``failed_at`` is
+    tried again."""
+    return failed_at + int(context_window * RETRY_GROWTH)
 
 
 def checkpoint_request_messages(

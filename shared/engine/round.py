@@ -25,6 +25,7 @@ from shared.agent.compression import (
     checkpoint_request_messages,
     clean_checkpoint_summary,
     compression_due,
+    compression_retry_at,
     needs_checkpoint,
     reduce_tool_result,
     tool_result_budget,
@@ -1143,7 +1144,7 @@ def _commit(
     change = Change.by_holder(run, claim.owner)
     _note(change, claim, result, catalog, guards)
     if checkpoint is not None:
-        _checkpointed(change, checkpoint, round_)
+        _checkpointed(change, checkpoint, round_, claim.profile.context_window)
     change.message(result.message, round_)
     for m in result.followups:  # an output repair prompt
         change.message(m, round_)
@@ -1167,9 +1168,9 @@ def _commit(
     return _apply(rt, claim, change, type(decision).__name__, ran)
 
 
-def _checkpointed(change: Change, checkpoint: _Checkpoint, round_: int) -> None:
+def _checkpointed(change: Change, checkpoint: _Checkpoint, round_: int, window: int) -> None:
     """The compression tried this round: its checkpoint message, its call billed, or the
-    warning that it failed and when it is tried again (L-8)."""
+    warning that it failed and at how many tokens it is tried again (L-8)."""
     if checkpoint.message is not None:
         change.message(checkpoint.message, round_)
     if checkpoint.usage is not None:
@@ -1180,6 +1181,7 @@ def _checkpointed(change: Change, checkpoint: _Checkpoint, round_: int) -> None:
             round=round_,
             level="warning",
             tokens=checkpoint.failed_at,
+            retry_at=compression_retry_at(checkpoint.failed_at, window),
             billed=checkpoint.usage is not None,
         )
 

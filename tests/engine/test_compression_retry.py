@@ -14,7 +14,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from shared.agent.compression import CHECKPOINT_SYSTEM_PROMPT, RETRY_GROWTH, compression_due
+from shared.agent.compression import (
+    CHECKPOINT_SYSTEM_PROMPT,
+    RETRY_GROWTH,
+    compression_due,
+    compression_retry_at,
+)
 from shared.agent.spec import AgentSpec
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
@@ -102,6 +107,7 @@ def test_a_failing_compression_is_billed_said_and_not_tried_every_round(
     warned = _events(sqlite_rt, run_id, EventType.CONTEXT_UNCOMPRESSED)
     assert len(warned) == model.compressions
     assert all(w["level"] == "warning" and w["billed"] is True for w in warned)
+    assert all(w["retry_at"] == compression_retry_at(w["tokens"], WINDOW) for w in warned)
     assert r["view_start"] == 0  # no checkpoint: the messages were kept
 
 
