@@ -9,6 +9,9 @@ the next one and leaves when none comes. A thread given up on is not waited for:
 ends, it waits for the next call like the others. Each call runs in a copy of its caller's
 context (its spans join the caller's); a kept thread carries nothing from one call to the next
 (no tool code in this process keeps ``threading.local`` state).
+
+Not a ``ThreadPoolExecutor``: its threads are a fixed number, so a tool that ignores its abort
+would hold one for good, and once all were held, calls would queue behind them.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ class Job(Generic[T]):
         self._fn = fn
         self._done = threading.Event()
         self._result: T | None = None
-        self._ended = False
+        self.error: BaseException | None = None  # what the call raised, if it did
 
     def wait(self, timeout: float | None) -> bool:
         """True once the call has ended (within ``timeout`` seconds)."""
@@ -44,14 +47,13 @@ class Job(Generic[T]):
     @property
     def result(self) -> T | None:
         """What the call returned; None while it runs, or if it raised."""
-        return self._result if self._ended else None
+        return self._result
 
     def _run(self) -> None:
         try:
             self._result = self._context.run(self._fn)
-            self._ended = True
-        except BaseException:  # noqa: BLE001 - a call that raises ends without a result
-            pass
+        except BaseException as exc:  # a call that raises ends without a result; the thread
+            self.error = exc  # stays to take the next one
         finally:
             self._done.set()
 

@@ -62,7 +62,7 @@ def test_a_call_runs_in_its_callers_context_and_leaves_none_behind() -> None:
 def test_a_call_that_raises_ends_without_a_result_and_frees_its_thread() -> None:
     standby = Standby()
     job = standby.submit(lambda: 1 / 0)
-    assert job.wait(5) and job.result is None
+    assert job.wait(5) and job.result is None and isinstance(job.error, ZeroDivisionError)
     wait_idle(standby, 1)
 
 
