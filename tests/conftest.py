@@ -96,9 +96,13 @@ def any_rt(request: pytest.FixtureRequest, stub: StubBroker) -> Iterator[Runtime
 
 
 SESSION = uuid.uuid4().hex[:8]
-# concurrent test sessions do not share a broker, nor the xdist workers of one session
+# concurrent test sessions do not share a broker, nor the xdist workers of one session: the
+# run's id (one for all its workers) picks the first database, each worker the next ones (a
+# random pick per worker would give two workers the same database one time in 15, and the
+# one's flushdb would empty the other's broker)
 _WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
-REDIS_DB = 1 + (int(SESSION, 16) + _WORKER) % 15
+_RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID") or SESSION
+REDIS_DB = 1 + (int(uuid.uuid5(uuid.NAMESPACE_OID, _RUN).hex[:8], 16) + _WORKER) % 15
 
 
 @pytest.fixture
