@@ -49,10 +49,12 @@ def adopt_concurrency(settings: Settings, concurrency: object) -> None:
 
 @worker_shutdown.connect
 def _on_worker_shutdown(**_: Any) -> None:
-    """Send the spans still buffered."""
+    """Send the spans and the live messages still buffered."""
     from shared import tracing
+    from shared.wiring import get_runtime
 
     tracing.shutdown()
+    get_runtime().live.flush(2.0)
 
 
 @task_received.connect

@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 __all__ = [
     "CONTENT_TYPE_LATEST",
     "GATE_WAIT",
+    "LIVE_DROPPED",
     "MODEL_COST",
     "MODEL_TOKENS",
     "REAPER",
@@ -52,6 +53,9 @@ TOOL_SECONDS = Histogram("treadle_tool_seconds", "Tool call latency", ["tool"], 
 MODEL_TOKENS = Counter("treadle_model_tokens", "Model tokens", ["profile", "direction"])
 MODEL_COST = Counter("treadle_model_cost", "Model cost (profile currency units)", ["profile"])
 RETRIES = Counter("treadle_retries", "Retries by cause", ["cause"])
+LIVE_DROPPED = Counter(
+    "treadle_live_dropped", "Live messages (wake-ups, deltas) dropped: the sender's queue was full"
+)
 REAPER = Counter("treadle_reaper_redrives", "Reaper re-drives", ["what"])
 MCP_UNAVAILABLE = Counter(
     "treadle_mcp_unavailable",
