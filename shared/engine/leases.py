@@ -38,6 +38,7 @@ from sqlalchemy.engine import Engine
 
 from shared.store import runs as run_store
 from shared.store import workers as store
+from shared.store.db import reading
 
 __all__ = ["Heartbeat", "heartbeat_for"]
 
@@ -164,7 +165,7 @@ class Heartbeat:
         """Give back the leases this process holds that none of its threads works on (with
         the usage rows owed for them)."""
         try:
-            with engine.connect() as conn:  # a read: no write lock taken each tick (SQLite)
+            with reading(engine) as conn:  # a read: no write lock (SQLite), no ROLLBACK (PG)
                 rounds, calls = store.held(conn, self.id)
             with self._lock:  # after reading: a claim made since is not among them
                 busy = set(self._work)

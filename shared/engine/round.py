@@ -78,6 +78,7 @@ from shared.llm.ratelimit import Limits, Permit, limit_key, limits_of
 from shared.store import calls as call_store
 from shared.store import records
 from shared.store import runs as run_store
+from shared.store.db import reading
 from shared.store.rows import Call, CallStatus, Run
 from shared.store.spend import Envelope
 from shared.store.write import ROUND_STARTED, Inc, round_started
@@ -615,7 +616,7 @@ class _IdTaken(Exception):  # noqa: N818 - control flow
 
 
 def _taken(rt: Runtime, run_id: str, ids: list[str]) -> set[str]:
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         return call_store.call_ids_among(conn, run_id, ids)
 
 

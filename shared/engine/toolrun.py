@@ -37,6 +37,7 @@ from shared.errors import Aborted, ToolError
 from shared.llm.abort import Abort
 from shared.store import ancestry
 from shared.store import calls as call_store
+from shared.store.db import reading
 from shared.store.rows import Call, CallStatus, Run
 from shared.store.write import tool_started
 from shared.tools import InvalidToolArguments, Tool, ToolContext, ToolResult
@@ -59,7 +60,7 @@ def run_tool(rt: Runtime, run_id: str, call_id: str, version: int) -> str:
 
 
 def _run_tool(rt: Runtime, run_id: str, call_id: str, version: int) -> str:
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         found = call_store.call_and_run(conn, run_id, call_id)
         if found is None:
             return "stale"
@@ -126,7 +127,7 @@ def _still_held(rt: Runtime, call: Call, tool: Tool | None) -> bool:
         engine = rt.engine
         if not hb.beat(engine):
             return False
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         held = call_store.holds_call(conn, call.run_id, call.call_id, hb.owner(), call.attempts)
     if not held:
         log.info("call %s of %s was taken over; not started here", call.call_id, call.run_id)
@@ -143,7 +144,7 @@ def quick(tool: Tool | None) -> bool:
 def _too_deep(rt: Runtime, run: Run) -> bool:
     if run.parent_run_id is None:
         return False
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         return subagent.too_deep(conn, run.id)
 
 

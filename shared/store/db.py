@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +23,7 @@ __all__ = [
     "make_engine",
     "migrate",
     "ping_on_checkout",
+    "reading",
     "reset_engines",
 ]
 
@@ -33,6 +36,20 @@ _lock = threading.Lock()
 
 def is_sqlite(engine: Engine) -> bool:
     return engine.dialect.name == "sqlite"
+
+
+@contextmanager
+def reading(engine: Engine) -> Iterator[sa.Connection]:
+    """A connection for reads only, outside a transaction (PostgreSQL: autocommit). Under READ
+    COMMITTED each statement reads its own snapshot either way; what this saves is the
+    ``ROLLBACK`` the pool sends when a connection comes back inside a transaction, which
+    psycopg follows with ``DEALLOCATE ALL``: every statement it had prepared on that
+    connection is forgotten, and the engine's hot statements (prepared from their 5th run)
+    are parsed and planned again. Never write through it: each statement commits alone."""
+    with engine.connect() as conn:
+        if not is_sqlite(engine):  # SQLite's reads hold no transaction (``isolation_level=None``)
+            conn.execution_options(isolation_level="AUTOCOMMIT")
+        yield conn
 
 
 def _sqlite_engine(url: str, pool_size: int) -> Engine:
