@@ -818,6 +818,12 @@ class Probe:
 
         @event.listens_for(engine, "rollback")
         def _rollback(conn: Any) -> None:
+            # a read on an autocommit connection (``shared.store.db.reading``) has no transaction
+            # open: psycopg sends nothing for its rollback
+            pg = getattr(conn.connection.dbapi_connection, "pgconn", None)
+            if pg is not None and pg.transaction_status == 0:  # libpq's PQTRANS_IDLE
+                self.log.append(("end", "no ROLLBACK (autocommit)", 0.0, 0))
+                return
             self.log.append(("rollback", "ROLLBACK", 0.0, 0))
 
         @event.listens_for(engine, "checkout")
@@ -847,7 +853,7 @@ class Probe:
         for kind, label, _, _ in self.log[a:b]:
             if kind == "stmt":
                 out[-1].append(label)
-            elif kind in ("commit", "rollback") and out[-1]:
+            elif kind in ("commit", "rollback", "end") and out[-1]:
                 out[-1].append(label)
                 out.append([])
         return [t for t in out if t]

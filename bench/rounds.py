@@ -687,7 +687,8 @@ def main() -> None:
     pub = ref["published"]
     s.note(
         f"Per round: {ref['statements']} statements in {ref['commits']} commits "
-        f"(+{ref['rollbacks']} rollbacks of read-only connections), {ref['checkouts']} pool "
+        f"(+{ref['rollbacks']} ROLLBACKs sent for read-only connections; reads through "
+        f"`shared.store.db.reading` send none), {ref['checkouts']} pool "
         f"checkouts ({PREPING[0]}). "
         f"Of the round's {ref['seconds'] * 1000:.2f} ms in-process (model call excluded): "
         f"SQL statements {ref['sql_s'] * 1000:.2f} ms, `json5.loads` of the tool arguments "
