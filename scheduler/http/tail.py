@@ -32,6 +32,7 @@ from starlette.concurrency import run_in_threadpool
 from shared.engine.livebus import WAKE
 from shared.engine.runtime import Runtime
 from shared.store import records
+from shared.store.db import reading
 from shared.vocab import SEGMENT_ENDS, EventType
 
 __all__ = [
@@ -80,7 +81,7 @@ TailItem = Batch | Delta | Beat
 
 
 def _fetch(rt: Runtime, run_id: str, after: int) -> list[dict[str, Any]]:
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         return [dict(r) for r in records.list_events(conn, run_id, after, limit=BATCH)]
 
 

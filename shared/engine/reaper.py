@@ -34,6 +34,7 @@ from shared.store import runs as run_store
 from shared.store import spend as spend_store
 from shared.store import threads as thread_store
 from shared.store import workers as worker_store
+from shared.store.db import reading
 
 __all__ = ["ReapReport", "reap"]
 
@@ -132,7 +133,7 @@ def _settle_leaks(rt: Runtime) -> None:
 def _release_stalled(rt: Runtime, limit: int = 200) -> int:
     """Safety net: release held runs whose thread has no active run (every path that ends a
     run should already have done it, in the same transaction)."""
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         stalled = thread_store.stalled_threads(conn, limit)
     released = 0
     for thread_id in stalled:
@@ -152,7 +153,7 @@ def _admit_waiting(rt: Runtime) -> int:
     as a safety net)."""
     if rt.settings.tenant_active_runs <= 0:
         return 0
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         tenants = admission_store.gated_tenants(conn)
     released = 0
     for tenant in tenants:
@@ -186,7 +187,7 @@ def _webhooks(rt: Runtime) -> int:
 
 def _expire(rt: Runtime) -> int:
     """Waiting runs whose time came: expire their ask, or try their provider again."""
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         due = redrive.due_waits(conn, _now())
     asks = 0
     for d in due:
