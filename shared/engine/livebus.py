@@ -87,12 +87,14 @@ class Sender:
     def __init__(self, client: redis.Redis) -> None:
         self._client = client
         self._items: deque[tuple[str, str]] = deque()
-        self._cond = threading.Condition()
+        lock = threading.Lock()
+        self._queued = threading.Condition(lock)  # the sender waits on it
+        self._sent = threading.Condition(lock)  # ``flush`` waits on it
         self._busy = False
         self._pid = 0
 
     def put(self, channel: str, data: str) -> None:
-        with self._cond:
+        with self._queued:
             if len(self._items) >= self.LIMIT:
                 LIVE_DROPPED.inc()
                 return
@@ -100,24 +102,24 @@ class Sender:
             if self._pid != os.getpid():  # first use in this process (or a fork's child)
                 self._pid = os.getpid()
                 threading.Thread(target=self._run, daemon=True, name="treadle-live-send").start()
-            self._cond.notify()
+            self._queued.notify()
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until everything put so far went out (or failed); False: ``timeout`` passed."""
-        with self._cond:
-            return self._cond.wait_for(lambda: not self._items and not self._busy, timeout)
+        with self._sent:
+            return self._sent.wait_for(lambda: not self._items and not self._busy, timeout)
 
     def _run(self) -> None:
         while True:
-            with self._cond:
-                self._cond.wait_for(lambda: bool(self._items))
+            with self._queued:
+                self._queued.wait_for(lambda: bool(self._items))
                 n = min(len(self._items), self.BATCH)
                 batch = [self._items.popleft() for _ in range(n)]
                 self._busy = True
             self._send(batch)
-            with self._cond:
+            with self._sent:
                 self._busy = False
-                self._cond.notify_all()
+                self._sent.notify_all()
 
     def _send(self, batch: list[tuple[str, str]]) -> None:
         pipe = self._client.pipeline(transaction=False)
@@ -125,7 +127,7 @@ class Sender:
             pipe.publish(channel, data)
         try:
             pipe.execute()
-        except redis.RedisError:
+        except Exception:  # whatever it was, the thread lives on for the next batch
             log.warning("live publish of %d messages failed", len(batch), exc_info=True)
 
 

@@ -97,3 +97,29 @@ def test_a_full_queue_drops_and_counts(redis_url: str, monkeypatch: pytest.Monke
     held.release.set()
     assert sender.flush(5)
     assert sum(held.sent) == 11
+
+
+def test_flushing_threads_never_take_the_senders_wake_up(redis_url: str) -> None:
+    """Threads flushing while others publish: every message still goes out, and ``flush``
+    returns (the sender and the flushers wait on separate conditions of one lock)."""
+    held = Held(redis_url)
+    held.release.set()
+    sender = Sender(held)  # type: ignore[arg-type]
+    stop = threading.Event()
+
+    def flushing() -> None:
+        while not stop.is_set():
+            sender.flush(0.05)
+
+    flushers = [threading.Thread(target=flushing) for _ in range(3)]
+    for t in flushers:
+        t.start()
+    for n in range(300):
+        sender.put("treadle:live:z", str(n))
+        if n % 10 == 0:
+            time.sleep(0.002)
+    assert sender.flush(5)
+    stop.set()
+    for t in flushers:
+        t.join()
+    assert sum(held.sent) == 300
