@@ -5,6 +5,7 @@ fake server (strict: a dangling tool call is a 400 there)."""
 from __future__ import annotations
 
 import json
+import signal
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -194,7 +195,10 @@ def test_fork_at_round_3_shares_the_source_and_lives_on_its_own(
         assert fork.status_code == 201, fork.text
         forked = _status(client, fork.json()["id"], *FINAL)
         first = llm.bodies[seen]["messages"]
-        # a second fork, cancelled at once: the source and the first fork do not move
+        # a second fork, cancelled before any worker could drive it (none is left to: a
+        # worker could otherwise finish its three rounds before the cancel arrives); the
+        # source and the first fork do not move
+        workers.kill("alpha", signal.SIGTERM)
         other = client.post(f"/v1/runs/{source['id']}/fork", json={"round": 3}).json()
         assert client.post(f"/v1/runs/{other['id']}/cancel").json()["status"] == "cancelled"
         after = client.get(f"/v1/runs/{source['id']}").json()

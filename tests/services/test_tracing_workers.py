@@ -53,7 +53,10 @@ def _worker_spans(otlp: OtlpReceiver) -> list[dict[str, Any]]:
             if s["name"] == "treadle.round"
             and s["attributes"].get("treadle.outcome") == "committed"
         ]
-        return len(committed) == 3 and names.count("execute_tool echo") == 2
+        # A parent span ends after its children, so it can reach the receiver in a later
+        # batch: wait for the tool tasks' own spans as well as the calls under them.
+        tools = names.count("treadle.tool") == 2 and names.count("execute_tool echo") == 2
+        return len(committed) == 3 and tools
 
     wait_for(ready, 60, what="the workers' spans")
     return list(otlp.spans)
