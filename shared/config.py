@@ -82,6 +82,16 @@ class Settings(BaseSettings):
         "by Celery and visible in Flower; on saves one broker hop per such round (~8 % of a "
         "tool round on the HTTP path) at the price of rounds that are never their own task",
     )
+    worker_read_tools_in_round: bool = Field(
+        default=False,
+        description="Opt-in. A round whose reply calls one read-only tool (an HTTP GET, an "
+        "MCP read, a search) runs it in the round's own task, under the same timeout, and "
+        "commits its result with the round: a tool round is one task, one hop and two "
+        "commits instead of a round task and a tool task with four. Off by default: every "
+        "external call is its own treadle.tool task (claimed, counted, visible in Flower); "
+        "on, such a call's tool.started and tool.finished are written together when it ends, "
+        "and it is not its own task",
+    )
     worker_engine_slots: int = Field(
         default=4,
         ge=0,

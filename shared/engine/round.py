@@ -60,7 +60,7 @@ from shared.engine.handlers import run_handler
 from shared.engine.join import finish_call
 from shared.engine.knowledge import with_dataset_quotes
 from shared.engine.runtime import Dispatch, Publisher, Runtime
-from shared.engine.toolrun import execute_tool, finished, quick
+from shared.engine.toolrun import execute_tool, finished, in_round, quick
 from shared.engine.transition import attempt, transaction
 from shared.engine.tx import Tx
 from shared.errors import (
@@ -1260,13 +1260,15 @@ def _run_quick(
 ) -> dict[str, ToolResult] | None:
     """A batch whose calls are all quick (read-only, in-process, no I/O) runs here, before
     the round's commit, and its results go into that commit: a tool round is one task and
-    one commit instead of a round task, a tool task and their commits. Any other batch:
-    None (each call's task runs it)."""
+    one commit instead of a round task, a tool task and their commits. So does a batch of
+    one read-only call when the operator opted in (``in_round``; one only: the fan-out runs
+    a batch's I/O side by side, this task would run it in turn). Any other batch: None
+    (each call's task runs it)."""
     pending = [c for c in decision.calls if c.status == CallStatus.PENDING.value]
     if not pending or len(pending) > claim.spec.effective_parallel_tools:
         return None
     tools = [catalog.tool(c.name) for c in pending]
-    if not all(quick(t) for t in tools):
+    if not all(quick(t) for t in tools) and (len(pending) > 1 or not in_round(rt, tools[0])):
         return None
     if any(children.sub_agent_of(claim.spec, c.name) is not None for c in pending):
         return None

@@ -44,7 +44,7 @@ from shared.tools import InvalidToolArguments, Tool, ToolContext, ToolResult
 from shared.tracing import tool_span
 from shared.vocab import EventType
 
-__all__ = ["execute_tool", "finished", "quick", "run_tool"]
+__all__ = ["execute_tool", "finished", "in_round", "quick", "run_tool"]
 
 log = logging.getLogger("treadle.tool")
 STOP_GRACE_S = 2.0  # a stopped tool's thread gets this long to wind down
@@ -139,6 +139,15 @@ def quick(tool: Tool | None) -> bool:
     claim (a duplicate run is harmless), and a round whose calls are all quick runs them
     itself (``shared.engine.round``)."""
     return tool is not None and tool.read_only and bool(getattr(tool, "quick", False))
+
+
+def in_round(rt: Runtime, tool: Tool | None) -> bool:
+    """A call the round's own task may run before its commit: a quick tool, or any
+    read-only tool when the operator opted in (``worker_read_tools_in_round``): a duplicate
+    run of a read is harmless, so it needs no claim of its own."""
+    if quick(tool):
+        return True
+    return rt.settings.worker_read_tools_in_round and tool is not None and tool.read_only
 
 
 def _too_deep(rt: Runtime, run: Run) -> bool:

@@ -15,10 +15,15 @@ from worker.app import adopt_concurrency
 def test_every_round_is_its_own_task_and_no_tenant_cap_by_default(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    for var in ("TREADLE_WORKER_IN_PLACE_S", "TREADLE_TENANT_ACTIVE_RUNS"):
+    for var in (
+        "TREADLE_WORKER_IN_PLACE_S",
+        "TREADLE_WORKER_READ_TOOLS_IN_ROUND",
+        "TREADLE_TENANT_ACTIVE_RUNS",
+    ):
         monkeypatch.delenv(var, raising=False)
     settings = Settings()
     assert settings.worker_in_place_s == 0
+    assert settings.worker_read_tools_in_round is False  # every external call its own task
     assert settings.tenant_active_runs == 0
 
 
