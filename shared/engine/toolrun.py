@@ -3,16 +3,19 @@
 
 A tool that is read-only and quick (in-process, no I/O) runs without a claim: duplicates of
 its dispatch may run it twice, harmlessly, and only one commit wins (the call's status guards
-it). Any other tool is claimed first (its row goes ``running``, owned by this worker, whose
-heartbeat keeps the lease; the attempt number fences a late commit), so its effect is started
-by one worker at a time, and a write sends ``Idempotency-Key: <run_id>:<call_id>`` so a retried
-effect after a crash is applied once by a well-behaved API. A sub-agent call starts a child run
+it). Any other tool is claimed (its row goes ``running``, owned by this worker, whose
+heartbeat keeps the lease; the attempt number fences a late commit): a read starts while its
+claim commits (a duplicate read is harmless; a lost claim stops it and its result is dropped),
+a write only once its claim has committed, so its effect is started by one worker at a time,
+and sends ``Idempotency-Key: <run_id>:<call_id>`` so a retried effect after a crash is applied
+once by a well-behaved API. A sub-agent call starts a child run
 instead (``shared.engine.children``).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from shared.agent.approval import edited_result
@@ -31,6 +34,7 @@ from shared.engine.knowledge import Knowledge
 from shared.engine.memory import RunMemory
 from shared.engine.progress import progress_sink
 from shared.engine.runtime import Dispatch, Runtime
+from shared.engine.standby import Job
 from shared.engine.transition import attempt
 from shared.engine.tx import Tx
 from shared.errors import Aborted, ToolError
@@ -75,25 +79,56 @@ def _run_tool(rt: Runtime, run_id: str, call_id: str, version: int) -> str:
         return _come_back(rt, run, call)
     tool = catalog.tool(call.name)
     sub = children.sub_agent_of(spec, call.name)
-    if sub is None and call.status == CallStatus.QUEUED and quick(tool):
-        with metrics.TOOL_SECONDS.labels(tool=call.name).time():
-            result = execute_tool(rt, run, given.inputs, tool, call)
+    if sub is not None:
+        return _start_child(rt, spec, sub, run, call)
+    return _run_call(rt, spec, run, call, given.inputs, tool)
+
+
+def _run_call(
+    rt: Runtime,
+    spec: AgentSpec,
+    run: Run,
+    call: Call,
+    inputs: dict[str, Any] | None,
+    tool: Tool | None,
+) -> str:
+    """A quick call runs unclaimed; a read starts while its claim commits; any other call
+    is claimed, fenced, then run."""
+    max_attempts = spec.max_attempts or rt.settings.max_attempts
+    seconds = metrics.TOOL_SECONDS.labels(tool=call.name)
+    if call.status == CallStatus.QUEUED and quick(tool):
+        with seconds.time():
+            result = execute_tool(rt, run, inputs, tool, call)
         return _commit(rt, spec, run, call, result, started=True)
+    if _read_first(tool, call, max_attempts):
+        with seconds.time():
+            claimed, got = _claim_while_running(rt, run, inputs, tool, call)
+        if claimed is None or got is None:
+            return "stale"
+        return _commit(rt, spec, run, claimed, got)
+    claimed = _claim(rt, run, call)
+    if claimed is None:
+        return "stale"
+    if claimed.attempts > max_attempts:  # L-12
+        return _commit(rt, spec, run, claimed, ToolResult(text=_never_finished(claimed)))
+    if not _still_held(rt, claimed, tool):
+        return "stale"
+    with seconds.time():
+        result = execute_tool(rt, run, inputs, tool, claimed)
+    return _commit(rt, spec, run, claimed, result)
+
+
+def _start_child(rt: Runtime, spec: AgentSpec, sub: AgentSpec, run: Run, call: Call) -> str:
+    """A sub-agent call: claimed, then its child run starts (``shared.engine.subagent``)."""
     claimed = _claim(rt, run, call)
     if claimed is None:
         return "stale"
     if claimed.attempts > (spec.max_attempts or rt.settings.max_attempts):  # L-12
         return _commit(rt, spec, run, claimed, ToolResult(text=_never_finished(claimed)))
-    if sub is not None:
-        if _too_deep(rt, run):
-            text = f"Tool error: sub-agents nest at most {ancestry.MAX_DEPTH} levels deep"
-            return _commit(rt, spec, run, claimed, ToolResult(text=text))
-        return subagent.start(rt, spec, sub, run, claimed)
-    if not _still_held(rt, claimed, tool):
-        return "stale"
-    with metrics.TOOL_SECONDS.labels(tool=call.name).time():
-        result = execute_tool(rt, run, given.inputs, tool, claimed)
-    return _commit(rt, spec, run, claimed, result)
+    if _too_deep(rt, run):
+        text = f"Tool error: sub-agents nest at most {ancestry.MAX_DEPTH} levels deep"
+        return _commit(rt, spec, run, claimed, ToolResult(text=text))
+    return subagent.start(rt, spec, sub, run, claimed)
 
 
 def _come_back(rt: Runtime, run: Run, call: Call) -> str:
@@ -150,6 +185,40 @@ def in_round(rt: Runtime, tool: Tool | None) -> bool:
     return rt.settings.worker_read_tools_in_round and tool is not None and tool.read_only
 
 
+def _read_first(tool: Tool | None, call: Call, max_attempts: int) -> bool:
+    """A read-only call, queued, whose claim leaves it within its attempts: it may start
+    before its claim commits (``_claim_while_running``)."""
+    if tool is None or not tool.read_only or call.status != CallStatus.QUEUED:
+        return False
+    return call.attempts + 1 <= max_attempts
+
+
+def _claim_while_running(
+    rt: Runtime, run: Run, inputs: dict[str, Any] | None, tool: Tool | None, call: Call
+) -> tuple[Call | None, ToolResult | None]:
+    """A read starts in a kept thread, and this task claims its call meanwhile: the claim's
+    transaction is off the round's critical path. Starting a read before its claim is safe:
+    a duplicate read is harmless, and a claim that loses (another worker holds the call, or
+    the run moved on) stops the read and its result is dropped. The claim still counts the
+    attempt and writes ``tool.started`` as it does for any other call. (None, None): lost."""
+    prepared = _prepare(rt, run, inputs, tool, call)
+    if isinstance(prepared, ToolResult):  # nothing to run (unknown tool, bad arguments)
+        return _claim(rt, run, call), prepared
+    fn, abort = prepared
+    with tool_span(call.name, call.call_id), rt.stopper.holding(run.id, abort, rt.live):
+        job = rt.tool_threads.submit(lambda: _run(fn))
+        try:
+            claimed = _claim(rt, run, call)
+        except BaseException:
+            abort.cancel("the tool call's claim failed")
+            raise
+        if claimed is None:
+            abort.cancel("the tool call was taken by another worker")
+            return None, None
+        with rt.gate.outside(Stage.TOOL):
+            return claimed, _waited(job, rt.settings.tool_timeout, abort)
+
+
 def _too_deep(rt: Runtime, run: Run) -> bool:
     if run.parent_run_id is None:
         return False
@@ -179,6 +248,22 @@ def execute_tool(
     rt: Runtime, run: Run, inputs: dict[str, Any] | None, tool: Tool | None, call: Call
 ) -> ToolResult:
     """Run the tool; any failure becomes its result text (L-5)."""
+    prepared = _prepare(rt, run, inputs, tool, call)
+    if isinstance(prepared, ToolResult):
+        return prepared
+    fn, abort = prepared
+    with tool_span(call.name, call.call_id):
+        if quick(tool):
+            return _run(fn)
+        with rt.gate.outside(Stage.TOOL), rt.stopper.holding(run.id, abort, rt.live):
+            return _with_timeout(rt, fn, rt.settings.tool_timeout, abort)
+
+
+def _prepare(
+    rt: Runtime, run: Run, inputs: dict[str, Any] | None, tool: Tool | None, call: Call
+) -> tuple[Callable[[], ToolResult], Abort] | ToolResult:
+    """The call ready to run, and what stops it; or its result when there is nothing to run
+    (an unknown tool, arguments that do not parse)."""
     if tool is None:
         return ToolResult(text=f"Tool not found: {call.name}")
     refs = attachment_refs(inputs)
@@ -203,13 +288,7 @@ def execute_tool(
         args = parse_arguments(call.arguments or "{}")
     except ArgumentsError as exc:
         return ToolResult(text=f"Invalid arguments for {call.name}: {exc}")
-    with tool_span(call.name, call.call_id):
-        if quick(tool):
-            return _run(lambda: tool.execute(args, ctx))
-        with rt.gate.outside(Stage.TOOL), rt.stopper.holding(run.id, abort, rt.live):
-            return _with_timeout(
-                rt, lambda: tool.execute(args, ctx), rt.settings.tool_timeout, abort
-            )
+    return (lambda: tool.execute(args, ctx)), abort
 
 
 def _run(fn: Any) -> ToolResult:
@@ -225,7 +304,12 @@ def _with_timeout(rt: Runtime, fn: Any, timeout: float, abort: Abort) -> ToolRes
     tool's; ``shared.engine.standby``); after ``timeout`` fire ``abort`` (the tool stops:
     sockets shut, child processes killed) and give it a moment to wind down; failures become
     results."""
-    job = rt.tool_threads.submit(lambda: _run(fn))
+    return _waited(rt.tool_threads.submit(lambda: _run(fn)), timeout, abort)
+
+
+def _waited(job: Job[ToolResult], timeout: float, abort: Abort) -> ToolResult:
+    """The result of a tool call running in a kept thread; ``abort`` fired after
+    ``timeout``."""
     if not job.wait(timeout):
         abort.cancel(f"timed out after {timeout:g}s")
         if not job.wait(STOP_GRACE_S):

@@ -34,7 +34,7 @@ def _lookup(server: LocalServer, path: str = "/item", read_only: bool = True) ->
 
 
 def _two_lookups(server: LocalServer, **spec: Any) -> Any:
-    replies = [
+    replies: list[dict[str, Any]] = [
         {"tool_calls": [call("lookup", {"id": "a"}, "c1")]},
         {"tool_calls": [call("lookup", {"id": "b"}, "c2")]},
         {"text": "found both"},
