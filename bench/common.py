@@ -31,6 +31,28 @@ from shared.names import ROUNDS_QUEUE, TOOLS_QUEUE
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 PY = sys.executable
+# settings whose non-default value changes the path a table measures: set in the bench's
+# environment, they reach the workers, and the tables say so
+OPT_INS = ("TREADLE_WORKER_READ_TOOLS_IN_ROUND", "TREADLE_WORKER_IN_PLACE_S")
+
+
+def opted_in() -> list[str]:
+    """The opt-ins set in this environment, as ``NAME=value``."""
+    off = {"", "0", "0.0", "false", "no", "off"}
+    on = [v for v in OPT_INS if os.environ.get(v, "").strip().lower() not in off]
+    return [f"{v}={os.environ[v]}" for v in on]
+
+
+def path_name() -> str:
+    """How a table names its path: the path users run, or that path with an opt-in (never
+    reported as the defaults' figure)."""
+    on = opted_in()
+    if not on:
+        return "the path users run"
+    named = ", ".join(f"`{o}`" for o in on)
+    return f"the path users run with {named} (opt-in, NOT the defaults)"
+
+
 PG_ADMIN = os.environ.get("BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379/0")
 TAG = uuid.uuid4().hex[:8]

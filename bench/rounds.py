@@ -43,7 +43,9 @@ from bench.common import (
     ms,
     new_prefix,
     num,
+    opted_in,
     p95,
+    path_name,
     quick_tool_responder,
     redis_cleanup,
     scratch_db,
@@ -543,9 +545,9 @@ def main() -> None:
     over = [r["overhead"] for r in rows]
 
     s = Section(
-        f"Tool round overhead vs the floor, the path users run ({RUNS} runs x {ROUNDS} "
+        f"Tool round overhead vs the floor, {path_name()} ({RUNS} runs x {ROUNDS} "
         "rounds, HTTP model in its own process, one inline HTTP tool, 1 worker "
-        "`-P threads -c 8`, defaults)",
+        f"`-P threads -c 8`, {'defaults but the opt-in' if opted_in() else 'defaults'})",
         ["measure", "median ms", "p95 ms", "in floor hops (median)", "target", "verdict"],
     )
     s.row("floor hop (1 chain, interleaved)", ms(hop_med, 2), ms(hop_p95, 2), "1.00", "", "")
@@ -594,7 +596,7 @@ def main() -> None:
     for key, label in (
         ("claim_model", "round claim txn + history read + request (model call excluded)"),
         ("commit_to_tool", "round commit txn + publish → tool task claimed"),
-        ("tool", "tool claim txn + run the tool"),
+        ("tool", "tool claim txn (a read runs beside it) + the rest of the tool"),
         ("tool_commit_to_round", "tool commit txn (join) + publish → next round claimed"),
     ):
         xs = [r[key] for r in rows]
@@ -602,7 +604,15 @@ def main() -> None:
     s.note(
         "Phase boundaries are the timestamps in `events` (round.started, tool.started, "
         "tool.finished) and the assistant message's `created_at`; each is taken just "
-        "before its transaction begins."
+        "before its transaction begins. A read-only call starts before its claim, so its "
+        "first moments fall in the phase before."
+        + (
+            " With reads run in the round (`TREADLE_WORKER_READ_TOOLS_IN_ROUND`) the tool's "
+            "events are written with the round's commit: the two tool phases read 0 and the "
+            "tool's time is in the first phase's neighbours."
+            if any(o.startswith("TREADLE_WORKER_READ_TOOLS_IN_ROUND") for o in opted_in())
+            else ""
+        )
     )
     sections.append(s)
 
@@ -718,7 +728,8 @@ def main() -> None:
     x1, xl = growth["early"], growth["late"]
     head = [
         [
-            "tool round overhead, HTTP model + HTTP tool, in floor hops (median)",
+            "tool round overhead, HTTP model + HTTP tool, in floor hops (median)"
+            + (f", opted in: {', '.join(opted_in())} (NOT the defaults)" if opted_in() else ""),
             f"{ratio:.2f} ({ms(med(over), 1)} ms vs hop {ms(hop_med, 2)} ms)",
             f"<= {TARGET_HOPS}",
             verdict(ratio <= TARGET_HOPS),

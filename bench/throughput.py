@@ -39,6 +39,7 @@ from bench.common import (
     machine_cpu,
     new_prefix,
     num,
+    path_name,
     pg_backend_cpu,
     pg_cpu_delta,
     proc_cpu,
@@ -248,7 +249,7 @@ def main() -> None:
         finally:
             procs.stop_all()
     s = Section(
-        f"Throughput, the path users run: {RUNS} concurrent runs x {ROUNDS} rounds, HTTP "
+        f"Throughput, {path_name()}: {RUNS} concurrent runs x {ROUNDS} rounds, HTTP "
         f"model (latency {LATENCY * 1000:.0f} ms) + one HTTP tool per round, "
         f"`-P threads -c {CONC}` per process, defaults",
         [
