@@ -65,6 +65,7 @@ from bench.common import (
     med,
     new_prefix,
     num,
+    opted_in,
     p95,
     pg_backend_cpu,
     pg_cpu_delta,
@@ -367,7 +368,8 @@ def main() -> None:
             procs.stop_all()
     s = Section(
         f"Runs in flight: model latency {LATENCY:.0f} s, {ROUNDS} tool rounds per run, "
-        f"{PROCS} worker processes `-P threads`, HTTP model + one HTTP tool, defaults but `-c`",
+        f"{PROCS} worker processes `-P threads`, HTTP model + one HTTP tool, defaults but `-c`"
+        + (f" and {', '.join(f'`{o}`' for o in opted_in())} (opt-in, NOT the defaults)" if opted_in() else ""),
         [
             "measure",
             *[f"{r['runs']} runs, {r['start']} start" for r in results],

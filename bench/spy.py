@@ -37,6 +37,7 @@ from bench.common import (
     close_runtime,
     free_port,
     new_prefix,
+    path_name,
     proc_cpu,
     redis_cleanup,
     scratch_db,
@@ -179,7 +180,7 @@ def main() -> None:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     shape = (
         f"{RUNS} tool runs queued, then more submitted over HTTP by two clients that also poll "
-        f"(~{len(ids)} in all), on the path users run (HTTP model in its own process, 200 ms "
+        f"(~{len(ids)} in all), on {path_name()} (HTTP model in its own process, 200 ms "
         f"per reply, one inline read-only HTTP tool per round, defaults) on one "
         f"`treadle worker -P threads -c {CONC}` and one API process (uvicorn), PostgreSQL + "
         f"Redis; `py-spy record --gil -r 250` on both for {SECONDS} s."
