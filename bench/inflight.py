@@ -348,6 +348,11 @@ def measure(procs: Procs, url: str, runs: int, start: str) -> dict[str, Any]:
     return out
 
 
+def _opt_ins() -> str:
+    on = opted_in()
+    return f" and {', '.join(f'`{o}`' for o in on)} (opt-in, NOT the defaults)" if on else ""
+
+
 def main() -> None:
     started = time.time()
     procs = Procs()
@@ -369,7 +374,7 @@ def main() -> None:
     s = Section(
         f"Runs in flight: model latency {LATENCY:.0f} s, {ROUNDS} tool rounds per run, "
         f"{PROCS} worker processes `-P threads`, HTTP model + one HTTP tool, defaults but `-c`"
-        + (f" and {', '.join(f'`{o}`' for o in opted_in())} (opt-in, NOT the defaults)" if opted_in() else ""),
+        + _opt_ins(),
         [
             "measure",
             *[f"{r['runs']} runs, {r['start']} start" for r in results],
