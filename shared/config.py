@@ -90,7 +90,8 @@ class Settings(BaseSettings):
         "commits instead of a round task and a tool task with four. Off by default: every "
         "external call is its own treadle.tool task (claimed, counted, visible in Flower); "
         "on, such a call's tool.started and tool.finished are written together when it ends, "
-        "and it is not its own task",
+        "it is not its own task, and a worker killed during it loses the round's uncommitted "
+        "model reply (the round runs again, model call included)",
     )
     worker_engine_slots: int = Field(
         default=4,
