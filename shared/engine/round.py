@@ -1247,9 +1247,11 @@ def _tools(
     go into it); the calls left fan out as rows and tool tasks. Returns the batch the commit
     records and the quick calls whose results a join must read."""
     results = _run_quick(rt, claim, decision, catalog)
+    data: dict[str, dict[str, Any]] = {}
     if results is not None and all(_plain(r) for r in results.values()):
         decision = _with_results(rt, claim, change, decision, results, round_)  # none left
-    _fan_out(claim, change, decision, catalog, round_)
+        data = {call_id: r.data for call_id, r in results.items() if r.data}
+    _fan_out(claim, change, decision, catalog, round_, data)
     if results is not None and change.queue_tools:  # a result the join must read
         return decision, _ran(change, results)
     return decision, []
@@ -1292,8 +1294,9 @@ def _run_quick(
 
 
 def _plain(result: ToolResult) -> bool:
-    """A result that is only text: no cost, data or stop for the join to account for."""
-    return not result.cost and not result.data and not result.stop
+    """A result with no cost or stop for the join to account for: its text (and its data,
+    such as an HTTP tool's status) go into the round's own commit."""
+    return not result.cost and not result.stop
 
 
 def _with_results(
@@ -1387,13 +1390,22 @@ def _apply(
 
 
 def _fan_out(
-    claim: _Claim, change: Change, decision: RunTools, catalog: Catalog, round_: int
+    claim: _Claim,
+    change: Change,
+    decision: RunTools,
+    catalog: Catalog,
+    round_: int,
+    data: dict[str, dict[str, Any]] | None = None,
 ) -> None:
     """The reply's calls become rows; the first window of external calls is dispatched, or
-    everything settles at once when there is nothing to run."""
+    everything settles at once when there is nothing to run. ``data``: what the calls this
+    task ran returned beside their text, by call id."""
     ts = run_store.now()
     budget = tool_result_budget(claim.profile.context_window, claim.spec.tool_result_max_tokens)
     rows = [_call_row(claim.run.id, c, round_, budget, ts) for c in decision.calls]
+    if data:  # every row of the batch gets the column: one shape for the insert
+        for r in rows:
+            r["data"] = data.get(r["call_id"])
     pending = [r for r in rows if r["status"] == CallStatus.PENDING.value]
     if pending:
         for r in pending[: claim.spec.effective_parallel_tools]:

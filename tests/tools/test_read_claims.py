@@ -63,9 +63,9 @@ def _types(rt: Runtime, run_id: str) -> list[str]:
 
 
 def test_a_read_starts_before_its_claim_commits(
-    sqlite_rt: Runtime, stub: StubBroker, server: LocalServer, monkeypatch: pytest.MonkeyPatch
+    any_rt: Runtime, stub: StubBroker, server: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rt = _rt(sqlite_rt)
+    rt = _rt(any_rt)
     run_id = submit(rt, _spec(server, "/item", read_only=True))
     d = _tool_task(rt, stub, run_id)
     seen: list[int] = []

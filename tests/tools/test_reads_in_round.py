@@ -12,6 +12,7 @@ import pytest
 
 from shared.engine.runtime import Runtime
 from shared.engine.testing import StubBroker
+from shared.store import calls as call_store
 from shared.store import records
 from tests.engine.helpers import agent, call, run, submit, transcript
 
@@ -54,9 +55,9 @@ def _tool_events(rt: Runtime, run_id: str) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("in_round", [True, False])
 def test_a_read_runs_in_the_round_only_when_opted_in(
-    sqlite_rt: Runtime, stub: StubBroker, server: LocalServer, in_round: bool
+    any_rt: Runtime, stub: StubBroker, server: LocalServer, in_round: bool
 ) -> None:
-    rt = _rt(sqlite_rt, in_round)
+    rt = _rt(any_rt, in_round)
     run_id = submit(rt, _two_lookups(server))
     stub.drain(rt)
     assert run(rt, run_id)["status"] == "completed"
@@ -68,6 +69,9 @@ def test_a_read_runs_in_the_round_only_when_opted_in(
     assert roles == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
     tools = [text for role, text, _ in transcript(rt, run_id) if role == "tool"]
     assert all('"path": "/item"' in t for t in tools)
+    with rt.engine.connect() as conn:  # the HTTP status is kept either way
+        data = [c.data for c in call_store.list_tool_calls(conn, run_id)]
+    assert data == [{"status": 200}, {"status": 200}]
     assert _tool_events(rt, run_id) == [
         ("tool.started", "c1"),
         ("tool.finished", "c1"),
