@@ -121,12 +121,17 @@ def _eight_tool_calls_then_answer(body: dict[str, Any]) -> ReplySpec:
     return ReplySpec(tool_calls=[{"id": f"c{n}", "name": "echo", "arguments": {"text": str(n)}}])
 
 
+@pytest.mark.parametrize("reads_in_round", [False, True], ids=["defaults", "reads-in-round"])
 def test_every_round_of_an_http_tool_run_is_a_round_task_in_flower(
-    prod_rt: Runtime, workers: WorkerProcs, flower: str, echo_endpoint: str
+    prod_rt: Runtime, workers: WorkerProcs, flower: str, echo_endpoint: str, reads_in_round: bool
 ) -> None:
     """Defaults (no in-place driving): a 9-round run with an inline HTTP tool is 9 succeeded
-    ``treadle.round`` tasks with its run id in their args, in Flower's own API."""
+    ``treadle.round`` tasks with its run id in their args, in Flower's own API, and each read
+    is a ``treadle.tool`` task. Reads run in the round (opt-in): the same 9 round tasks, and
+    no tool task (what the opt-in trades)."""
     workers.env.update(TREADLE_TASK_EVENTS="true", TREADLE_ALLOW_HOSTS="127.0.0.1")
+    if reads_in_round:
+        workers.env["TREADLE_WORKER_READ_TOOLS_IN_ROUND"] = "true"
     workers.start("rounds")
     rt = replace(prod_rt, settings=prod_rt.settings.model_copy(update={"allow_hosts": "127.0.0.1"}))
     with FakeLLMServer(_eight_tool_calls_then_answer) as llm:
@@ -148,15 +153,17 @@ def test_every_round_of_an_http_tool_run_is_a_round_task_in_flower(
             wait_for(lambda: client.get(f"/v1/runs/{run_id}").json()["status"] == "completed", 30)
         assert len(llm.requests) == 9
 
-    def rounds_of_the_run() -> list[dict[str, Any]]:
+    def of_the_run(name: str) -> list[dict[str, Any]]:
         tasks = httpx.get(f"{flower}/api/tasks", auth=AUTH, timeout=5).json()
-        mine = [
-            t
-            for t in tasks.values()
-            if t.get("name") == "treadle.round" and run_id in str(t.get("args"))
-        ]
-        done = [t for t in mine if t.get("state") == "SUCCESS"]
+        mine = [t for t in tasks.values() if t.get("name") == name and run_id in str(t.get("args"))]
+        return [t for t in mine if t.get("state") == "SUCCESS"]
+
+    def rounds_of_the_run() -> list[dict[str, Any]]:
+        done = of_the_run("treadle.round")
         return done if len(done) >= 9 else []
 
     succeeded = wait_for(rounds_of_the_run, 20, interval=0.5, what="9 round tasks in flower")
     assert len(succeeded) == 9
+    tools = 0 if reads_in_round else 8
+    wait_for(lambda: len(of_the_run("treadle.tool")) >= tools, 20, what="the tool tasks")
+    assert len(of_the_run("treadle.tool")) == tools
