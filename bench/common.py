@@ -26,31 +26,41 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from shared.config import Settings
 from shared.names import ROUNDS_QUEUE, TOOLS_QUEUE
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 PY = sys.executable
-# settings whose non-default value changes the path a table measures: set in the bench's
-# environment, they reach the workers, and the tables say so
-OPT_INS = ("TREADLE_WORKER_READ_TOOLS_IN_ROUND", "TREADLE_WORKER_IN_PLACE_S")
 
 
 def opted_in() -> list[str]:
-    """The opt-ins set in this environment, as ``NAME=value``."""
-    off = {"", "0", "0.0", "false", "no", "off"}
-    on = [v for v in OPT_INS if os.environ.get(v, "").strip().lower() not in off]
-    return [f"{v}={os.environ[v]}" for v in on]
+    """The opt-ins that change the path a table measures, as ``NAME=value``: read by the
+    project's own settings from this environment, which the bench's workers inherit."""
+    settings = Settings()
+    on = []
+    if settings.worker_read_tools_in_round:
+        on.append("TREADLE_WORKER_READ_TOOLS_IN_ROUND=true")
+    if settings.worker_in_place_s > 0:
+        on.append(f"TREADLE_WORKER_IN_PLACE_S={settings.worker_in_place_s:g}")
+    return on
+
+
+def reads_in_round() -> bool:
+    """One read per round runs in the round's own task (opted in): one task per tool round."""
+    return Settings().worker_read_tools_in_round
+
+
+def opt_in_label() -> str:
+    """What a table's title adds when an opt-in is set ("" when none is): its figures are
+    never reported as the defaults'."""
+    on = opted_in()
+    return f" with {', '.join(f'`{o}`' for o in on)} (opt-in, NOT the defaults)" if on else ""
 
 
 def path_name() -> str:
-    """How a table names its path: the path users run, or that path with an opt-in (never
-    reported as the defaults' figure)."""
-    on = opted_in()
-    if not on:
-        return "the path users run"
-    named = ", ".join(f"`{o}`" for o in on)
-    return f"the path users run with {named} (opt-in, NOT the defaults)"
+    """How a table names its path: the path users run, and the opt-in if one is set."""
+    return f"the path users run{opt_in_label()}"
 
 
 PG_ADMIN = os.environ.get("BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")

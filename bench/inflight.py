@@ -65,7 +65,7 @@ from bench.common import (
     med,
     new_prefix,
     num,
-    opted_in,
+    opt_in_label,
     p95,
     pg_backend_cpu,
     pg_cpu_delta,
@@ -348,11 +348,6 @@ def measure(procs: Procs, url: str, runs: int, start: str) -> dict[str, Any]:
     return out
 
 
-def _opt_ins() -> str:
-    on = opted_in()
-    return f" and {', '.join(f'`{o}`' for o in on)} (opt-in, NOT the defaults)" if on else ""
-
-
 def main() -> None:
     started = time.time()
     procs = Procs()
@@ -374,7 +369,7 @@ def main() -> None:
     s = Section(
         f"Runs in flight: model latency {LATENCY:.0f} s, {ROUNDS} tool rounds per run, "
         f"{PROCS} worker processes `-P threads`, HTTP model + one HTTP tool, defaults but `-c`"
-        + _opt_ins(),
+        + opt_in_label(),
         [
             "measure",
             *[f"{r['runs']} runs, {r['start']} start" for r in results],

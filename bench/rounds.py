@@ -43,10 +43,12 @@ from bench.common import (
     ms,
     new_prefix,
     num,
+    opt_in_label,
     opted_in,
     p95,
     path_name,
     quick_tool_responder,
+    reads_in_round,
     redis_cleanup,
     scratch_db,
     start_treadle_workers,
@@ -494,7 +496,7 @@ def _drive_pairs(
 
 def _per_hop(ratio: float) -> str:
     """A tool round is two tasks (round, tool); with reads run in the round, one."""
-    if any(o.startswith("TREADLE_WORKER_READ_TOOLS_IN_ROUND") for o in opted_in()):
+    if reads_in_round():
         return "one task per tool round: the read runs in the round's"
     return f"= {ratio / 2:.2f} x two hops"
 
@@ -617,7 +619,7 @@ def main() -> None:
             " With reads run in the round (`TREADLE_WORKER_READ_TOOLS_IN_ROUND`) the tool's "
             "events are written with the round's commit: the two tool phases read 0 and the "
             "tool's time is in the first phase's neighbours."
-            if any(o.startswith("TREADLE_WORKER_READ_TOOLS_IN_ROUND") for o in opted_in())
+            if reads_in_round()
             else ""
         )
     )
@@ -735,8 +737,7 @@ def main() -> None:
     x1, xl = growth["early"], growth["late"]
     head = [
         [
-            "tool round overhead, HTTP model + HTTP tool, in floor hops (median)"
-            + (f", opted in: {', '.join(opted_in())} (NOT the defaults)" if opted_in() else ""),
+            "tool round overhead, HTTP model + HTTP tool, in floor hops (median)" + opt_in_label(),
             f"{ratio:.2f} ({ms(med(over), 1)} ms vs hop {ms(hop_med, 2)} ms)",
             f"<= {TARGET_HOPS}",
             verdict(ratio <= TARGET_HOPS),

@@ -39,6 +39,7 @@ from bench.common import (
     machine_cpu,
     new_prefix,
     num,
+    opted_in,
     path_name,
     pg_backend_cpu,
     pg_cpu_delta,
@@ -251,7 +252,7 @@ def main() -> None:
     s = Section(
         f"Throughput, {path_name()}: {RUNS} concurrent runs x {ROUNDS} rounds, HTTP "
         f"model (latency {LATENCY * 1000:.0f} ms) + one HTTP tool per round, "
-        f"`-P threads -c {CONC}` per process, defaults",
+        f"`-P threads -c {CONC}` per process, defaults{' but the opt-in' if opted_in() else ''}",
         [
             "worker processes",
             "ideal rounds/s",

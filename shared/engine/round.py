@@ -60,7 +60,7 @@ from shared.engine.handlers import run_handler
 from shared.engine.join import finish_call
 from shared.engine.knowledge import with_dataset_quotes
 from shared.engine.runtime import Dispatch, Publisher, Runtime
-from shared.engine.toolrun import execute_tool, finished, in_round, quick
+from shared.engine.toolrun import execute_tool, finished, runs_in_round
 from shared.engine.transition import attempt, transaction
 from shared.engine.tx import Tx
 from shared.errors import (
@@ -1243,15 +1243,14 @@ def _tools(
     catalog: Catalog,
     round_: int,
 ) -> tuple[RunTools, list[tuple[Call, ToolResult]]]:
-    """A tool round: a batch of quick calls runs before the commit (all results plain: they
-    go into it); the calls left fan out as rows and tool tasks. Returns the batch the commit
+    """A tool round: a batch of quick calls runs before the commit (all results foldable:
+    they go into it); the calls left fan out as rows and tool tasks. Returns the batch the commit
     records and the quick calls whose results a join must read."""
     results = _run_quick(rt, claim, decision, catalog)
-    data: dict[str, dict[str, Any]] = {}
-    if results is not None and all(_plain(r) for r in results.values()):
-        decision = _with_results(rt, claim, change, decision, results, round_)  # none left
-        data = {call_id: r.data for call_id, r in results.items() if r.data}
-    _fan_out(claim, change, decision, catalog, round_, data)
+    folded = results if results and all(_foldable(r) for r in results.values()) else None
+    if folded is not None:
+        decision = _with_results(rt, claim, change, decision, folded, round_)  # none left
+    _fan_out(claim, change, decision, catalog, round_, folded)
     if results is not None and change.queue_tools:  # a result the join must read
         return decision, _ran(change, results)
     return decision, []
@@ -1263,14 +1262,13 @@ def _run_quick(
     """A batch whose calls are all quick (read-only, in-process, no I/O) runs here, before
     the round's commit, and its results go into that commit: a tool round is one task and
     one commit instead of a round task, a tool task and their commits. So does a batch of
-    one read-only call when the operator opted in (``in_round``; one only: the fan-out runs
-    a batch's I/O side by side, this task would run it in turn). Any other batch: None
-    (each call's task runs it)."""
+    one read-only call when the operator opted in (``runs_in_round``). Any other batch:
+    None (each call's task runs it)."""
     pending = [c for c in decision.calls if c.status == CallStatus.PENDING.value]
     if not pending or len(pending) > claim.spec.effective_parallel_tools:
         return None
     tools = [catalog.tool(c.name) for c in pending]
-    if not all(quick(t) for t in tools) and (len(pending) > 1 or not in_round(rt, tools[0])):
+    if not runs_in_round(rt, tools):
         return None
     if any(children.sub_agent_of(claim.spec, c.name) is not None for c in pending):
         return None
@@ -1293,7 +1291,7 @@ def _run_quick(
     return results
 
 
-def _plain(result: ToolResult) -> bool:
+def _foldable(result: ToolResult) -> bool:
     """A result with no cost or stop for the join to account for: its text (and its data,
     such as an HTTP tool's status) go into the round's own commit."""
     return not result.cost and not result.stop
@@ -1395,17 +1393,17 @@ def _fan_out(
     decision: RunTools,
     catalog: Catalog,
     round_: int,
-    data: dict[str, dict[str, Any]] | None = None,
+    ran: dict[str, ToolResult] | None = None,
 ) -> None:
     """The reply's calls become rows; the first window of external calls is dispatched, or
-    everything settles at once when there is nothing to run. ``data``: what the calls this
-    task ran returned beside their text, by call id."""
+    everything settles at once when there is nothing to run. ``ran``: the results of the
+    calls this task ran, by call id (their data goes in their rows)."""
     ts = run_store.now()
     budget = tool_result_budget(claim.profile.context_window, claim.spec.tool_result_max_tokens)
-    rows = [_call_row(claim.run.id, c, round_, budget, ts) for c in decision.calls]
-    if data:  # every row of the batch gets the column: one shape for the insert
-        for r in rows:
-            r["data"] = data.get(r["call_id"])
+    got = ran or {}
+    rows = [
+        _call_row(claim.run.id, c, round_, budget, ts, got.get(c.call_id)) for c in decision.calls
+    ]
     pending = [r for r in rows if r["status"] == CallStatus.PENDING.value]
     if pending:
         for r in pending[: claim.spec.effective_parallel_tools]:
@@ -1428,7 +1426,9 @@ def _fan_out(
     settle(change, decision.then, ts=ts, ask_timeout_s=claim.spec.ask_timeout_s)
 
 
-def _call_row(run_id: str, c: Any, round_: int, budget: int, ts: float) -> dict[str, Any]:
+def _call_row(
+    run_id: str, c: Any, round_: int, budget: int, ts: float, ran: ToolResult | None
+) -> dict[str, Any]:
     done = c.status == CallStatus.DONE
     return {
         "run_id": run_id,
@@ -1446,6 +1446,7 @@ def _call_row(run_id: str, c: Any, round_: int, budget: int, ts: float) -> dict[
         "flushed": False,
         "queued_at": None,
         "finished_at": ts if done else None,
+        "data": (ran.data or None) if ran is not None else None,
     }
 
 

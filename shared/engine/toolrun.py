@@ -48,7 +48,7 @@ from shared.tools import InvalidToolArguments, Tool, ToolContext, ToolResult
 from shared.tracing import tool_span
 from shared.vocab import EventType
 
-__all__ = ["execute_tool", "finished", "in_round", "quick", "run_tool"]
+__all__ = ["execute_tool", "finished", "run_tool", "runs_in_round"]
 
 log = logging.getLogger("treadle.tool")
 STOP_GRACE_S = 2.0  # a stopped tool's thread gets this long to wind down
@@ -102,10 +102,8 @@ def _run_call(
         return _commit(rt, spec, run, call, result, started=True)
     if _read_first(tool, call, max_attempts):
         with seconds.time():
-            claimed, got = _claim_while_running(rt, run, inputs, tool, call)
-        if claimed is None or got is None:
-            return "stale"
-        return _commit(rt, spec, run, claimed, got)
+            done = _claim_while_running(rt, run, inputs, tool, call)
+        return "stale" if done is None else _commit(rt, spec, run, *done)
     claimed = _claim(rt, run, call)
     if claimed is None:
         return "stale"
@@ -176,13 +174,15 @@ def quick(tool: Tool | None) -> bool:
     return tool is not None and tool.read_only and bool(getattr(tool, "quick", False))
 
 
-def in_round(rt: Runtime, tool: Tool | None) -> bool:
-    """A call the round's own task may run before its commit: a quick tool, or any
-    read-only tool when the operator opted in (``worker_read_tools_in_round``): a duplicate
+def runs_in_round(rt: Runtime, tools: list[Tool | None]) -> bool:
+    """A batch the round's own task may run before its commit: quick tools only, or one
+    read-only tool when the operator opted in (``worker_read_tools_in_round``; one only: the
+    fan-out runs a batch's I/O side by side, the round would run it in turn). A duplicate
     run of a read is harmless, so it needs no claim of its own."""
-    if quick(tool):
+    if all(quick(t) for t in tools):
         return True
-    return rt.settings.worker_read_tools_in_round and tool is not None and tool.read_only
+    read = len(tools) == 1 and tools[0] is not None and tools[0].read_only
+    return read and rt.settings.worker_read_tools_in_round
 
 
 def _read_first(tool: Tool | None, call: Call, max_attempts: int) -> bool:
@@ -195,15 +195,16 @@ def _read_first(tool: Tool | None, call: Call, max_attempts: int) -> bool:
 
 def _claim_while_running(
     rt: Runtime, run: Run, inputs: dict[str, Any] | None, tool: Tool | None, call: Call
-) -> tuple[Call | None, ToolResult | None]:
+) -> tuple[Call, ToolResult] | None:
     """A read starts in a kept thread, and this task claims its call meanwhile: the claim's
     transaction is off the round's critical path. Starting a read before its claim is safe:
     a duplicate read is harmless, and a claim that loses (another worker holds the call, or
     the run moved on) stops the read and its result is dropped. The claim still counts the
-    attempt and writes ``tool.started`` as it does for any other call. (None, None): lost."""
+    attempt and writes ``tool.started`` as it does for any other call. None: lost."""
     prepared = _prepare(rt, run, inputs, tool, call)
     if isinstance(prepared, ToolResult):  # nothing to run (unknown tool, bad arguments)
-        return _claim(rt, run, call), prepared
+        claimed = _claim(rt, run, call)
+        return None if claimed is None else (claimed, prepared)
     fn, abort = prepared
     with tool_span(call.name, call.call_id), rt.stopper.holding(run.id, abort, rt.live):
         job = rt.tool_threads.submit(lambda: _run(fn))
@@ -214,7 +215,7 @@ def _claim_while_running(
             raise
         if claimed is None:
             abort.cancel("the tool call was taken by another worker")
-            return None, None
+            return None
         with rt.gate.outside(Stage.TOOL):
             return claimed, _waited(job, rt.settings.tool_timeout, abort)
 

@@ -41,6 +41,15 @@ def _spec(server: LocalServer, path: str, read_only: bool) -> Any:
     return agent(replies, tools=[tool])
 
 
+def _queued(
+    base: Runtime, stub: StubBroker, server: LocalServer, path: str, read_only: bool
+) -> tuple[Runtime, str, int]:
+    """A run whose first round queued its call ``c1``: the runtime, the run, its version."""
+    rt = _rt(base)
+    run_id = submit(rt, _spec(server, path, read_only))
+    return rt, run_id, _tool_task(rt, stub, run_id).version
+
+
 def _tool_task(rt: Runtime, stub: StubBroker, run_id: str) -> Any:
     first = stub.pop()
     assert first is not None and first.kind == "round"
@@ -62,24 +71,31 @@ def _types(rt: Runtime, run_id: str) -> list[str]:
         return [e["type"] for e in records.list_events(conn, run_id)]
 
 
-def test_a_read_starts_before_its_claim_commits(
-    any_rt: Runtime, stub: StubBroker, server: LocalServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    rt = _rt(any_rt)
-    run_id = submit(rt, _spec(server, "/item", read_only=True))
-    d = _tool_task(rt, stub, run_id)
+def _watch_claims(
+    monkeypatch: pytest.MonkeyPatch, server: LocalServer, *, after_a_request: bool
+) -> list[int]:
+    """The server's request count as each claim starts (``after_a_request``: the claim
+    first waits up to 5 s for a request to arrive)."""
     seen: list[int] = []
     real = toolrun._claim
 
-    def claim_seeing_the_request(*args: Any) -> Any:
+    def claim(*args: Any) -> Any:
         deadline = time.monotonic() + 5
-        while not server.requests and time.monotonic() < deadline:
+        while after_a_request and not server.requests and time.monotonic() < deadline:
             time.sleep(0.005)
         seen.append(len(server.requests))
         return real(*args)
 
-    monkeypatch.setattr(toolrun, "_claim", claim_seeing_the_request)
-    assert toolrun.run_tool(rt, run_id, "c1", d.version) == "committed"
+    monkeypatch.setattr(toolrun, "_claim", claim)
+    return seen
+
+
+def test_a_read_starts_before_its_claim_commits(
+    any_rt: Runtime, stub: StubBroker, server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt, run_id, version = _queued(any_rt, stub, server, "/item", read_only=True)
+    seen = _watch_claims(monkeypatch, server, after_a_request=True)
+    assert toolrun.run_tool(rt, run_id, "c1", version) == "committed"
     assert seen == [1]  # the read had reached the server when the claim ran
     c = _call(rt, run_id)
     assert (c.status.value, c.attempts) == ("done", 1)  # the attempt is counted
@@ -95,13 +111,11 @@ def test_a_lost_claim_stops_the_read_and_writes_nothing(
     sqlite_rt: Runtime, stub: StubBroker, server: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the endpoint trickles for ~20 s: the read is stopped, not waited for
-    rt = _rt(sqlite_rt)
-    run_id = submit(rt, _spec(server, "/slow", read_only=True))
-    d = _tool_task(rt, stub, run_id)
+    rt, run_id, version = _queued(sqlite_rt, stub, server, "/slow", read_only=True)
     before = _types(rt, run_id)
     monkeypatch.setattr(toolrun, "_claim", lambda *args: None)  # another worker took it
     started = time.monotonic()
-    assert toolrun.run_tool(rt, run_id, "c1", d.version) == "stale"
+    assert toolrun.run_tool(rt, run_id, "c1", version) == "stale"
     assert time.monotonic() - started < 5
     c = _call(rt, run_id)
     assert (c.status.value, c.attempts, c.result) == ("queued", 0, None)
@@ -111,16 +125,7 @@ def test_a_lost_claim_stops_the_read_and_writes_nothing(
 def test_a_write_starts_only_after_its_claim(
     sqlite_rt: Runtime, stub: StubBroker, server: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rt = _rt(sqlite_rt)
-    run_id = submit(rt, _spec(server, "/item", read_only=False))
-    d = _tool_task(rt, stub, run_id)
-    seen: list[int] = []
-    real = toolrun._claim
-
-    def claim(*args: Any) -> Any:
-        seen.append(len(server.requests))
-        return real(*args)
-
-    monkeypatch.setattr(toolrun, "_claim", claim)
-    assert toolrun.run_tool(rt, run_id, "c1", d.version) == "committed"
+    rt, run_id, version = _queued(sqlite_rt, stub, server, "/item", read_only=False)
+    seen = _watch_claims(monkeypatch, server, after_a_request=False)
+    assert toolrun.run_tool(rt, run_id, "c1", version) == "committed"
     assert seen == [0] and len(server.requests) == 1
