@@ -560,6 +560,35 @@ def start_treadle_workers(
     return names
 
 
+def start_api(procs: Procs, env: dict[str, str]) -> str:
+    """An API process (uvicorn, as ``treadle api`` serves it) on a free loopback port; its URL
+    once it answers ``/healthz``."""
+    port = free_port()
+    cmd = [PY, "-m", "uvicorn", "--factory", "scheduler.app:create_app", "--host", "127.0.0.1"]
+    procs.start("api", [*cmd, "--port", str(port), "--log-level", "warning"], env)
+    api = f"http://127.0.0.1:{port}"
+    wait_for(lambda: _healthy(api), 60, "the API")
+    return api
+
+
+def _healthy(api: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"{api}/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def api_key(rt: Any, tenant: str) -> dict[str, str]:
+    """A new API key of ``tenant`` (default scopes), as the header a client sends."""
+    from shared.store.keys import create_key
+
+    with rt.engine.begin() as conn:
+        made = create_key(conn, tenant, name="bench")
+    return {"Authorization": f"Bearer {made.secret}"}
+
+
 def free_port() -> int:
     import socket
 
@@ -628,11 +657,12 @@ def retrying(fn: Callable[..., Any], *args: Any, attempts: int = 8, **kw: Any) -
     raise AssertionError("unreachable")
 
 
-def submit(rt: Any, agent: dict[str, Any], text: str = "go") -> str:
+def submit(rt: Any, agent: dict[str, Any], text: str = "go", tenant: str = "default") -> str:
     from shared.agent.spec import AgentSpec
     from shared.engine.commands import RunInput, submit_run
 
-    row, _ = retrying(submit_run, rt, RunInput(agent=AgentSpec.model_validate(agent), input=text))
+    spec = AgentSpec.model_validate(agent)
+    row, _ = retrying(submit_run, rt, RunInput(agent=spec, input=text, tenant=tenant))
     return str(row["id"])
 
 

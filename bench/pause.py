@@ -4,7 +4,11 @@ run; then every run is answered: answer → next model request latency, paced on
 (against the floor hop measured in the same run) and all at once.
 
 Runs are submitted straight through ``shared.engine.commands.submit_run`` (4 threads, no
-HTTP) and answered through ``answer_run`` — what the API handlers call. The model is, by
+HTTP). They are answered, by default, the way users answer: ``POST /v1/runs/{id}/answer`` with
+an API key, to an API process (uvicorn, default settings: auth required) over HTTP, one
+keep-alive client per answering thread. ``BENCH_PAUSE_ANSWER=call`` calls ``answer_run`` (what
+the API handler calls) in the bench's process instead (NOT the path users run: no HTTP, no
+key check; it counts the answer's statements). The model is, by
 default, the path users run: the fake model in its own process over HTTP (``bench.services
 model --script ask``: reply 1 asks, reply 2 answers), which logs the arrival of every request
 with the run's input (``p<i>`` for the paced runs): "answer → next model request" ends when
@@ -13,16 +17,18 @@ model instead (NOT the path users run: its own model-call log, ``TREADLE_MODEL_C
 gives the time the worker called it).
 
     python -m bench.pause     (BENCH_PAUSE_RUNS=5000, BENCH_PAUSE_PACED=200,
-                               BENCH_PAUSE_MODEL=http|scripted)
+                               BENCH_PAUSE_MODEL=http|scripted, BENCH_PAUSE_ANSWER=http|call)
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import httpx
 import sqlalchemy as sa
 
 from bench.common import (
@@ -34,6 +40,7 @@ from bench.common import (
     Probe,
     Procs,
     Section,
+    api_key,
     close_runtime,
     count_status,
     emit,
@@ -51,6 +58,7 @@ from bench.common import (
     retrying,
     round_outcomes,
     scratch_db,
+    start_api,
     start_treadle_workers,
     table_bytes,
     treadle_env,
@@ -65,6 +73,8 @@ PACED = min(int(os.environ.get("BENCH_PAUSE_PACED", "200")), N)
 WORKERS = int(os.environ.get("BENCH_PAUSE_WORKERS", "2"))
 CONC = int(os.environ.get("BENCH_PAUSE_CONCURRENCY", "16"))
 MODEL = os.environ.get("BENCH_PAUSE_MODEL", "http")  # http: the path users run
+ANSWER_BY = os.environ.get("BENCH_PAUSE_ANSWER", "http")  # http: the path users run
+TENANT = "bench"  # an API key's tenant (``default`` is the keyless operator's)
 TABLES = ["runs", "messages", "tool_calls", "events", "usage", "outbox"]
 TARGET_HOPS = 3.0
 
@@ -88,6 +98,39 @@ def ask_agent(i: int, model_url: str | None) -> dict[str, Any]:
     }
 
 
+class Answers:
+    """How the bench answers a run's ask: over HTTP to the API with a key (one keep-alive
+    client per thread), or by calling ``answer_run`` in this process (``api`` None)."""
+
+    def __init__(self, rt: Any, api: str | None, headers: dict[str, str]) -> None:
+        self.rt, self.api, self.headers = rt, api, headers
+        self._local = threading.local()
+        self._clients: list[httpx.Client] = []
+
+    def __call__(self, run_id: str) -> None:
+        if self.api is None:
+            from shared.engine.commands import answer_run
+
+            retrying(answer_run, self.rt, TENANT, run_id, "ask_1", ["red"])
+            return
+        body = {"ask_id": "ask_1", "answers": ["red"]}
+        r = self._client().post(f"{self.api}/v1/runs/{run_id}/answer", json=body)
+        if r.status_code != 200:
+            raise RuntimeError(f"answer {run_id}: {r.status_code} {r.text[:200]}")
+
+    def _client(self) -> httpx.Client:
+        client: httpx.Client | None = getattr(self._local, "client", None)
+        if client is None:
+            client = httpx.Client(headers=self.headers, timeout=30)
+            self._local.client = client
+            self._clients.append(client)
+        return client
+
+    def close(self) -> None:
+        for c in self._clients:
+            c.close()
+
+
 def model_calls(path: str) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     try:
@@ -103,7 +146,6 @@ def model_calls(path: str) -> dict[str, list[float]]:
 
 def main() -> None:
     from bench.common import submit
-    from shared.engine.commands import answer_run
 
     started = time.time()
     procs = Procs()
@@ -114,6 +156,7 @@ def main() -> None:
         rt = treadle_runtime(url, prefix, pool_size=6)
         poll = sa.create_engine(url, pool_size=1)  # not rt.engine: its statements are counted
         floors: list[FloorResult] = []
+        answer: Answers | None = None
         try:
             floor = Floor(procs, url, fprefix, concurrency=4)
             env = treadle_env(
@@ -146,8 +189,13 @@ def main() -> None:
             if MODEL == "http":
                 model_url = Outside(procs, script="ask", call_log=call_log).model_url
 
+            if ANSWER_BY == "http":
+                answer = Answers(rt, start_api(procs, env), api_key(rt, TENANT))
+            else:
+                answer = Answers(rt, None, {})
+
             def sub(i: int) -> None:
-                ids[i] = submit(rt, ask_agent(i, model_url), text=f"p{i}")
+                ids[i] = submit(rt, ask_agent(i, model_url), text=f"p{i}", tenant=TENANT)
 
             log(f"pause: submitting {N} runs (4 threads, submit_run)")
             probe = Probe().attach(rt.engine)
@@ -214,7 +262,7 @@ def main() -> None:
             m0 = probe.mark()
             for i in range(PACED):
                 a = time.time()
-                retrying(answer_run, rt, "default", ids[i], "ask_1", ["red"])
+                answer(ids[i])
                 paced[i] = (a, time.time())
                 rid = ids[i]
                 wait_for(
@@ -233,7 +281,7 @@ def main() -> None:
 
             def ans(i: int) -> None:
                 a = time.time()
-                retrying(answer_run, rt, "default", ids[i], "ask_1", ["red"])
+                answer(ids[i])
                 bulk[i] = (a, time.time())
 
             t1 = time.time()
@@ -252,6 +300,8 @@ def main() -> None:
             res["failed"] = count_status(poll, ["failed"])
             res["lat_bulk"] = _claim_latencies(rt, ids, bulk)
         finally:
+            if answer is not None:
+                answer.close()
             procs.stop_all()
             close_runtime(rt)
             poll.dispose()
@@ -388,7 +438,12 @@ def report(res: dict[str, Any], fl: FloorResult, started: float) -> None:
     sp, cp = res["lat_paced"]
     sb, cb = res["lat_bulk"]
     a = Section(
-        "Answer → next model request",
+        "Answer → next model request"
+        + (
+            " (answered over HTTP)"
+            if ANSWER_BY == "http"
+            else " (answered in-process: NOT the path users run)"
+        ),
         [
             "answers",
             "from the answer call: median ms",
@@ -447,26 +502,38 @@ def report(res: dict[str, Any], fl: FloorResult, started: float) -> None:
             "TREADLE_REDRIVE_SECONDS, 15 s: under a backlog that long, every queued "
             "message is sent again)."
         )
+    how = (
+        "the client sent `POST /v1/runs/{id}/answer` with an API key to the API process (the "
+        "path users run: the request, the key check, the answer's transaction, the publish, "
+        "the response)"
+        if ANSWER_BY == "http"
+        else "`answer_run` called in the bench's process (the API handler's work without HTTP "
+        "or the key check: NOT the path users run)"
+    )
     a.note(
-        "From the answer call = `answer_run` called (the API handler's work: one "
-        "transaction, then the publish) → "
+        f"From the answer = {how} → "
         + (
             "the next request reached the fake model in its own process over HTTP (the "
             "path users run)"
             if MODEL == "http"
             else "the scripted model called in the worker (NOT the path users run)"
         )
-        + "; from its commit = `answer_run` returned → the same."
+        + "; from its commit = the answer's response received → the same."
     )
     sa_, ss = res["answer_sql"], res["submit_sql"]
     call = res["answer_call"]
+    if ANSWER_BY == "http":
+        per = f"Per answer over HTTP (client side, {PACED} paced): {ms(med(call), 2)} ms median. "
+    else:
+        per = (
+            f"Per `answer_run` (driver side, {PACED} paced): {ms(med(call), 2)} ms median, "
+            f"{sa_['statements'] / PACED:.1f} statements, {sa_['commits'] / PACED:.1f} commits, "
+            f"{sa_['checkouts'] / PACED:.1f} pool checkouts, SQL "
+            f"{sa_['sql_s'] / PACED * 1000:.2f} ms on average; the rest is Python and the "
+            "Celery publish and the wake-up PUBLISH. "
+        )
     a.note(
-        f"Per `answer_run` (driver side, {PACED} paced): {ms(med(call), 2)} ms median, "
-        f"{sa_['statements'] / PACED:.1f} statements, {sa_['commits'] / PACED:.1f} commits, "
-        f"{sa_['checkouts'] / PACED:.1f} pool checkouts, SQL "
-        f"{sa_['sql_s'] / PACED * 1000:.2f} ms on average; the rest is Python and the "
-        "Celery publish and the wake-up PUBLISH. "
-        f"Per `submit_run` ({res['submit_n']} sequential): "
+        per + f"Per `submit_run` ({res['submit_n']} sequential): "
         f"{ss['statements'] / res['submit_n']:.1f} statements, "
         f"{ss['commits'] / res['submit_n']:.1f} commits, "
         f"{ss['checkouts'] / res['submit_n']:.1f} pool checkouts."
@@ -481,7 +548,8 @@ def report(res: dict[str, Any], fl: FloorResult, started: float) -> None:
         ],
         ["database bytes per waiting run", f"{total / N:,.0f}", "", ""],
         [
-            "answer → next model request, in floor hops (paced, median)",
+            "answer → next model request, in floor hops (paced, median; answered "
+            + ("over HTTP)" if ANSWER_BY == "http" else "in-process: NOT the path users run)"),
             f"{ratio:.2f} ({ms(med(sp), 1)} ms)",
             f"<= {TARGET_HOPS:.0f}",
             verdict(ratio <= TARGET_HOPS),

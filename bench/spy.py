@@ -31,16 +31,15 @@ import httpx
 import sqlalchemy as sa
 
 from bench.common import (
-    PY,
     Outside,
     Procs,
     close_runtime,
-    free_port,
     new_prefix,
     path_name,
     proc_cpu,
     redis_cleanup,
     scratch_db,
+    start_api,
     start_treadle_workers,
     submit,
     treadle_env,
@@ -99,22 +98,6 @@ def _record(spy: str, pid: int, path: Path) -> subprocess.Popen[bytes]:
     )
 
 
-def _api(procs: Procs, env: dict[str, str]) -> str:
-    port = free_port()
-    cmd = [PY, "-m", "uvicorn", "--factory", "scheduler.app:create_app", "--host", "127.0.0.1"]
-    procs.start("api", [*cmd, "--port", str(port), "--log-level", "warning"], env)
-    api = f"http://127.0.0.1:{port}"
-    wait_for(lambda: _healthy(api), 60, "the API")
-    return api
-
-
-def _healthy(api: str) -> bool:
-    try:
-        return httpx.get(f"{api}/healthz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 def _clients(api: str, agent: dict[str, Any], stop: threading.Event, ids: list[str]) -> None:
     """What users do meanwhile: submit runs over HTTP and poll their status."""
     with httpx.Client(timeout=30) as client:
@@ -143,7 +126,7 @@ def main() -> None:
             with ThreadPoolExecutor(4) as pool:
                 list(pool.map(lambda _: submit(rt, agent), range(RUNS)))
             env = treadle_env(url, prefix)  # defaults but `-c`
-            api = _api(procs, {**env, "TREADLE_AUTH": "off"})
+            api = start_api(procs, {**env, "TREADLE_AUTH": "off"})
             pid = procs.pid(start_treadle_workers(procs, env, 1, CONC, tag="spy-")[0])
             wait_for(lambda: _rounds(admin) > 0, 120, "the first round")
             ids: list[str] = []
