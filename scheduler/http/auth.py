@@ -39,6 +39,7 @@ from shared.config import Settings
 from shared.engine.runtime import Runtime
 from shared.errors import ConfigError
 from shared.store import keys
+from shared.store.db import reading
 
 __all__ = [
     "ANONYMOUS",
@@ -163,7 +164,7 @@ class Authenticator:
             raise _unauthorized(
                 "an API key is required: Authorization: Bearer <key>, or X-API-Key: <key>"
             )
-        with self.get_rt().engine.connect() as conn:
+        with reading(self.get_rt().engine) as conn:  # no ROLLBACK: prepared statements stay
             key = keys.find_key(conn, secret)
         if key is None:
             raise _unauthorized("invalid or revoked API key")
