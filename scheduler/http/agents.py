@@ -26,6 +26,7 @@ from shared.errors import NotFound, SpecError
 from shared.store import agents as agent_store
 from shared.store.agents import AgentVersion
 from shared.store.ancestry import MAX_DEPTH
+from shared.store.db import reading
 
 __all__ = [
     "AGENT_NAME",
@@ -196,7 +197,7 @@ def store_lookup(rt: Runtime, tenant: str) -> Lookup:
     """The tenant's agents in the database."""
 
     def lookup(name: str, version: int | str | None) -> AgentVersion | None:
-        with rt.engine.connect() as conn:
+        with reading(rt.engine) as conn:
             return agent_store.get_version(conn, tenant, name, version)
 
     return lookup

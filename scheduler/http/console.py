@@ -27,6 +27,7 @@ from shared.errors import NotFound
 from shared.store import agents as agent_store
 from shared.store import records
 from shared.store import runs as run_store
+from shared.store.db import reading
 
 __all__ = ["CSP", "STATIC_DIR", "EventsQueryToken", "agent_summary", "router"]
 
@@ -75,7 +76,7 @@ def _static(path: str) -> Response:
 
 
 def _usage_rows(rt: Runtime, tenant: str, run_id: str) -> list[dict[str, Any]]:
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         if run_store.get_run(conn, run_id, tenant) is None:
             raise NotFound(f"run {run_id} not found")
         return records.usage_of_run(conn, run_id)
@@ -105,7 +106,7 @@ def agents(rt: RuntimeDep, caller: ReadCaller) -> dict[str, Any]:
     ``TREADLE_AGENTS_FILE``), then the tenant's own (their latest ``version``): name,
     kind, model, tools."""
     registered = [agent_summary(n, s) for n, s in registered_agents().items()]
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         own = agent_store.latest_versions(conn, caller.tenant, limit=500)
     mine = [{**agent_summary(v.name, v.spec), "version": v.version} for v in own]
     return {"agents": registered + mine}

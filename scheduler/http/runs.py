@@ -38,6 +38,7 @@ from shared.errors import NotFound, SpecError
 from shared.store import calls as call_store
 from shared.store import deliveries, records
 from shared.store import runs as run_store
+from shared.store.db import reading
 
 __all__ = ["router"]
 
@@ -84,7 +85,7 @@ def _replayed(rt: Runtime, tenant: str, key: str | None) -> Any:
     """The run an Idempotency-Key already created (a replay is not a new submission)."""
     if not key:
         return None
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         return run_store.find_idempotent(conn, tenant, key)
 
 
@@ -122,7 +123,7 @@ def _owned_rows(
     rt: Runtime, run_id: str, caller: Caller, rows_of: Callable[[Any, str], Sequence[T]]
 ) -> Sequence[T]:
     """``rows_of(conn, run_id)``, once the run is found to be the caller's (404 if not)."""
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         _own_run(conn, run_id, caller)
         return rows_of(conn, run_id)
 
@@ -185,7 +186,7 @@ def list_runs(
         created=(created_after, created_before),
         ended=(ended_after, ended_before),
     )
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         rows = run_store.search_runs(
             conn, caller.tenant, found, limit=limit + 1, before=_parse_cursor(cursor)
         )
@@ -195,7 +196,7 @@ def list_runs(
 
 @router.get("/runs/{run_id}", response_model=RunView)
 def get_run(run_id: RunId, rt: RuntimeDep, caller: ReadCaller) -> RunView:
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         return run_view(_own_run(conn, run_id, caller))
 
 
@@ -282,7 +283,7 @@ def events(
     """SSE: durable events after ``Last-Event-ID`` (or ``?after=``), then live; ends after
     the terminal event. 204 when the run is over and the client has seen its last event
     (an EventSource stops reconnecting on 204)."""
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         run = _own_run(conn, run_id, caller)
     start = after or 0
     if last_event_id and last_event_id.strip().isdigit():

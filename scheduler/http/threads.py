@@ -20,6 +20,7 @@ from shared.engine import threads
 from shared.errors import NotFound
 from shared.isotime import iso
 from shared.store import threads as store
+from shared.store.db import reading
 
 __all__ = ["ThreadCreate", "ThreadDetail", "ThreadView", "router"]
 
@@ -89,7 +90,7 @@ def create(rt: RuntimeDep, caller: WriteCaller, body: ThreadCreate | None = None
 
 @router.get("/threads/{thread_id}", response_model=ThreadDetail)
 def get(thread_id: PathId, rt: RuntimeDep, caller: ReadCaller) -> ThreadDetail:
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         row = store.get_thread(conn, thread_id, caller.tenant)
         if row is None:
             raise NotFound(f"thread {thread_id} not found")

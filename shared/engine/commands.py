@@ -41,6 +41,7 @@ from shared.store import ancestry
 from shared.store import calls as call_store
 from shared.store import runs as run_store
 from shared.store import threads as thread_store
+from shared.store.db import reading
 from shared.store.deliveries import DURABLE_EVENTS
 from shared.store.rows import FINAL, Call, CallStatus, Run, RunRecord, Status
 from shared.store.write import Closing
@@ -156,7 +157,7 @@ def submit_run(
         if found is None:
             raise
         return found, False
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         record = run_store.get_run(conn, run_id)
     assert record is not None
     return record, True
@@ -164,7 +165,7 @@ def submit_run(
 
 def _idempotent(rt: Runtime, req: RunInput) -> RunRecord | None:
     assert req.idempotency_key is not None
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         return run_store.find_idempotent(conn, req.tenant, req.idempotency_key)
 
 

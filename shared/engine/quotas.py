@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from shared.engine.runtime import Runtime
 from shared.llm.ratelimit import Limits
 from shared.store import admission as store
+from shared.store.db import reading
 
 __all__ = ["IN_FLIGHT_RETRY_S", "Refusal", "in_flight", "rate"]
 
@@ -36,7 +37,7 @@ def in_flight(rt: Runtime, tenant: str) -> Refusal | None:
     limit = rt.settings.max_runs_in_flight
     if limit <= 0:
         return None
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         n = store.open_runs(conn, tenant)
     if n < limit:
         return None
