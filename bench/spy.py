@@ -33,6 +33,7 @@ import sqlalchemy as sa
 from bench.common import (
     Outside,
     Procs,
+    api_key,
     close_runtime,
     new_prefix,
     path_name,
@@ -98,9 +99,11 @@ def _record(spy: str, pid: int, path: Path) -> subprocess.Popen[bytes]:
     )
 
 
-def _clients(api: str, agent: dict[str, Any], stop: threading.Event, ids: list[str]) -> None:
-    """What users do meanwhile: submit runs over HTTP and poll their status."""
-    with httpx.Client(timeout=30) as client:
+def _clients(
+    api: str, headers: dict[str, str], agent: dict[str, Any], stop: threading.Event, ids: list[str]
+) -> None:
+    """What users do meanwhile: submit runs over HTTP with an API key and poll their status."""
+    with httpx.Client(headers=headers, timeout=30) as client:
         while not stop.is_set():
             r = client.post(f"{api}/v1/runs", json={"agent": agent, "input": "go"})
             if r.status_code < 300:
@@ -126,12 +129,15 @@ def main() -> None:
             with ThreadPoolExecutor(4) as pool:
                 list(pool.map(lambda _: submit(rt, agent), range(RUNS)))
             env = treadle_env(url, prefix)  # defaults but `-c`
-            api = start_api(procs, {**env, "TREADLE_AUTH": "off"})
+            api = start_api(procs, env)  # defaults: auth required
+            headers = api_key(rt, "bench")
             pid = procs.pid(start_treadle_workers(procs, env, 1, CONC, tag="spy-")[0])
             wait_for(lambda: _rounds(admin) > 0, 120, "the first round")
             ids: list[str] = []
             clients = [
-                threading.Thread(target=_clients, args=(api, agent, stop, ids), daemon=True)
+                threading.Thread(
+                    target=_clients, args=(api, headers, agent, stop, ids), daemon=True
+                )
                 for _ in range(2)
             ]
             for c in clients:
@@ -162,7 +168,8 @@ def main() -> None:
     rounds = max(1, n1 - n0)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     shape = (
-        f"{RUNS} tool runs queued, then more submitted over HTTP by two clients that also poll "
+        f"{RUNS} tool runs queued, then more submitted over HTTP by two clients (with an API "
+        f"key: auth required, the default) that also poll "
         f"(~{len(ids)} in all), on {path_name()} (HTTP model in its own process, 200 ms "
         f"per reply, one inline read-only HTTP tool per round, defaults) on one "
         f"`treadle worker -P threads -c {CONC}` and one API process (uvicorn), PostgreSQL + "
