@@ -24,7 +24,7 @@ from shared.engine.change import (
 from shared.engine.tx import Tx
 from shared.store import calls as call_store
 from shared.store.rows import Call, CallStatus, Run
-from shared.store.write import Inc
+from shared.store.write import Closing, Inc
 
 __all__ = ["finish_call"]
 
@@ -53,6 +53,14 @@ def finish_call(
         "lease_owner": None,
         "flushed": alone,
     }
+    events = finish_events(call.call_id, call.name, done)
+    if alone:  # the only call of its round: closed and joined in one statement (guarded:
+        # the call still in ``from_status`` at its attempt, the run's batch still open)
+        closing = Closing([call.call_id], values, tuple(from_status), attempts)
+        closed = Call.of({**_call_dict(call), **values, "flushed": False})  # flushed by this
+        return _join(
+            tx, run, call.round, [closed], done.cost, events, ask_timeout_s, closing=closing
+        )
     if (
         call_store.set_calls(
             tx.conn, run.id, [call.call_id], values, from_status=from_status, attempts=attempts
@@ -60,10 +68,6 @@ def finish_call(
         != 1
     ):
         raise LostRace(run.id)
-    events = finish_events(call.call_id, call.name, done)
-    if alone:  # the only call of its round: join in one UPDATE (guarded: still the last)
-        closed = Call.of({**_call_dict(call), **values, "flushed": False})  # flushed by this
-        return _join(tx, run, call.round, [closed], done.cost, events, ask_timeout_s, last=True)
     change = Change(run, bump=False)
     skipped = _skip_later(tx, run, call) if done.stop else 0
     change.values.update(open_calls=Inc(-1 - skipped), cost=Inc(done.cost))
@@ -77,7 +81,7 @@ def finish_call(
     if new.open_calls > 0:
         return new
     calls = call_store.list_tool_calls(tx.conn, run.id, call.round)
-    return _join(tx, new, call.round, calls, 0.0, [], ask_timeout_s, last=False)
+    return _join(tx, new, call.round, calls, 0.0, [], ask_timeout_s)
 
 
 def _skip_later(tx: Tx, run: Run, stopper: Call) -> int:
@@ -118,18 +122,20 @@ def _join(
     events: list[tuple[str, dict[str, Any]]],
     ask_timeout_s: float | None,
     *,
-    last: bool,
+    closing: Closing | None = None,
 ) -> Run:
     """All calls of the batch are done: their tool messages in call order, then what the
-    round decided — or the end of the loop if a tool said stop."""
+    round decided — or the end of the loop if a tool said stop. ``closing``: the batch's
+    last call, closed by this change (its run's batch guarded to be still open on it)."""
     after, skipped = _after(run, calls)
     if skipped:
         calls = _skip(tx, run, calls, skipped)
     msgs, flushed = flush(calls)
-    if flushed and not last:
+    if flushed and closing is None:
         call_store.set_calls(tx.conn, run.id, flushed, {"flushed": True})
     change = Change(run, events=list(events))
-    if last:
+    if closing is not None:
+        change.closes.append(closing)
         change.guard["open_calls"] = 1
         change.values["cost"] = Inc(cost)
     for m in msgs:

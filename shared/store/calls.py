@@ -270,12 +270,18 @@ def _close_statement(
     guard, fence and one call or several: built once per shape (a statement built per call
     costs more CPU than its round trip). The status guard is a disjunction of equalities, not
     ``IN``: no statement text rendered again per execute."""
-    c = tool_calls.c
     stmt = calls_update(shape, sa.bindparam("b_run"), "v_", single)
+    return guarded(stmt, statuses, "b_attempts" if fenced else None)
+
+
+def guarded(stmt: Any, statuses: tuple[str, ...] | None, fence: str | None) -> Any:
+    """A calls UPDATE that changes only calls in one of ``statuses`` and (``fence``: the name
+    of an attempt parameter) still at that attempt."""
+    c = tool_calls.c
     if statuses is not None:
         stmt = stmt.where(sa.or_(*(c.status == s for s in statuses)))
-    if fenced:
-        stmt = stmt.where(c.attempts == sa.bindparam("b_attempts"))
+    if fence is not None:
+        stmt = stmt.where(c.attempts == sa.bindparam(fence, type_=sa.Integer))
     return stmt
 
 

@@ -37,7 +37,7 @@ from shared.agent.messages import Message
 from shared.agent.tokens import estimate_message_tokens
 from shared.store import calls, runs
 from shared.store.records import insert_events, insert_messages, message_rows, usage_rows
-from shared.store.rows import RUNNABLE, Call, Run, RunRecord, Status
+from shared.store.rows import RUNNABLE, Call, CallStatus, Run, RunRecord, Status
 from shared.store.tables import events, messages, run_specs, tool_calls, usage
 from shared.store.tables import runs as runs_table
 from shared.vocab import EventType
@@ -103,10 +103,22 @@ class Beside:
 @dataclass(frozen=True, slots=True)
 class Closing:
     """Values set on tool calls beside a transition's UPDATE of their run (a None value is
-    SQL NULL)."""
+    SQL NULL). Guarded (``from_status``, ``attempts``): the transition is lost unless every
+    call is still in one of those statuses and, for a claimed call, at that attempt (its
+    fence)."""
 
     call_ids: list[str]
     values: dict[str, Any]
+    from_status: tuple[CallStatus, ...] | None = None
+    attempts: int | None = None
+
+    @property
+    def guarded(self) -> bool:
+        return self.from_status is not None or self.attempts is not None
+
+    @property
+    def statuses(self) -> tuple[str, ...] | None:
+        return None if self.from_status is None else tuple(s.value for s in self.from_status)
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,7 +337,16 @@ class Store:
         """The UPDATE, then the calls' values and the rows beside it (this transaction rolls
         back what it did if the UPDATE lost: the caller raises)."""
         for c in w.closing:
-            calls.set_calls(conn, str(w.params["b_run"]), c.call_ids, c.values)
+            n = calls.set_calls(
+                conn,
+                str(w.params["b_run"]),
+                c.call_ids,
+                c.values,
+                from_status=c.from_status,
+                attempts=c.attempts,
+            )
+            if c.guarded and n != len(c.call_ids):
+                return None  # a call moved on: the transition is lost
         stmt = _statement_of(w.vals, w.owner, w.guard)
         row = conn.execute(stmt, w.params).mappings().first()
         if row is None:
