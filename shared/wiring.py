@@ -29,7 +29,7 @@ from shared.llm.ratelimit import LocalLimiter, RateLimiter, RedisLimiter
 from shared.names import DISPATCH_TASKS, PRIORITY_HEADER, SENT_HEADER
 from shared.priorities import DEFAULT_PRIORITY, broker_priority
 from shared.store import runs as run_store
-from shared.store.db import get_engine
+from shared.store.db import get_engine, reading
 
 __all__ = [
     "CeleryPublisher",
@@ -121,7 +121,7 @@ def _stored_trace(engine: Engine) -> Callable[[str], dict[str, str] | None]:
     """Reads the trace context stored with a run (a dispatch re-sent by the reaper)."""
 
     def load(run_id: str) -> dict[str, str] | None:
-        with engine.connect() as conn:
+        with reading(engine) as conn:
             return run_store.run_trace(conn, run_id)
 
     return load

@@ -223,6 +223,7 @@ def _embedded_demo(question: str, agent: str, timeout: float) -> None:
     from shared.engine.commands import RunInput, submit_run
     from shared.store import records
     from shared.store import runs as run_store
+    from shared.store.db import reading
     from shared.wiring import get_runtime
 
     rt = get_runtime()
@@ -231,12 +232,12 @@ def _embedded_demo(question: str, agent: str, timeout: float) -> None:
     row, _ = submit_run(rt, RunInput(agent=spec, input=question))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with rt.engine.connect() as conn:
+        with reading(rt.engine) as conn:
             row = run_store.get_run(conn, row["id"])  # type: ignore[assignment]
         if row["status"] in FINAL | {Status.WAITING}:
             break
         time.sleep(0.05)
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         msgs = [message_view(m).model_dump() for m in records.list_messages(conn, row["id"])]
     view = run_view(row).model_dump()
     print_run(console, view)

@@ -35,6 +35,7 @@ from shared.isotime import iso
 from shared.store import agents as store
 from shared.store import runs as run_store
 from shared.store.agents import AgentVersion
+from shared.store.db import reading
 
 __all__ = [
     "AgentBody",
@@ -172,7 +173,7 @@ def read_agent(rt: Runtime, tenant: str, ref: str) -> AgentView:
     name, version = parse_ref(ref)
     if is_registered(name) and version is None:
         return _registered_view(name)
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         found = store.get_version(conn, tenant, name, version)
         tags = store.tags_by_version(conn, tenant, name)
     if found is None:
@@ -244,7 +245,7 @@ def versions(
     """The agent's versions, newest first (a registered agent: itself, unversioned)."""
     if is_registered(name):
         return AgentVersionList(versions=[_registered_view(name)][offset : offset + limit])
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         found = store.list_versions(conn, caller.tenant, name, limit=limit, offset=offset)
         tags = store.tags_by_version(conn, caller.tenant, name)
     if not found and offset == 0:
@@ -263,7 +264,7 @@ def delete(name: AgentNamePath, rt: RuntimeDep, caller: WriteCaller) -> Response
 @router.get("/agents/{name}/tags", response_model=TagList)
 def tags(name: AgentNamePath, rt: RuntimeDep, caller: ReadCaller) -> TagList:
     """The agent's tags and the version each points at."""
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         by_version = store.tags_by_version(conn, caller.tenant, name)
         if not by_version and store.get_version(conn, caller.tenant, name) is None:
             raise NotFound(f"agent {name!r} not found")

@@ -31,6 +31,7 @@ from shared.engine.runtime import Runtime
 from shared.errors import NotFound
 from shared.isotime import iso, iso_or_none
 from shared.store import schedules as store
+from shared.store.db import reading
 
 __all__ = [
     "CronCreate",
@@ -197,7 +198,7 @@ def list_crons(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
 ) -> CronList:
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         rows = store.list_crons(
             conn, caller.tenant, thread_id=thread_id, limit=limit, offset=offset
         )
@@ -206,7 +207,7 @@ def list_crons(
 
 def tenant_cron(rt: Runtime, tenant: str, cron_id: str) -> store.Cron:
     """The tenant's cron ``cron_id`` (404 when it has none of that id)."""
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         found = store.get_cron(conn, cron_id, tenant)
     if found is None:
         raise NotFound(f"cron {cron_id} not found")

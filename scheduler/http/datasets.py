@@ -28,6 +28,7 @@ from shared.engine.runtime import Runtime
 from shared.errors import NotFound, SpecError
 from shared.isotime import iso
 from shared.store import datasets as store
+from shared.store.db import reading
 from shared.store.files import clean_name
 
 __all__ = ["DatasetCreate", "DocumentCreate", "FileDocument", "TextDocument", "router"]
@@ -208,7 +209,7 @@ def create(body: DatasetCreate, rt: RuntimeDep, caller: WriteCaller) -> DatasetV
 
 @router.get("/datasets", response_model=DatasetList)
 def list_all(rt: RuntimeDep, caller: ReadCaller) -> DatasetList:
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         rows = store.list_datasets(conn, caller.tenant)
     return DatasetList(datasets=[dataset_view(d) for d in rows])
 

@@ -21,6 +21,7 @@ from shared.engine import lifecycle
 from shared.engine.runtime import Runtime
 from shared.errors import NotFound
 from shared.store import runs as run_store
+from shared.store.db import reading
 from shared.store.rows import RunRecord
 
 __all__ = ["ForkBody", "PlanBody", "ResumeBody", "SteerBody", "router"]
@@ -72,7 +73,7 @@ def _actor(caller: Caller) -> lifecycle.Actor:
 
 
 def _own(rt: Runtime, caller: Caller, run_id: str) -> RunRecord:
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         record = run_store.get_run(conn, run_id, caller.tenant)
     if record is None:
         raise NotFound(f"run {run_id} not found")

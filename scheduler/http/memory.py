@@ -30,6 +30,7 @@ from shared.errors import NotFound
 from shared.isotime import iso, iso_or_none, iso_times
 from shared.store import records
 from shared.store import runs as run_store
+from shared.store.db import reading
 from shared.store.memory import MemoryItem
 from shared.vocab import MEMORY_EVENTS
 
@@ -302,7 +303,7 @@ def forget(
 def run_memory(run_id: PathId, rt: RuntimeDep, caller: ReadCaller) -> MemoryEvents:
     """The run's reads and writes of long-term memory (``memory.read``, ``memory.written``
     events), in order."""
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         if run_store.get_run(conn, run_id, caller.tenant) is None:
             raise NotFound(f"run {run_id} not found")
         rows = records.list_events_of(conn, run_id, sorted(MEMORY_EVENTS))

@@ -15,6 +15,7 @@ from shared.engine import metrics
 from shared.engine.depth import BrokerDepth
 from shared.engine.runtime import Runtime
 from shared.store import stats
+from shared.store.db import reading
 
 __all__ = ["router"]
 
@@ -47,7 +48,7 @@ def prometheus(admin: Annotated[bool, Depends(metrics_access)], rt: RuntimeDep) 
 
 def _counts(rt: Runtime, query: Callable[[Connection], T]) -> Callable[[], T]:
     def read() -> T:
-        with rt.engine.connect() as conn:
+        with reading(rt.engine) as conn:
             return query(conn)
 
     return read
@@ -61,7 +62,7 @@ def _queue_depth(rt: Runtime) -> dict[str, int]:
 
 def _check_db(rt: Runtime) -> str:
     try:
-        with rt.engine.connect() as conn:
+        with reading(rt.engine) as conn:
             stats.ping(conn)
         return "ok"
     except Exception as exc:

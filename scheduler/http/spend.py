@@ -21,6 +21,7 @@ from shared.isotime import iso
 from shared.store import runs as run_store
 from shared.store import schedules
 from shared.store import spend as store
+from shared.store.db import reading
 
 __all__ = ["EnvelopeBody", "EnvelopeList", "EnvelopeView", "router"]
 
@@ -116,7 +117,7 @@ def _delete(rt: Runtime, tenant: str, scope: str, key: str) -> Response:
 
 
 def _cron(rt: Runtime, tenant: str, cron_id: str) -> str:
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         if schedules.get_cron(conn, cron_id, tenant) is None:
             raise NotFound(f"cron {cron_id} not found")
     return cron_id

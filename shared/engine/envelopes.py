@@ -10,6 +10,7 @@ import time
 from sqlalchemy.engine import Engine
 
 from shared.store import spend as store
+from shared.store.db import reading
 
 __all__ = ["Envelopes"]
 
@@ -25,7 +26,7 @@ class Envelopes:
         """Whether ``tenant`` has an envelope (known at most ``ttl`` s late)."""
         with self._lock:
             if time.monotonic() - self._read > self.ttl:
-                with engine.connect() as conn:
+                with reading(engine) as conn:
                     self._tenants = store.envelope_tenants(conn)
                 self._read = time.monotonic()
             return tenant in self._tenants

@@ -23,6 +23,7 @@ from shared.engine.transition import retrying
 from shared.engine.tx import Tx
 from shared.errors import Conflict, NotFound
 from shared.store import runs as run_store
+from shared.store.db import reading
 from shared.store.rows import RUNNABLE, Run, Status
 from shared.store.runs import RunFilter
 from shared.vocab import IN_FLIGHT, EventType
@@ -146,7 +147,7 @@ def select_runs(
         top_level=f.top_level or action == "suspend",
         suspended=action == "resume",
     )
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         ids = run_store.matching_ids(conn, tenant, f, min(limit, MAX_BULK) + 1)
     return ids[:limit], len(ids) > limit
 

@@ -43,6 +43,7 @@ from shared.errors import ConfigError, Conflict, ModelError, NotFound, SpecError
 from shared.llm.embeddings import embed
 from shared.llm.profiles import resolve_profile
 from shared.store import datasets as store
+from shared.store.db import reading
 from shared.store.files import sniff_content_type
 from shared.store.runs import now
 from shared.tools.documents import DocumentLimits, extract
@@ -94,7 +95,7 @@ def create_dataset(rt: Runtime, tenant: str, name: str, description: str | None)
 def dataset_detail(
     rt: Runtime, tenant: str, dataset_id: str
 ) -> tuple[RowMapping, list[RowMapping]]:
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         ds = _dataset(conn, tenant, dataset_id)
         return ds, store.list_documents(conn, ds["id"])
 
@@ -187,7 +188,7 @@ def search(
     score}``, best first. NotFound when a named dataset does not exist."""
     k = max(1, min(k, MAX_K))
     parsed = parse_query(query)
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         found = store.find_datasets(conn, tenant, list(datasets or []))
         _check_found(found, datasets)
         ids = [d["id"] for d in found]
@@ -269,7 +270,7 @@ def check_sources(rt: Runtime, tenant: str, spec: AgentSpec, inputs: Mapping[str
     refs = _dataset_refs(spec, inputs)
     if not refs:
         return
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         found = store.find_datasets(conn, tenant, refs)
     _check_found(found, refs)
 

@@ -45,6 +45,7 @@ from shared.store import calls as call_store
 from shared.store import lineage, records
 from shared.store import runs as run_store
 from shared.store import threads as thread_store
+from shared.store.db import reading
 from shared.store.rows import RUNNABLE, Run, RunRecord, Status
 from shared.vocab import EventType
 
@@ -117,7 +118,7 @@ def resume_run(rt: Runtime, actor: Actor, run_id: str, new: NewSpec | None = Non
     409 for any other status, for a sub-agent's run (its parent resumes), for a run that never
     started, and on a thread that has moved on (another run is active, or came after it)."""
     if new is not None:
-        with rt.engine.connect() as conn:
+        with reading(rt.engine) as conn:
             record = run_store.get_run(conn, run_id, actor.tenant)
         _check_spec(rt, actor.tenant, new, record.inputs if record is not None else None)
 
@@ -237,7 +238,7 @@ def fork_run(rt: Runtime, actor: Actor, run_id: str, req: ForkInput) -> RunRecor
         return tx.record(new_id)
 
     if req.spec is not None:
-        with rt.engine.connect() as conn:
+        with reading(rt.engine) as conn:
             found = run_store.get_run(conn, run_id, actor.tenant)
         _check_spec(rt, actor.tenant, req.spec, found.inputs if found is not None else None)
     return retrying(rt, op)

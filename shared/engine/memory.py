@@ -39,6 +39,7 @@ from shared.errors import ModelError, QuotaExceeded, SpecError, TooLarge, ToolEr
 from shared.llm.embeddings import embed
 from shared.store import memory as store
 from shared.store import runs as run_store
+from shared.store.db import reading
 from shared.store.memory import MemoryItem
 from shared.store.rows import Run
 from shared.vocab import EventType
@@ -284,7 +285,7 @@ def list_namespaces(
     """The namespaces holding live items, under ``prefix`` and ending with ``suffix``, cut
     to ``max_depth`` labels (then distinct), sorted."""
     ns = _namespace(rt, prefix, prefix=True)
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         found = store.list_namespaces(conn, tenant, ns, run_store.now(), MAX_SCAN)
     tail = tuple(suffix)
     kept = [n for n in found if not tail or n[-len(tail) :] == tail]
@@ -334,7 +335,7 @@ class RunMemory:
         self._rt, self._run = rt, run
 
     def _scope(self) -> tuple[tuple[str, ...], MemorySpec]:
-        with self._rt.engine.connect() as conn:
+        with reading(self._rt.engine) as conn:
             spec = self._rt.caches.spec_of(conn, self._run.id, loop=self._run.loop)
             meta = run_store.run_meta(conn, self._run.id)
         try:

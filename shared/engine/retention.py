@@ -23,6 +23,7 @@ from shared.errors import Conflict, NotFound
 from shared.store import retention as store
 from shared.store import runs as run_store
 from shared.store import threads as thread_store
+from shared.store.db import reading
 
 __all__ = [
     "BATCH",
@@ -115,7 +116,7 @@ def purge(
     age = older_than_s if older_than_s is not None else (days * DAY if days > 0 else None)
     cutoff = ts - age if age is not None else None
     if dry_run:
-        with rt.engine.connect() as conn:
+        with reading(rt.engine) as conn:
             return PurgeReport(len(store.expired_runs(conn, ts, cutoff, None)), 0)
     chosen = deleted = 0
     kept: set[str] = set()  # runs with a sub-agent run still going (rare): not this pass

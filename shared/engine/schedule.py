@@ -43,6 +43,7 @@ from shared.errors import Forbidden, NotFound, QuotaExceeded, SpecError, Treadle
 from shared.store import runs as run_store
 from shared.store import schedules as store
 from shared.store import threads as thread_store
+from shared.store.db import reading
 from shared.store.rows import Status
 from shared.vocab import EventType
 
@@ -155,7 +156,7 @@ def tick(rt: Runtime, now: float | None = None) -> int:
 
 def release_due(rt: Runtime, now: float | None = None, limit: int = 200) -> int:
     """Scheduled runs whose time came: queued and dispatched."""
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         due = store.due_scheduled(conn, run_store.now() if now is None else now, limit)
     released = 0
     for run_id in due:
@@ -184,7 +185,7 @@ def fire_crons(rt: Runtime, now: float | None = None, limit: int | None = None) 
     ``TREADLE_CRON_FIRES_PER_PASS``), tenant by tenant in turn; returns the runs created
     here."""
     ts = run_store.now() if now is None else now
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         due = store.due_crons(conn, ts, limit or rt.settings.cron_fires_per_pass)
     return sum(1 for cron in due if _fire(rt, cron, ts))
 

@@ -21,6 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine, RowMapping
 
+from shared.store.db import reading
 from shared.store.tables import files
 
 __all__ = [
@@ -175,7 +176,7 @@ class FileStore:
         wanted = sorted(set(ids))
         if not wanted:
             return {}
-        with self.engine.connect() as conn:
+        with reading(self.engine) as conn:
             rows = conn.execute(
                 sa.select(*_META_COLUMNS).where(files.c.id.in_(wanted), files.c.tenant == tenant)
             ).mappings()
@@ -183,7 +184,7 @@ class FileStore:
 
     def get(self, file_id: str, tenant: str) -> tuple[FileMeta, bytes] | None:
         """The file's metadata and bytes; None when there is no such file for ``tenant``."""
-        with self.engine.connect() as conn:
+        with reading(self.engine) as conn:
             row = (
                 conn.execute(
                     sa.select(files).where(files.c.id == file_id, files.c.tenant == tenant)

@@ -23,6 +23,7 @@ from shared.interop.a2a_shapes import A2A
 from shared.interop.thread_ids import CLIENT_THREAD_ID, scoped_id
 from shared.store import runs as run_store
 from shared.store import threads as thread_store
+from shared.store.db import reading
 from shared.store.rows import RunRecord, Status
 
 __all__ = [
@@ -42,7 +43,7 @@ NO = frozenset({"reject", "rejected", "no", "n"})
 
 
 def record_of(rt: Runtime, tenant: str, run_id: str) -> RunRecord | None:
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         return run_store.get_run(conn, run_id, tenant)
 
 
@@ -66,7 +67,7 @@ def _data(message: pb.Message) -> dict[str, Any] | None:
 def _thread(rt: Runtime, tenant: str, context_id: str) -> str | None:
     """The thread a context names (the client's name, scoped to the tenant, or an id the
     server made); None when there is none yet."""
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         row = thread_store.get_thread(conn, scoped_id(tenant, context_id), tenant)
         row = row or thread_store.get_thread(conn, context_id, tenant)
     return str(row["id"]) if row is not None else None
@@ -185,7 +186,7 @@ def tasks_of(rt: Runtime, tenant: str, agent: str, context_id: str, size: int) -
     thread_id = _thread(rt, tenant, context_id) if context_id else None
     if context_id and thread_id is None:
         return []
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         found = run_store.list_runs(conn, tenant, thread_id=thread_id, limit=500)
     return [r for r in found if agent_of(r) == agent][:size]
 

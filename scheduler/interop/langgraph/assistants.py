@@ -38,6 +38,7 @@ from shared.errors import Conflict, NotFound
 from shared.isotime import iso
 from shared.store import agents as store
 from shared.store.agents import AgentVersion
+from shared.store.db import reading
 
 __all__ = ["Assistants", "router"]
 
@@ -154,7 +155,7 @@ def _spec_of(rt: Runtime, tenant: str, graph_id: str) -> dict[str, Any]:
     name, version = parse_ref(graph_id)
     if is_registered(name) and version is None:
         return dict(registered_agents()[name])
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         found = store.get_version(conn, tenant, name, version)
     if found is None:
         raise NotFound(f"no graph (agent) named {graph_id!r}")
@@ -162,7 +163,7 @@ def _spec_of(rt: Runtime, tenant: str, graph_id: str) -> dict[str, Any]:
 
 
 def _latest(rt: Runtime, tenant: str, name: str) -> AgentVersion | None:
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         return store.get_version(conn, tenant, name)
 
 
@@ -241,7 +242,7 @@ class _Assistants:
         name, version = parse_ref(assistant_id)
         if is_registered(name) and version is None:
             return _registered_view(name)
-        with self.rt.engine.connect() as conn:
+        with reading(self.rt.engine) as conn:
             found = store.get_version(conn, tenant, name, version)
         if found is None:
             raise NotFound(f"assistant {assistant_id!r} not found")
@@ -252,7 +253,7 @@ class _Assistants:
         if is_registered(assistant_id):
             views = [_registered_view(assistant_id)]
         else:
-            with self.rt.engine.connect() as conn:
+            with reading(self.rt.engine) as conn:
                 found = store.list_versions(conn, tenant, assistant_id, limit=_SEARCH_MAX)
             if not found:
                 raise NotFound(f"assistant {assistant_id!r} not found")
@@ -261,7 +262,7 @@ class _Assistants:
         return views[offset : offset + limit]
 
     def search(self, tenant: str, body: AssistantPage) -> list[dict[str, Any]]:
-        with self.rt.engine.connect() as conn:
+        with reading(self.rt.engine) as conn:
             own = store.latest_versions(conn, tenant, limit=_SEARCH_MAX)
         views = [_registered_view(n) for n in agent_names()] + [_version_view(v) for v in own]
         found = [v for v in views if _matches(v, body.model_dump())]

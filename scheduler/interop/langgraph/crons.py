@@ -27,6 +27,7 @@ from shared.interop.thread_ids import public_id, scoped_id
 from shared.isotime import iso, iso_or_none
 from shared.store import schedules as store
 from shared.store import threads as thread_store
+from shared.store.db import reading
 
 __all__ = ["router"]
 
@@ -85,7 +86,7 @@ def _view(c: store.Cron) -> dict[str, Any]:
 def _stored_thread(rt: Runtime, tenant: str, thread_id: str) -> str:
     """The stored id of the thread a LangGraph client calls ``thread_id`` (a name it chose
     is stored scoped to its tenant, ``shared.interop.thread_ids``); NotFound."""
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         for candidate in (scoped_id(tenant, thread_id), thread_id):
             if thread_store.get_thread(conn, candidate, tenant) is not None:
                 return candidate
@@ -119,7 +120,7 @@ def _search(rt: Runtime, caller: Any, body: CronSearchBody) -> list[store.Cron]:
             thread_id = _stored_thread(rt, caller.tenant, body.thread_id)
         except NotFound:
             return []
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         rows = store.list_crons(conn, caller.tenant, thread_id=thread_id, limit=10_000)
     if body.assistant_id is not None:
         rows = [c for c in rows if _view(c)["assistant_id"] == body.assistant_id]

@@ -41,6 +41,7 @@ from shared.store import records
 from shared.store import runs as run_store
 from shared.store import segments as segs
 from shared.store import threads as thread_store
+from shared.store.db import reading
 from shared.vocab import EventType
 
 __all__ = ["PROTOCOL", "Facade"]
@@ -74,7 +75,7 @@ class _Facade:
         return row
 
     def leg(self, tenant: str, thread_id: str, run_id: str) -> segs.Leg:
-        with self.rt.engine.connect() as conn:
+        with reading(self.rt.engine) as conn:
             seg = segs.get_segment(conn, run_id, tenant, PROTOCOL)
             if seg is None or public_id(seg["thread_id"] or "") != thread_id:
                 raise NotFound(f"run {run_id} not found on thread {thread_id}")
@@ -84,7 +85,7 @@ class _Facade:
         """A thread named by the client lives in the tenant's namespace (``scoped_id``):
         another tenant's thread of the same name is neither seen nor in the way."""
         thread_id = scoped_id(tenant, body.thread_id) if body.thread_id else str(uuid.uuid4())
-        with self.rt.engine.connect() as conn:
+        with reading(self.rt.engine) as conn:
             found = thread_store.get_thread(conn, thread_id, tenant)
         if found is not None:
             if body.if_exists == "do_nothing":
@@ -99,7 +100,7 @@ class _Facade:
             if body.resume() is not NO_RESUME:
                 raise Conflict("the thread has no pending interrupt to resume")
             return self._submit(caller, body, _Found(None))
-        with self.rt.engine.connect() as conn:
+        with reading(self.rt.engine) as conn:
             key = self.thread(conn, caller.tenant, thread_id)["id"]
             active = thread_store.active_run(conn, key)
             held = thread_store.next_held(conn, key)
@@ -121,7 +122,7 @@ class _Facade:
         or another answer to the interrupt it had (``command.resume``)."""
         thread_id = found.key
         run_id, _, seq_text = checkpoint.rpartition(":")
-        with self.rt.engine.connect() as conn:
+        with reading(self.rt.engine) as conn:
             source = run_store.load_run(conn, run_id, caller.tenant) if seq_text.isdigit() else None
             if source is None or source.thread_id != thread_id:
                 raise NotFound(f"checkpoint {checkpoint} not found on thread {thread_id}")
@@ -222,14 +223,14 @@ class _Facade:
             commands.cancel_run(self.rt, tenant, leg.run["id"])
 
     def final(self, leg: segs.Leg) -> dict[str, Any]:
-        with self.rt.engine.connect() as conn:
+        with reading(self.rt.engine) as conn:
             return final_values(conn, segs.load_leg(conn, leg.segment))
 
     def state_rows(
         self, leg: segs.Leg, cursor: int
     ) -> tuple[list[Mapping[Any, Any]], float | None]:
         """The thread's messages, and the time of the event at ``cursor`` (None: the start)."""
-        with self.rt.engine.connect() as conn:
+        with reading(self.rt.engine) as conn:
             rows = segs.thread_rows(conn, leg.run)
             if cursor <= 0:
                 return rows, None
@@ -237,7 +238,7 @@ class _Facade:
             return rows, (ev[0]["created_at"] if ev else None)
 
     def rows(self, run: Mapping[Any, Any]) -> list[Mapping[Any, Any]]:
-        with self.rt.engine.connect() as conn:
+        with reading(self.rt.engine) as conn:
             return segs.thread_rows(conn, run)
 
 

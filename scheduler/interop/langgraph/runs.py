@@ -32,6 +32,7 @@ from shared.interop.shapes import (
 )
 from shared.interop.thread_ids import public_id
 from shared.store import segments as segs
+from shared.store.db import reading
 
 __all__ = ["router"]
 
@@ -149,7 +150,7 @@ def list_runs(
     offset: Annotated[int, Query(ge=0)] = 0,
     status: str | None = None,
 ) -> list[dict[str, Any]]:
-    with f.rt.engine.connect() as conn:
+    with reading(f.rt.engine) as conn:
         key = f.thread(conn, caller.tenant, thread_id)["id"]
         legs = [
             segs.load_leg(conn, s) for s in segs.thread_segments(conn, key, PROTOCOL, limit=1000)

@@ -24,6 +24,7 @@ from shared.interop.shapes import (
 from shared.interop.thread_ids import scoped_id
 from shared.store import segments as segs
 from shared.store import threads as thread_store
+from shared.store.db import reading
 
 __all__ = ["router"]
 
@@ -35,13 +36,13 @@ def create_thread(
     f: Facade, caller: WriteCaller, body: Annotated[ThreadBody | None, Body()] = None
 ) -> dict[str, Any]:
     row = f.create_thread(caller.tenant, body or ThreadBody())
-    with f.rt.engine.connect() as conn:
+    with reading(f.rt.engine) as conn:
         return thread_view(conn, row)
 
 
 @router.get("/threads/{thread_id}")
 def get_thread(thread_id: str, f: Facade, caller: ReadCaller) -> dict[str, Any]:
-    with f.rt.engine.connect() as conn:
+    with reading(f.rt.engine) as conn:
         return thread_view(conn, f.thread(conn, caller.tenant, thread_id))
 
 
@@ -50,14 +51,14 @@ def search_threads(
     f: Facade, caller: ReadCaller, body: Annotated[SearchBody | None, Body()] = None
 ) -> list[dict[str, Any]]:
     body = body or SearchBody()
-    with f.rt.engine.connect() as conn:
+    with reading(f.rt.engine) as conn:
         rows = _search(conn, caller.tenant, body)
         return [thread_view(conn, t) for t in rows[body.offset : body.offset + body.limit]]
 
 
 @router.get("/threads/{thread_id}/state")
 def get_state(thread_id: str, f: Facade, caller: ReadCaller) -> dict[str, Any]:
-    with f.rt.engine.connect() as conn:
+    with reading(f.rt.engine) as conn:
         return current_state(conn, f.thread(conn, caller.tenant, thread_id)["id"])
 
 
@@ -69,7 +70,7 @@ def history(
     body: Annotated[HistoryBody | None, Body()] = None,
 ) -> list[dict[str, Any]]:
     limit = (body or HistoryBody()).limit
-    with f.rt.engine.connect() as conn:
+    with reading(f.rt.engine) as conn:
         key = f.thread(conn, caller.tenant, thread_id)["id"]
         states = [current_state(conn, key)]
         for seg in segs.thread_segments(conn, key, PROTOCOL, limit=limit):

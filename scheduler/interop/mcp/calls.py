@@ -38,6 +38,7 @@ from shared.engine.runtime import Runtime
 from shared.errors import Conflict, TreadleError
 from shared.store import deliveries
 from shared.store import runs as run_store
+from shared.store.db import reading
 from shared.store.rows import FINAL, RunRecord, Status
 from shared.vocab import SEGMENT_ENDS
 
@@ -128,7 +129,7 @@ async def start_run(rt: Runtime, caller: Caller, name: str, args: CallArgs) -> s
 
 
 def record_of(rt: Runtime, tenant: str, run_id: str) -> RunRecord | None:
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         return run_store.get_run(conn, run_id, tenant)
 
 

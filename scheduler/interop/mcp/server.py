@@ -43,6 +43,7 @@ from shared.engine.runtime import Runtime
 from shared.errors import TreadleError
 from shared.store import agents as agent_store
 from shared.store import keys
+from shared.store.db import reading
 
 __all__ = ["McpService"]
 
@@ -92,7 +93,7 @@ def served_agents(rt: Runtime, tenant: str) -> dict[str, types.Tool]:
     for name, raw in registered_agents().items():
         if not allow or name in allow:
             out[name] = _tool(name, AgentSpec.model_validate(raw), None)
-    with rt.engine.connect() as conn:
+    with reading(rt.engine) as conn:
         own = agent_store.latest_versions(conn, tenant, limit=MAX_TOOLS)
     for v in own:
         if v.name not in out and (not allow or v.name in allow):

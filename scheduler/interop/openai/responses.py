@@ -47,6 +47,7 @@ from shared.interop.shapes import (
 from shared.store import records
 from shared.store import runs as run_store
 from shared.store import segments as segs
+from shared.store.db import reading
 from shared.vocab import EventType
 
 __all__ = ["Facade", "router"]
@@ -157,7 +158,7 @@ class _Facade:
         self.rt = rt
 
     def leg(self, tenant: str, response_id: str) -> segs.Leg:
-        with self.rt.engine.connect() as conn:
+        with reading(self.rt.engine) as conn:
             seg = segs.get_segment(conn, response_id, tenant, PROTOCOL)
             if seg is None:
                 raise NotFound(f"response {response_id} not found")
@@ -183,7 +184,7 @@ class _Facade:
             return None
         if len(key) > 200:
             raise SpecError("Idempotency-Key: at most 200 characters")
-        with self.rt.engine.connect() as conn:
+        with reading(self.rt.engine) as conn:
             found = run_store.find_idempotent(conn, tenant, key)
         return str(found["id"]) if found is not None else None
 
@@ -286,7 +287,7 @@ class _Facade:
     def snapshot(self, leg: segs.Leg) -> dict[str, Any]:
         """The Response object: the fold of the segment's durable events so far."""
         fold = self.fold(leg)
-        with self.rt.engine.connect() as conn:  # one connection: SQLite locks on each
+        with reading(self.rt.engine) as conn:  # one connection: SQLite locks on each
             leg = segs.load_leg(conn, leg.segment)
             facts = _facts(conn, leg.run["id"])
             fold.begin(facts.rows)
@@ -300,14 +301,14 @@ class _Facade:
         self, fold: ResponseFold, leg: segs.Leg, events: list[dict[str, Any]]
     ) -> list[StreamEvent]:
         out: list[StreamEvent] = []
-        with self.rt.engine.connect() as conn:
+        with reading(self.rt.engine) as conn:
             facts = _facts(conn, leg.run["id"])
             for ev in events:
                 out += fold.durable(ev, facts)
         return out
 
     def begin(self, fold: ResponseFold, leg: segs.Leg) -> list[StreamEvent]:
-        with self.rt.engine.connect() as conn:
+        with reading(self.rt.engine) as conn:
             return fold.begin(_facts(conn, leg.run["id"]).rows)
 
 
@@ -324,7 +325,7 @@ def _start(rt: Runtime, leg: segs.Leg) -> Start:
     seg, opts = leg.segment, leg.segment["options"] or {}
     start_ts = None
     if seg["from_seq"]:
-        with rt.engine.connect() as conn:
+        with reading(rt.engine) as conn:
             ev = records.list_events(conn, seg["run_id"], int(seg["from_seq"]) - 1, limit=1)
         start_ts = float(ev[0]["created_at"]) if ev else None
     return Start(
