@@ -21,7 +21,6 @@ from shared.store.write import (
     TOOL_STARTED,
     Beside,
     Claimed,
-    Closing,
     Prefetch,
     Store,
     Write,
@@ -73,12 +72,16 @@ class PostgresStore(Store):
     def _write(self, conn: Connection, w: Write) -> Run | None:
         """One statement when there are rows or calls beside the UPDATE (and JSON can carry
         their values): ``WITH u AS (UPDATE runs … RETURNING *), c0 AS (UPDATE tool_calls …),
-        w0 AS (INSERT … SELECT … FROM u, json_to_recordset(:j_0)), … SELECT * FROM u``."""
+        w0 AS (INSERT … SELECT … FROM u, json_to_recordset(:j_0)), … SELECT * FROM u``. A
+        guarded closing's UPDATE comes first and gates the run's (the lock order: the run's
+        calls, then its row)."""
         extra = _beside_params(w.beside) if w.beside or w.closing else None
         if extra is None:
             return super()._write(conn, w)
         for i, c in enumerate(w.closing):
             extra.update(calls.calls_params(c.call_ids, c.values, f"c{i}_"))
+            if c.guarded:
+                extra[f"c{i}_n"] = len(c.call_ids)
             if c.attempts is not None:
                 extra[f"c{i}_attempts"] = c.attempts
         kinds = tuple((name, kind_of(v)) for name, v in w.vals.items())
@@ -90,9 +93,7 @@ class PostgresStore(Store):
         guard_shape = tuple((g, v is None) for g, v in w.guard.items())
         stmt = _pg_write(kinds, w.owner, guard_shape, shape, closes)
         row = conn.execute(stmt, {**w.params, **extra}).mappings().first()
-        if row is None or any(_short(row, i, c) for i, c in enumerate(w.closing)):
-            return None  # lost: the run moved on, or a guarded call did (the caller rolls back)
-        return Run.of(row)
+        return Run.of(row) if row is not None else None
 
     def insert_ignoring(self, table: sa.Table, index: Sequence[Any]) -> Any:
         return postgresql.insert(table).on_conflict_do_nothing(index_elements=list(index))
@@ -220,11 +221,6 @@ def _pg_claim_call() -> Any:
 _TABLES = {t.name: t for t in (messages, events, usage, tool_calls)}
 
 
-def _short(row: Any, i: int, c: Closing) -> bool:
-    """A guarded closing that changed fewer calls than it names."""
-    return c.guarded and int(row[f"c{i}_n"]) != len(c.call_ids)
-
-
 _Close = tuple[tuple[tuple[str, bool], ...], bool, tuple[str, ...] | None, bool]
 """A closing's shape: its values' shape, one call or several, its status guard, its fence."""
 
@@ -239,20 +235,26 @@ def _pg_write(
 ) -> Any:
     """The guarded UPDATE with its rows beside and its calls' values, as one statement. A
     row's ``k`` (1…n) is its place: its seq is the run's new counter minus n plus k. A
-    guarded closing returns its calls, counted in ``c<i>_n``."""
-    u = update_statement(kinds, owner, guard).cte("u")
-    ctes: list[Any] = []
-    counted: list[Any] = []
+    guarded closing updates its calls first, and the run's UPDATE applies only if it changed
+    all ``:c<i>_n`` of them (the same lock order as a claim: the call, then the run)."""
+    update = update_statement(kinds, owner, guard)
+    gates: list[Any] = []
     for i, (close, single, statuses, fenced) in enumerate(closes):
-        stmt = calls.calls_update(close, u.c.id, f"c{i}_", single)
         if statuses is None and not fenced:
-            ctes.append(stmt.cte(f"c{i}"))
             continue
+        stmt = calls.calls_update(close, sa.bindparam("b_run"), f"c{i}_", single)
         stmt = calls.guarded(stmt, statuses, f"c{i}_attempts" if fenced else None)
-        cte = stmt.returning(tool_calls.c.call_id).cte(f"c{i}")
-        ctes.append(cte)
-        n = sa.select(sa.func.count()).select_from(cte).scalar_subquery()
-        counted.append(n.label(f"c{i}_n"))
+        gate = stmt.returning(tool_calls.c.call_id).cte(f"c{i}")
+        gates.append(gate)
+        n = sa.select(sa.func.count()).select_from(gate).scalar_subquery()
+        update = update.where(n == sa.bindparam(f"c{i}_n", type_=sa.Integer))
+    u = update.cte("u")
+    ctes: list[Any] = [
+        calls.calls_update(close, u.c.id, f"c{i}_", single).cte(f"c{i}")
+        for i, (close, single, statuses, fenced) in enumerate(closes)
+        if statuses is None and not fenced
+    ]
+    ctes += gates
     for i, (name, keys, seq) in enumerate(shape):
         table = _TABLES[name]
         cols = [sa.column(k, table.c[k].type) for k in keys]
@@ -271,7 +273,7 @@ def _pg_write(
             picked.append(u.c[seq] - sa.bindparam(f"n_{i}", type_=sa.Integer) + x.c.k)
         rows = sa.select(*picked).select_from(u.join(x, sa.true()))
         ctes.append(sa.insert(table).from_select(names, rows).cte(f"w{i}"))
-    return sa.select(u, *counted).add_cte(*ctes)
+    return sa.select(u).add_cte(*ctes)
 
 
 def _beside_params(beside: Sequence[Beside]) -> dict[str, Any] | None:
