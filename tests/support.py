@@ -27,6 +27,15 @@ REDIS_BASE = os.environ.get("TREADLE_TEST_REDIS", "redis://127.0.0.1:6379")
 ROUND_DONE = r"(?:Task treadle\.round\[[^]]+\] succeeded|round \S+ v\d+ driven in place)"
 
 
+def quick_recovery(allow_hosts: str | None = None, **more: str) -> dict[str, str]:
+    """The settings of a crash test's workers: short leases and re-drives (a killed worker's
+    work is taken over within seconds); ``allow_hosts``: the test's loopback endpoint."""
+    env = {"TREADLE_LEASE_SECONDS": "3", "TREADLE_REDRIVE_SECONDS": "2", **more}
+    if allow_hosts is not None:
+        env["TREADLE_ALLOW_HOSTS"] = allow_hosts
+    return env
+
+
 def knob(name: str, full: float, ci: float) -> float:
     """A test's size: the environment variable ``name`` when set, else ``ci`` under CI=true
     (a loaded machine; the same checks on a smaller load) and ``full`` elsewhere."""

@@ -239,8 +239,10 @@ def _pg_write(
     all ``:c<i>_n`` of them (the same lock order as a claim: the call, then the run)."""
     update = update_statement(kinds, owner, guard)
     gates: list[Any] = []
+    after: list[tuple[int, Any, bool]] = []  # unguarded closings: joined to the run's row
     for i, (close, single, statuses, fenced) in enumerate(closes):
         if statuses is None and not fenced:
+            after.append((i, close, single))
             continue
         stmt = calls.calls_update(close, sa.bindparam("b_run"), f"c{i}_", single)
         stmt = calls.guarded(stmt, statuses, f"c{i}_attempts" if fenced else None)
@@ -251,8 +253,7 @@ def _pg_write(
     u = update.cte("u")
     ctes: list[Any] = [
         calls.calls_update(close, u.c.id, f"c{i}_", single).cte(f"c{i}")
-        for i, (close, single, statuses, fenced) in enumerate(closes)
-        if statuses is None and not fenced
+        for i, close, single in after
     ]
     ctes += gates
     for i, (name, keys, seq) in enumerate(shape):

@@ -23,7 +23,7 @@ from shared.engine.runtime import Dispatch, Runtime
 from shared.llm.ratelimit import RedisLimiter
 from shared.names import REAPER_QUEUE, ROUNDS_QUEUE, TOOLS_QUEUE
 from shared.store.db import PgLimits, lock_busy, make_engine, migrate
-from tests.support import EffectServer, WorkerProcs, record_tool, wait_for
+from tests.support import EffectServer, WorkerProcs, quick_recovery, record_tool, wait_for
 
 CLOSED = "127.0.0.1:9"  # nothing listens on the discard port here
 
@@ -110,12 +110,7 @@ def effects() -> Iterator[EffectServer]:
 
 @pytest.fixture
 def fast_recovery(effects: EffectServer) -> dict[str, str]:
-    return {
-        "TREADLE_LEASE_SECONDS": "3",
-        "TREADLE_REDRIVE_SECONDS": "2",
-        "TREADLE_DB_LOCK_TIMEOUT": "1",
-        "TREADLE_ALLOW_HOSTS": f"127.0.0.1:{effects.port}",
-    }
+    return quick_recovery(f"127.0.0.1:{effects.port}", TREADLE_DB_LOCK_TIMEOUT="1")
 
 
 def _write_agent(url: str) -> dict[str, object]:

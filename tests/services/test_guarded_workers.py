@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from scheduler.app import create_app
 from scheduler.embedded import ReaperLoop
 from shared.engine.runtime import Runtime
-from tests.support import EffectServer, WorkerProcs, record_tool, wait_for
+from tests.support import EffectServer, WorkerProcs, quick_recovery, record_tool, wait_for
 
 
 @pytest.fixture
@@ -22,11 +22,7 @@ def effects() -> Iterator[EffectServer]:
 
 @pytest.fixture
 def fast_recovery(effects: EffectServer) -> dict[str, str]:
-    return {
-        "TREADLE_LEASE_SECONDS": "3",
-        "TREADLE_REDRIVE_SECONDS": "2",
-        "TREADLE_ALLOW_HOSTS": f"127.0.0.1:{effects.port}",
-    }
+    return quick_recovery(f"127.0.0.1:{effects.port}")
 
 
 def test_kill_during_approved_write(

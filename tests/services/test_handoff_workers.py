@@ -17,7 +17,7 @@ from scheduler.app import create_app
 from scheduler.embedded import ReaperLoop
 from shared.engine.runtime import Runtime
 from shared.store.tables import events, messages
-from tests.support import WorkerProcs, model_calls, wait_for
+from tests.support import WorkerProcs, model_calls, quick_recovery, wait_for
 
 TRANSFER = {"id": "t1", "name": "transfer_to_billing", "arguments": {}}
 WRITE = {"id": "w1", "name": "write_thing", "arguments": {"item": "refund 42"}}
@@ -45,7 +45,7 @@ def _spec() -> dict[str, Any]:
 
 @pytest.fixture
 def fast_recovery() -> dict[str, str]:
-    return {"TREADLE_LEASE_SECONDS": "3", "TREADLE_REDRIVE_SECONDS": "2"}
+    return quick_recovery()
 
 
 def _run(client: TestClient, run_id: str) -> dict[str, Any]:

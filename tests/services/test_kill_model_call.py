@@ -13,7 +13,7 @@ from scheduler.app import create_app
 from scheduler.embedded import ReaperLoop
 from shared.engine.runtime import Runtime
 from shared.store.tables import messages, usage
-from tests.support import WorkerProcs, model_calls, wait_for
+from tests.support import WorkerProcs, model_calls, quick_recovery, wait_for
 
 
 def _status(client: TestClient, run_id: str) -> str:
@@ -22,7 +22,7 @@ def _status(client: TestClient, run_id: str) -> str:
 
 @pytest.fixture
 def fast_recovery() -> dict[str, str]:
-    return {"TREADLE_LEASE_SECONDS": "3", "TREADLE_REDRIVE_SECONDS": "2"}
+    return quick_recovery()
 
 
 def test_kill_mid_model_call_reruns_commits_once_bills_both(

@@ -14,7 +14,7 @@ from scheduler.app import create_app
 from scheduler.embedded import ReaperLoop
 from shared.engine.runtime import Runtime
 from tests.mcp_server import McpTestServer
-from tests.support import WorkerProcs, wait_for
+from tests.support import WorkerProcs, quick_recovery, wait_for
 
 pytestmark = pytest.mark.services
 
@@ -28,11 +28,7 @@ def mcp(request: pytest.FixtureRequest) -> Iterator[McpTestServer]:
 
 @pytest.fixture
 def fast_recovery(mcp: McpTestServer) -> dict[str, str]:
-    return {
-        "TREADLE_LEASE_SECONDS": "3",
-        "TREADLE_REDRIVE_SECONDS": "2",
-        "TREADLE_ALLOW_HOSTS": mcp.host,
-    }
+    return quick_recovery(mcp.host)
 
 
 def _agent(mcp: McpTestServer, **spec: Any) -> dict[str, Any]:

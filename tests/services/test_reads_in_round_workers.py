@@ -15,7 +15,14 @@ from scheduler.app import create_app
 from scheduler.embedded import ReaperLoop
 from shared.engine.runtime import Runtime
 from shared.store.tables import usage
-from tests.support import EffectServer, WorkerProcs, model_calls, record_tool, wait_for
+from tests.support import (
+    EffectServer,
+    WorkerProcs,
+    model_calls,
+    quick_recovery,
+    record_tool,
+    wait_for,
+)
 
 pytestmark = pytest.mark.services
 
@@ -30,11 +37,7 @@ def endpoint() -> Iterator[EffectServer]:
 
 @pytest.fixture
 def fast_recovery(endpoint: EffectServer) -> dict[str, str]:
-    return {
-        "TREADLE_LEASE_SECONDS": "3",
-        "TREADLE_REDRIVE_SECONDS": "2",
-        "TREADLE_ALLOW_HOSTS": f"127.0.0.1:{endpoint.port}",
-    }
+    return quick_recovery(f"127.0.0.1:{endpoint.port}")
 
 
 def test_a_worker_killed_during_a_read_in_the_round(
