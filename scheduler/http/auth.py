@@ -22,7 +22,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Any
@@ -232,27 +232,34 @@ def _authenticator(request: Request) -> Authenticator:
     return auth
 
 
-def _caller_of(request: Request, resumable: bool) -> Caller:
+async def _caller_of(request: Request, resumable: bool) -> Caller:
+    """The caller ``AuthMiddleware`` left in the scope; without it (an app built without the
+    middleware), the key is checked here, in a worker thread (it reads the database)."""
     caller = request.scope.get(_CALLER)
     if isinstance(caller, Caller):
         return caller
-    return _authenticator(request).identify(request.headers, resumable=resumable)
+    identify = _authenticator(request).identify
+    return await run_in_threadpool(identify, request.headers, resumable=resumable)
+
+
+def _holding(caller: Caller, scope: str, resume: bool = False) -> Caller:
+    """``caller``, if it holds ``scope`` (or, ``resume``, is a resume token); 403 otherwise."""
+    if caller.resume_token is not None and resume:
+        return caller
+    if caller.resume_token is not None or not caller.allows(scope):
+        raise ApiError(403, "forbidden", f"this API key lacks the {scope} scope")
+    return caller
 
 
 @cache
-def require(scope: str, *, resume: bool = False) -> Callable[..., Caller]:
+def require(scope: str, *, resume: bool = False) -> Callable[..., Awaitable[Caller]]:
     """A dependency: the caller, who must hold ``scope`` (403 otherwise). ``resume``: a resume
     token is accepted instead (answer, approval)."""
 
-    def dependency(
+    async def dependency(
         request: Request, _bearer: BearerCredential = None, _key: ApiKeyCredential = None
     ) -> Caller:
-        caller = _caller_of(request, resume)
-        if caller.resume_token is not None and resume:
-            return caller
-        if caller.resume_token is not None or not caller.allows(scope):
-            raise ApiError(403, "forbidden", f"this API key lacks the {scope} scope")
-        return caller
+        return _holding(await _caller_of(request, resume), scope, resume)
 
     dependency.__name__ = f"require_{scope.replace(':', '_')}"
     return dependency
@@ -273,7 +280,10 @@ def metrics_access(
     auth off; a public scrape without one sees process and queue metrics only."""
     auth = _authenticator(request)
     if not auth.get_rt().settings.metrics_public:
-        require(keys.ADMIN)(request)
+        caller = request.scope.get(_CALLER)
+        _holding(
+            caller if isinstance(caller, Caller) else auth.identify(request.headers), keys.ADMIN
+        )
         return True
     try:
         return auth.identify(request.headers).allows(keys.ADMIN)

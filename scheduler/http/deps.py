@@ -16,8 +16,9 @@ from shared.engine.runtime import Runtime
 __all__ = ["RuntimeDep", "runtime"]
 
 
-def runtime(request: Request) -> Runtime:
-    """The app's runtime (its database pool pings each connection on checkout)."""
+async def runtime(request: Request) -> Runtime:
+    """The app's runtime (its database pool pings each connection on checkout). A coroutine:
+    it does no I/O, and FastAPI would hand a plain function to a worker thread and back."""
     rt: Runtime = request.app.state.get_rt()
     return rt
 
