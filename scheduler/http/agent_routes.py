@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import Path, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from scheduler.http import limits
@@ -25,6 +25,7 @@ from scheduler.http.agents import (
 )
 from scheduler.http.auth import Caller, ReadCaller, WriteCaller
 from scheduler.http.deps import RuntimeDep
+from scheduler.http.routing import api_router
 from scheduler.http.schemas import JsonInt
 from shared.agent.spec import AgentSpec
 from shared.engine.catalog import build_catalog
@@ -203,7 +204,7 @@ def tag_version(rt: Runtime, tenant: str, name: str, tag: str, version: int) -> 
     return version_view(found, tags.get(found.version))
 
 
-router = APIRouter(prefix="/v1", tags=["agents"])
+router = api_router(prefix="/v1", tags=["agents"])
 
 
 @router.post("/agents", status_code=201, response_model=AgentView)

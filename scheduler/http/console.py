@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
-from fastapi import APIRouter
 from fastapi.responses import FileResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from scheduler.http.agents import registered_agents
 from scheduler.http.auth import ReadCaller
 from scheduler.http.deps import RuntimeDep
+from scheduler.http.routing import api_router
 from shared.engine.runtime import Runtime
 from shared.errors import NotFound
 from shared.store import agents as agent_store
@@ -82,7 +82,7 @@ def _usage_rows(rt: Runtime, tenant: str, run_id: str) -> list[dict[str, Any]]:
         return records.usage_of_run(conn, run_id)
 
 
-router = APIRouter()
+router = api_router()
 
 
 @router.get("/", include_in_schema=False)

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import Query, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from scheduler.http import limits
 from scheduler.http.agents import resolve, store_lookup
 from scheduler.http.auth import Caller, ReadCaller, WriteCaller
 from scheduler.http.deps import RuntimeDep
+from scheduler.http.routing import api_router
 from scheduler.http.schemas import (
     ID_PATTERN,
     NOT_BLANK,
@@ -182,7 +183,7 @@ def store_cron(
     return schedule.create_cron(rt, row, tenant=caller.tenant)
 
 
-router = APIRouter(prefix="/v1", tags=["crons"])
+router = api_router(prefix="/v1", tags=["crons"])
 
 
 @router.post("/crons", status_code=201, response_model=CronView)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from sqlalchemy.engine import RowMapping
 from starlette.concurrency import run_in_threadpool
@@ -21,6 +21,7 @@ from scheduler.http.auth import ReadCaller, WriteCaller
 from scheduler.http.deps import RuntimeDep
 from scheduler.http.nul_free import NUL, NUL_FREE
 from scheduler.http.openapi import REF_TEMPLATE, component
+from scheduler.http.routing import api_router
 from scheduler.http.schemas import ID_PATTERN, NOT_BLANK
 from shared.engine import knowledge
 from shared.engine.attachments import store_for
@@ -198,7 +199,7 @@ async def _multipart(rt: Runtime, tenant: str, dataset: str, request: Request) -
     )
 
 
-router = APIRouter(prefix="/v1", tags=["datasets"])
+router = api_router(prefix="/v1", tags=["datasets"])
 
 
 @router.post("/datasets", status_code=201, response_model=DatasetView)

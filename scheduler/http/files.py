@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, File, Form, HTTPException, UploadFile
+from fastapi import File, Form, HTTPException, UploadFile
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from scheduler.http.auth import ReadCaller, WriteCaller
 from scheduler.http.deps import RuntimeDep
+from scheduler.http.routing import api_router
 from scheduler.http.schemas import PathId
 from shared.engine.attachments import store_for
 from shared.errors import NotFound, SpecError
@@ -55,7 +56,7 @@ async def _read_capped(upload: UploadFile, limit: int) -> bytes:
     return b"".join(parts)
 
 
-router = APIRouter(prefix="/v1", tags=["files"])
+router = api_router(prefix="/v1", tags=["files"])
 
 
 @router.post("/files", status_code=201, response_model=FileView)

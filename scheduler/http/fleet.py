@@ -9,7 +9,7 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Final
 
-from fastapi import APIRouter, Body, Request
+from fastapi import Body, Request
 from pydantic import (
     AwareDatetime,
     BaseModel,
@@ -25,6 +25,7 @@ from starlette.datastructures import QueryParams
 from scheduler.http.agents import AGENT_NAME
 from scheduler.http.auth import WriteCaller
 from scheduler.http.deps import RuntimeDep
+from scheduler.http.routing import api_router
 from scheduler.http.schemas import ID_PATTERN, JsonInt, RunStatus
 from shared.engine import fleet
 from shared.engine.runtime import Runtime
@@ -209,7 +210,7 @@ def _bulk(rt: Runtime, tenant: str, action: str, body: ByIds | ByFilter) -> Bulk
     )
 
 
-router = APIRouter(prefix="/v1", tags=["runs"])
+router = api_router(prefix="/v1", tags=["runs"])
 
 
 @router.post("/runs/cancel", response_model=BulkResult)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from scheduler.http import limits
@@ -15,6 +14,7 @@ from scheduler.http.agents import resolve_agent
 from scheduler.http.auth import Caller, WriteCaller
 from scheduler.http.deps import RuntimeDep
 from scheduler.http.errors import ApiError
+from scheduler.http.routing import api_router
 from scheduler.http.schemas import InputMessage, PathId, RunView, run_view
 from shared.agent.spec import AgentSpec
 from shared.engine import lifecycle
@@ -96,7 +96,7 @@ def _input(body: ForkBody) -> str | list[dict[str, Any]] | None:
     return [m.model_dump() for m in body.input]
 
 
-router = APIRouter(prefix="/v1", tags=["runs"])
+router = api_router(prefix="/v1", tags=["runs"])
 
 
 @router.post("/runs/{run_id}/resume", response_model=RunView)

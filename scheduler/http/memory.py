@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import Depends, Query, Response
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from scheduler.http.auth import ReadCaller, WriteCaller
 from scheduler.http.deps import RuntimeDep
+from scheduler.http.routing import api_router
 from scheduler.http.schemas import NUMBER, JsonInt, PathId, TtlSeconds
 from shared.agent.memory import KEY_CHARS, NAMESPACE_DEPTH, OPERATORS, check_filter, split_namespace
 from shared.engine import memory
@@ -53,7 +54,7 @@ __all__ = [
     "searched",
 ]
 
-router = APIRouter(prefix="/v1", tags=["memory"])
+router = api_router(prefix="/v1", tags=["memory"])
 
 # The schema states each limit's ceiling; a setting (TREADLE_MEMORY_MAX_*) may lower it.
 _LABEL = r"[^.\x00-\x1f\x7f]{1,64}"

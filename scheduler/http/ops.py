@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, TypeVar
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import Depends, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy.engine import Connection
 
 from scheduler.http.auth import metrics_access
 from scheduler.http.deps import RuntimeDep
+from scheduler.http.routing import api_router
 from shared.engine import metrics
 from shared.engine.depth import BrokerDepth
 from shared.engine.runtime import Runtime
@@ -22,7 +23,7 @@ __all__ = ["router"]
 T = TypeVar("T")
 
 
-router = APIRouter(tags=["ops"])
+router = api_router(tags=["ops"])
 
 
 @router.get("/healthz")

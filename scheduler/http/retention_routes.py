@@ -6,10 +6,11 @@ sub-agent runs too), ``DELETE /v1/threads/{id}`` (the thread and its runs, all e
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import Response
 
 from scheduler.http.auth import WriteCaller
 from scheduler.http.deps import RuntimeDep
+from scheduler.http.routing import api_router
 from scheduler.http.schemas import PathId
 from shared.engine import retention
 from shared.engine.attachments import store_for
@@ -20,7 +21,7 @@ __all__ = ["router"]
 _DELETED: dict[int | str, dict[str, str]] = {204: {"description": "Deleted"}}
 
 
-router = APIRouter(prefix="/v1", tags=["retention"])
+router = api_router(prefix="/v1", tags=["retention"])
 
 
 @router.delete("/runs/{run_id}", status_code=204, response_class=Response, responses=_DELETED)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Body, Header, Query, Request, Response
+from fastapi import Body, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from scheduler.http import limits
@@ -15,6 +15,7 @@ from scheduler.http.auth import Caller, ReadCaller, ResumeCaller, WriteCaller
 from scheduler.http.deliveries import DeliveryList, DeliveryView, delivery_view
 from scheduler.http.deps import RuntimeDep
 from scheduler.http.fleet import IsoTime, query_filter
+from scheduler.http.routing import api_router
 from scheduler.http.schemas import (
     CURSOR_PATTERN,
     AnswerBody,
@@ -128,7 +129,7 @@ def _owned_rows(
         return rows_of(conn, run_id)
 
 
-router = APIRouter(prefix="/v1", tags=["runs"])
+router = api_router(prefix="/v1", tags=["runs"])
 
 
 @router.post(

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path, Response
+from fastapi import Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from scheduler.http.agents import AGENT_NAME
 from scheduler.http.auth import ReadCaller, WriteCaller
 from scheduler.http.deps import RuntimeDep
+from scheduler.http.routing import api_router
 from scheduler.http.schemas import NUMBER
 from shared.agent.spend import Period
 from shared.engine.runtime import Runtime
@@ -25,7 +26,7 @@ from shared.store.db import reading
 
 __all__ = ["EnvelopeBody", "EnvelopeList", "EnvelopeView", "router"]
 
-router = APIRouter(tags=["spend"])
+router = api_router(tags=["spend"])
 Scope = Literal["tenant", "agent", "cron"]
 
 

@@ -10,11 +10,11 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from scheduler.http.auth import ReadCaller, WriteCaller
 from scheduler.http.deps import RuntimeDep
+from scheduler.http.routing import api_router
 from scheduler.http.schemas import MessageView, PathId, message_view
 from shared.engine import threads
 from shared.errors import NotFound
@@ -77,7 +77,7 @@ def thread_detail(
     )
 
 
-router = APIRouter(prefix="/v1", tags=["threads"])
+router = api_router(prefix="/v1", tags=["threads"])
 
 
 @router.post("/threads", status_code=201, response_model=ThreadView)

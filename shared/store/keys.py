@@ -132,19 +132,17 @@ def create_key(
     return NewKey(ApiKey.from_row(row), secret)
 
 
+# built once: every keyed request runs it, and a statement object keeps its cache key
+_LIVE_KEY = sa.select(api_keys).where(
+    api_keys.c.key_hash == sa.bindparam("b_hash"), api_keys.c.revoked_at.is_(None)
+)
+
+
 def find_key(conn: Connection, secret: str) -> ApiKey | None:
     """The live (not revoked) key whose secret this is, or None."""
     if not secret.startswith(KEY_PREFIX) or len(secret) > 200:
         return None
-    row = (
-        conn.execute(
-            sa.select(api_keys).where(
-                api_keys.c.key_hash == hash_key(secret), api_keys.c.revoked_at.is_(None)
-            )
-        )
-        .mappings()
-        .first()
-    )
+    row = conn.execute(_LIVE_KEY, {"b_hash": hash_key(secret)}).mappings().first()
     return ApiKey.from_row(row) if row is not None else None
 
 

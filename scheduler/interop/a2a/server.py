@@ -32,7 +32,7 @@ from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import DefaultServerCallContextBuilder, create_jsonrpc_routes
 from a2a.types import a2a_pb2 as pb
 from a2a.utils import errors as a2a_errors
-from fastapi import APIRouter, FastAPI, Path, Request
+from fastapi import FastAPI, Path, Request
 from fastapi.responses import JSONResponse
 from google.protobuf.json_format import MessageToDict, ParseDict
 from starlette.concurrency import run_in_threadpool
@@ -42,6 +42,7 @@ from scheduler.http.agents import resolve, store_lookup
 from scheduler.http.auth import CALLER_KEY, Caller, ReadCaller
 from scheduler.http.deps import RuntimeDep
 from scheduler.http.errors import ApiError
+from scheduler.http.routing import api_router
 from scheduler.http.tail import Batch, follow
 from scheduler.interop.a2a import answers
 from scheduler.interop.a2a.card import agent_card
@@ -55,7 +56,7 @@ from shared.vocab import SEGMENT_ENDS, EventType
 
 __all__ = ["A2aHandler", "install_a2a", "router"]
 
-router = APIRouter(tags=["a2a"])
+router = api_router(tags=["a2a"])
 AgentName = Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 PROGRESS = frozenset(
     {

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Path, Response
+from fastapi import Body, Depends, Path, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -31,6 +31,7 @@ from scheduler.http.agents import (
 )
 from scheduler.http.auth import Caller, ReadCaller, WriteCaller
 from scheduler.http.deps import RuntimeDep
+from scheduler.http.routing import api_router
 from scheduler.http.schemas import JsonInt
 from shared.agent.spec import AgentSpec
 from shared.engine.runtime import Runtime
@@ -276,7 +277,7 @@ def _assistants(rt: RuntimeDep) -> _Assistants:
 Assistants = Annotated[_Assistants, Depends(_assistants)]
 """A route's assistants, over the request's runtime."""
 
-router = APIRouter()
+router = api_router()
 """The assistants routes of the LangGraph facade (``scheduler.interop.langgraph.routes`` includes
 them)."""
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Response
+from fastapi import Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from scheduler.http.auth import ReadCaller, WriteCaller
 from scheduler.http.cron_routes import Schedule, store_cron, tenant_cron
 from scheduler.http.deps import RuntimeDep
+from scheduler.http.routing import api_router
 from scheduler.http.schemas import JsonInt
 from scheduler.interop.langgraph.bodies import LgInput
 from shared.engine import schedule
@@ -129,7 +130,7 @@ def _search(rt: Runtime, caller: Any, body: CronSearchBody) -> list[store.Cron]:
     return rows
 
 
-router = APIRouter()
+router = api_router()
 """The crons routes of the LangGraph facade (``langgraph.routes`` includes them)."""
 
 

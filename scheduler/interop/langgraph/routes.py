@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
-
+from scheduler.http.routing import api_router
 from scheduler.interop.langgraph import assistants, crons, runs, threads
 
 __all__ = ["router"]
 
-_info = APIRouter()
+_info = api_router()
 
 
 @_info.get("/info")
@@ -28,7 +27,7 @@ def info() -> dict[str, Any]:
     }
 
 
-router = APIRouter(tags=["langgraph"])
+router = api_router(tags=["langgraph"])
 """The LangGraph Server routes; include with ``prefix="/langgraph"``."""
 # in this order (the first matching route serves)
 router.include_router(_info)

@@ -11,11 +11,12 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 import anyio
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import Header, Query, Response
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from scheduler.http.auth import ReadCaller, WriteCaller
+from scheduler.http.routing import api_router
 from scheduler.http.sse import SSE_HEADERS
 from scheduler.http.tail import Batch, Beat, Delta, follow, wait_for_end
 from scheduler.interop.common import stream_responses
@@ -111,7 +112,7 @@ def _json_stream(
     return StreamingResponse(body, media_type="application/json", headers=headers or {})
 
 
-router = APIRouter()
+router = api_router()
 
 
 @router.post("/threads/{thread_id}/runs")

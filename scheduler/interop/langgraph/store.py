@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Response
+from fastapi import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from scheduler.http.auth import ReadCaller, WriteCaller
@@ -27,6 +27,7 @@ from scheduler.http.memory import (
     listed,
     searched,
 )
+from scheduler.http.routing import api_router
 from scheduler.http.schemas import NUMBER
 from shared.engine import memory
 from shared.errors import NotFound
@@ -35,7 +36,7 @@ from shared.store.memory import MemoryItem
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/store", tags=["langgraph"])
+router = api_router(prefix="/store", tags=["langgraph"])
 MINUTE = 60.0
 MAX_TTL_MINUTES = memory.MAX_TTL_S / MINUTE
 Minutes = Annotated[float, Field(gt=0, le=MAX_TTL_MINUTES, allow_inf_nan=False), NUMBER]

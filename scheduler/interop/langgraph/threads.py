@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body
+from fastapi import Body
 from sqlalchemy.engine import Connection
 
 from scheduler.http.auth import ReadCaller, WriteCaller
 from scheduler.http.fleet import searchable
+from scheduler.http.routing import api_router
 from scheduler.interop.langgraph.bodies import (
     HistoryBody,
     SearchBody,
@@ -28,7 +29,7 @@ from shared.store.db import reading
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = api_router()
 
 
 @router.post("/threads")

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import Depends, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 from sqlalchemy.engine import Connection
@@ -26,6 +26,7 @@ from scheduler.http.agents import resolve, store_lookup
 from scheduler.http.auth import Caller, ReadCaller, WriteCaller
 from scheduler.http.deps import RuntimeDep
 from scheduler.http.errors import client_path
+from scheduler.http.routing import api_router
 from scheduler.http.sse import SSE_HEADERS
 from scheduler.http.tail import Batch, Beat, Delta, follow, wait_for_end
 from scheduler.interop.common import admit, facade_webhook, stream_responses, submit_facade_run
@@ -422,7 +423,7 @@ def _facade(rt: RuntimeDep) -> _Facade:
 Facade = Annotated[_Facade, Depends(_facade)]
 """A route's Responses facade, over the request's runtime."""
 
-router = APIRouter(tags=["openai"])
+router = api_router(tags=["openai"])
 """The Responses routes; include with ``prefix="/openai/v1"``."""
 
 

@@ -1,0 +1,47 @@
+"""The API's route class: a plain (``def``) endpoint crosses to a worker thread once.
+
+FastAPI runs a plain endpoint in a worker thread and then, because the endpoint was not a
+coroutine, validates its return value against ``response_model`` in a worker thread again: two
+hand-offs between the event loop and the thread pool per request, each a wake-up of a thread
+and one of the loop. ``OneHopRoute`` wraps a plain endpoint in a coroutine that runs it in the
+thread pool (its database work stays off the loop), so the validation, a few microseconds for
+the API's small views, runs on the loop. The wrapper keeps the endpoint's signature, name and
+docstring (``functools.wraps``; FastAPI reads them through ``__wrapped__``), so parameters,
+dependencies and the OpenAPI document are unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.routing import APIRoute
+from starlette.concurrency import run_in_threadpool
+
+__all__ = ["OneHopRoute", "api_router"]
+
+
+class OneHopRoute(APIRoute):
+    """An ``APIRoute`` whose plain endpoint runs in the thread pool as a coroutine."""
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        super().__init__(path, _in_thread(endpoint), **kwargs)
+
+
+def _in_thread(endpoint: Callable[..., Any]) -> Callable[..., Any]:
+    if inspect.iscoroutinefunction(endpoint) or not inspect.isfunction(endpoint):
+        return endpoint
+
+    @functools.wraps(endpoint)
+    async def threaded(*args: Any, **kwargs: Any) -> Any:
+        return await run_in_threadpool(endpoint, *args, **kwargs)
+
+    return threaded
+
+
+def api_router(**kwargs: Any) -> APIRouter:
+    """An ``APIRouter`` of ``OneHopRoute``s (every router of the API is made here)."""
+    return APIRouter(route_class=OneHopRoute, **kwargs)

@@ -1,0 +1,58 @@
+"""A keyed request crosses from the event loop to the thread pool twice: the key check (it
+reads the database) and the endpoint. The scope check and the runtime are coroutines, and the
+response is validated on the loop (``scheduler.http.routing.OneHopRoute``), where FastAPI would
+hand a plain endpoint's return value to a thread again."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio.to_thread
+import pytest
+from fastapi.routing import APIRoute
+from fastapi.testclient import TestClient
+
+from scheduler.app import create_app
+from scheduler.http.routing import OneHopRoute
+from shared.engine.runtime import Runtime
+from shared.store import keys
+
+
+def _api_routes(routes: list[Any]) -> list[APIRoute]:
+    """The app's API routes, through included routers (FastAPI keeps them nested)."""
+    found: list[APIRoute] = []
+    for route in routes:
+        if isinstance(route, APIRoute):
+            found.append(route)
+        elif (inner := getattr(route, "original_router", None)) is not None:
+            found += _api_routes(list(inner.routes))
+    return found
+
+
+def test_every_api_route_is_a_one_hop_route(sqlite_rt: Runtime) -> None:
+    routes = _api_routes(list(create_app(lambda: sqlite_rt).routes))
+    assert len(routes) > 50
+    assert [r.path for r in routes if not isinstance(r, OneHopRoute)] == []
+
+
+def test_a_keyed_request_crosses_to_a_thread_twice(
+    sqlite_rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with sqlite_rt.engine.begin() as conn:
+        secret = keys.create_key(conn, "acme", [keys.READ, keys.WRITE]).secret
+    crossed: list[str] = []
+    real = anyio.to_thread.run_sync
+
+    async def counting(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        crossed.append(getattr(func, "__name__", repr(func)))
+        return await real(func, *args, **kwargs)
+
+    with TestClient(create_app(lambda: sqlite_rt, auth="required")) as client:
+        headers = {"Authorization": f"Bearer {secret}"}
+        assert client.get("/v1/runs", headers=headers).status_code == 200  # warm
+        monkeypatch.setattr(anyio.to_thread, "run_sync", counting)
+        listed = client.get("/v1/runs", headers=headers)
+        missing = client.get("/v1/runs/run_nope", headers=headers)
+    assert listed.status_code == 200 and missing.status_code == 404
+    assert len(crossed) == 4, crossed  # two per request
