@@ -487,6 +487,7 @@ def main() -> None:
         f"Python {m['python']}; load average (1 min) at the end {load[0]:.1f} (other sessions "
         "share the machine). Command: `BENCH_INFLIGHT_RUNS="
         + ",".join(str(x) for x in SIZES)
+        + f" BENCH_INFLIGHT_LATENCY={LATENCY:g} BENCH_INFLIGHT_START={','.join(STARTS)}"
         + " python -m bench.inflight`.\n\n"
         + text.split("\n", 2)[2],
         encoding="utf-8",
