@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import select
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -174,8 +176,49 @@ def lock_busy(exc: BaseException) -> bool:
 
 def ping_on_checkout(engine: Engine) -> None:
     """Test each pooled connection before handing it out (the API: after a database restart
-    or a killed session, the next request gets a fresh connection instead of an error)."""
-    engine.pool._pre_ping = True
+    or a killed session, the next request gets a fresh connection instead of an error).
+
+    On PostgreSQL the test is first a look at the socket (``_Liveness``): an idle connection has
+    nothing to read unless the server closed it or sent something unasked, and only then does
+    it cost a ``SELECT 1`` round trip. Idempotent (the API calls it per request)."""
+    if engine.dialect.name != "postgresql":
+        engine.pool._pre_ping = True
+        return
+    with _LIVENESS_LOCK:
+        if engine.pool in _LIVENESS:
+            return
+        _LIVENESS.add(engine.pool)
+    event.listen(engine.pool, "checkout", _Liveness(engine.dialect))
+
+
+_LIVENESS: weakref.WeakSet[Any] = weakref.WeakSet()
+_LIVENESS_LOCK = threading.Lock()
+
+
+class _Liveness:
+    """A pool ``checkout`` listener: a connection whose socket is readable while idle (the
+    server's goodbye after a restart or a killed session, then EOF; rarely an unasked notice)
+    is pinged, and one that fails is replaced (``DisconnectionError``: the pool drops it and
+    checks out another). A quiet socket is taken as alive, as HTTP clients do with kept-alive
+    connections; the ``SELECT 1`` every checkout paid before cost a round trip to the
+    database, two per keyed write request."""
+
+    def __init__(self, dialect: Any) -> None:
+        self._dialect = dialect
+
+    def __call__(self, dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        try:
+            if not _readable(dbapi_connection.fileno()):
+                return
+            self._dialect.do_ping(dbapi_connection)
+        except Exception as exc:
+            raise sa.exc.DisconnectionError("a pooled connection failed its ping") from exc
+
+
+def _readable(fd: int) -> bool:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(0))
 
 
 def limits_of(settings: Settings) -> PgLimits:
