@@ -17,7 +17,7 @@ __all__ = ["RuntimeDep", "runtime"]
 
 
 async def runtime(request: Request) -> Runtime:
-    """The app's runtime (its database pool pings each connection on checkout). A coroutine:
+    """The app's runtime (its database pool tests each connection on checkout). A coroutine:
     it does no I/O, and FastAPI would hand a plain function to a worker thread and back."""
     rt: Runtime = request.app.state.get_rt()
     return rt
