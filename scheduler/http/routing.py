@@ -32,7 +32,10 @@ class OneHopRoute(APIRoute):
 
 
 def _in_thread(endpoint: Callable[..., Any]) -> Callable[..., Any]:
-    if inspect.iscoroutinefunction(endpoint) or not inspect.isfunction(endpoint):
+    """``endpoint`` as a coroutine running it in the thread pool; a coroutine, a generator
+    (FastAPI streams those itself) or any other callable as it is."""
+    plain = inspect.isfunction(endpoint) and not inspect.isgeneratorfunction(endpoint)
+    if not plain or inspect.iscoroutinefunction(endpoint):
         return endpoint
 
     @functools.wraps(endpoint)
