@@ -4,10 +4,14 @@ FastAPI runs a plain endpoint in a worker thread and then, because the endpoint 
 coroutine, validates its return value against ``response_model`` in a worker thread again: two
 hand-offs between the event loop and the thread pool per request, each a wake-up of a thread
 and one of the loop. ``OneHopRoute`` wraps a plain endpoint in a coroutine that runs it in the
-thread pool (its database work stays off the loop), so the validation, a few microseconds for
-the API's small views, runs on the loop. The wrapper keeps the endpoint's signature, name and
-docstring (``functools.wraps``; FastAPI reads them through ``__wrapped__``), so parameters,
-dependencies and the OpenAPI document are unchanged.
+thread pool (its database work stays off the loop), so the validation runs on the loop: next
+to nothing for a view that is already a model instance (most are), more for a long list of
+plain dicts (a LangGraph history page).
+
+The wrapper keeps the endpoint's signature, name and docstring (``functools.wraps``; FastAPI
+reads them through ``__wrapped__``), so parameters, dependencies and the OpenAPI document are
+unchanged. One visible difference: a validation error's context names this module's file
+beside the endpoint's line (FastAPI reads the file from the wrapper's code).
 """
 
 from __future__ import annotations
@@ -34,8 +38,8 @@ class OneHopRoute(APIRoute):
 def _in_thread(endpoint: Callable[..., Any]) -> Callable[..., Any]:
     """``endpoint`` as a coroutine running it in the thread pool; a coroutine, a generator
     (FastAPI streams those itself) or any other callable as it is."""
-    plain = inspect.isfunction(endpoint) and not inspect.isgeneratorfunction(endpoint)
-    if not plain or inspect.iscoroutinefunction(endpoint):
+    streams = inspect.isgeneratorfunction(endpoint) or inspect.isasyncgenfunction(endpoint)
+    if not inspect.isfunction(endpoint) or streams or inspect.iscoroutinefunction(endpoint):
         return endpoint
 
     @functools.wraps(endpoint)

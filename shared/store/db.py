@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import select
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -144,7 +145,8 @@ def make_engine(
         connect_args["cursor_factory"] = DescribedCursor  # description once per statement shape
     # workers: no pre-ping (a round trip per checkout, 4 per round): a connection broken by a
     # database restart fails one task, which retries; SQLAlchemy then drops the whole stale
-    # pool. The API pings (``ping_on_checkout``): a request never fails on a dead connection.
+    # pool. The API tests each connection on checkout (``ping_on_checkout``): a request does
+    # not fail on a connection the server closed or one idle long enough to be in doubt.
     engine = sa.create_engine(
         url,
         pool_size=pool_size,
@@ -178,38 +180,54 @@ def ping_on_checkout(engine: Engine) -> None:
     """Test each pooled connection before handing it out (the API: after a database restart
     or a killed session, the next request gets a fresh connection instead of an error).
 
-    On PostgreSQL the test is first a look at the socket (``_Liveness``): an idle connection has
-    nothing to read unless the server closed it or sent something unasked, and only then does
-    it cost a ``SELECT 1`` round trip. Idempotent (the API calls it per request)."""
+    On PostgreSQL a connection back in use within ``_Liveness.FRESH_S`` is tested by a look at
+    its socket; only one the server wrote to, or one idle longer, costs a ``SELECT 1`` round
+    trip (``_Liveness``). Idempotent (the API calls it per request)."""
     if engine.dialect.name != "postgresql":
         engine.pool._pre_ping = True
         return
     with _LIVENESS_LOCK:
-        if engine.pool in _LIVENESS:
+        if engine in _LIVENESS:
             return
-        _LIVENESS.add(engine.pool)
-    event.listen(engine.pool, "checkout", _Liveness(engine.dialect))
+        liveness = _Liveness(engine.dialect)
+        event.listen(engine.pool, "checkin", liveness.checked_in)
+        event.listen(engine.pool, "checkout", liveness.checked_out)
+        _LIVENESS.add(engine)  # a disposed pool's successor keeps its listeners
 
 
-_LIVENESS: weakref.WeakSet[Any] = weakref.WeakSet()
+_LIVENESS: weakref.WeakSet[Engine] = weakref.WeakSet()
 _LIVENESS_LOCK = threading.Lock()
 
 
 class _Liveness:
-    """A pool ``checkout`` listener: a connection whose socket is readable while idle (the
-    server's goodbye after a restart or a killed session, then EOF; rarely an unasked notice)
-    is pinged, and one that fails is replaced (``DisconnectionError``: the pool drops it and
-    checks out another). A quiet socket is taken as alive, as HTTP clients do with kept-alive
-    connections; the ``SELECT 1`` every checkout paid before cost a round trip to the
-    database, two per keyed write request."""
+    """Pool listeners that ping (``SELECT 1``) a connection only when there is a reason to:
+    it sat idle longer than ``FRESH_S`` (its server may have gone away without a word: a host
+    crash, a failover), or its socket is readable while idle (the server's goodbye after a
+    restart or a killed session, then EOF; rarely an unasked notice). One that fails its ping
+    is replaced (``DisconnectionError``: the pool reconnects it). A connection back within
+    ``FRESH_S`` with a quiet socket is taken as alive, as HTTP clients do with kept-alive
+    connections: the ``SELECT 1`` on every checkout cost a round trip to the database, two per
+    keyed write request."""
+
+    FRESH_S = 5.0
+    _SINCE = "treadle_checked_in"
 
     def __init__(self, dialect: Any) -> None:
         self._dialect = dialect
 
-    def __call__(self, dbapi_connection: Any, record: Any, proxy: Any) -> None:
+    def checked_in(self, dbapi_connection: Any, record: Any) -> None:
+        record.info[self._SINCE] = time.monotonic()
+
+    def checked_out(self, dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        since = record.info.get(self._SINCE)
         try:
-            if not _readable(dbapi_connection.fileno()):
-                return
+            fd = dbapi_connection.fileno()  # raises once the connection is closed
+        except Exception as exc:
+            raise sa.exc.DisconnectionError("a pooled connection is closed") from exc
+        fresh = since is not None and time.monotonic() - since < self.FRESH_S
+        if fresh and not _readable(fd):
+            return
+        try:
             self._dialect.do_ping(dbapi_connection)
         except Exception as exc:
             raise sa.exc.DisconnectionError("a pooled connection failed its ping") from exc
