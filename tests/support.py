@@ -36,6 +36,15 @@ def quick_recovery(allow_hosts: str | None = None, **more: str) -> dict[str, str
     return env
 
 
+def api_routes(app: Any) -> list[Any]:
+    """The app's API routes as FastAPI serves them (``fastapi.routing.RouteContext``: the full
+    ``path``, the effective ``dependant``, the ``original_route``), through included routers:
+    ``app.routes`` itself holds the routers, not their routes."""
+    from fastapi.routing import APIRoute, iter_route_contexts
+
+    return [c for c in iter_route_contexts(app.routes) if isinstance(c.original_route, APIRoute)]
+
+
 def knob(name: str, full: float, ci: float) -> float:
     """A test's size: the environment variable ``name`` when set, else ``ci`` under CI=true
     (a loaded machine; the same checks on a smaller load) and ``full`` elsewhere."""

@@ -232,11 +232,16 @@ def _authenticator(request: Request) -> Authenticator:
     return auth
 
 
-async def _caller_of(request: Request, resumable: bool) -> Caller:
-    """The caller ``AuthMiddleware`` left in the scope; without it (an app built without the
-    middleware), the key is checked here, in a worker thread (it reads the database)."""
+def _checked_caller(request: Request) -> Caller | None:
+    """The caller ``AuthMiddleware`` left in the scope (None: it did not check this request)."""
     caller = request.scope.get(_CALLER)
-    if isinstance(caller, Caller):
+    return caller if isinstance(caller, Caller) else None
+
+
+async def _caller_of(request: Request, resumable: bool) -> Caller:
+    """The caller ``AuthMiddleware`` checked; without it (an app built without the
+    middleware), the key is checked here, in a worker thread (it reads the database)."""
+    if (caller := _checked_caller(request)) is not None:
         return caller
     identify = _authenticator(request).identify
     return await run_in_threadpool(identify, request.headers, resumable=resumable)
@@ -280,10 +285,7 @@ def metrics_access(
     auth off; a public scrape without one sees process and queue metrics only."""
     auth = _authenticator(request)
     if not auth.get_rt().settings.metrics_public:
-        caller = request.scope.get(_CALLER)
-        _holding(
-            caller if isinstance(caller, Caller) else auth.identify(request.headers), keys.ADMIN
-        )
+        _holding(_checked_caller(request) or auth.identify(request.headers), keys.ADMIN)
         return True
     try:
         return auth.identify(request.headers).allows(keys.ADMIN)

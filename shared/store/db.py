@@ -183,8 +183,11 @@ def ping_on_checkout(engine: Engine) -> None:
     On PostgreSQL a connection back in use within ``_Liveness.FRESH_S`` is tested by a look at
     its socket; only one the server wrote to, or one idle longer, costs a ``SELECT 1`` round
     trip (``_Liveness``). Idempotent (the API calls it per request)."""
+    if engine in _LIVENESS:  # every request after the first: a set lookup, no lock
+        return
     if engine.dialect.name != "postgresql":
         engine.pool._pre_ping = True
+        _LIVENESS.add(engine)
         return
     with _LIVENESS_LOCK:
         if engine in _LIVENESS:
@@ -195,7 +198,7 @@ def ping_on_checkout(engine: Engine) -> None:
         _LIVENESS.add(engine)  # a disposed pool's successor keeps its listeners
 
 
-_LIVENESS: weakref.WeakSet[Engine] = weakref.WeakSet()
+_LIVENESS: weakref.WeakSet[Engine] = weakref.WeakSet()  # engines set up already
 _LIVENESS_LOCK = threading.Lock()
 
 

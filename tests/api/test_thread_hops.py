@@ -10,30 +10,19 @@ from typing import Any
 
 import anyio.to_thread
 import pytest
-from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
 from scheduler.app import create_app
 from scheduler.http.routing import OneHopRoute
 from shared.engine.runtime import Runtime
 from shared.store import keys
-
-
-def _api_routes(routes: list[Any]) -> list[APIRoute]:
-    """The app's API routes, through included routers (FastAPI keeps them nested)."""
-    found: list[APIRoute] = []
-    for route in routes:
-        if isinstance(route, APIRoute):
-            found.append(route)
-        elif (inner := getattr(route, "original_router", None)) is not None:
-            found += _api_routes(list(inner.routes))
-    return found
+from tests.support import api_routes
 
 
 def test_every_api_route_is_a_one_hop_route(sqlite_rt: Runtime) -> None:
-    routes = _api_routes(list(create_app(lambda: sqlite_rt).routes))
+    routes = api_routes(create_app(lambda: sqlite_rt))
     assert len(routes) > 50
-    assert [r.path for r in routes if not isinstance(r, OneHopRoute)] == []
+    assert [r.path for r in routes if not isinstance(r.original_route, OneHopRoute)] == []
 
 
 def test_a_keyed_request_crosses_to_a_thread_twice(
