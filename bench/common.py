@@ -512,6 +512,35 @@ class Floor:
                 lat.append(b[2] - a[2])
         return FloorResult(lat, len(rows), max(starts) - min(starts), cpu, starts)
 
+    def bare(self, rounds: int, urls: Sequence[str], shape: str = "default") -> list[float]:
+        """One chain of ``rounds`` tool rounds of the round protocol, bare
+        (``bench.floorapp.bare_round``); each round's overhead in seconds, as ``bench.rounds``
+        measures treadle's: the next round's claim - this one's - its model call."""
+        from bench.floorapp import BARE_ROUND
+
+        with self.engine.begin() as conn:
+            conn.execute(sa.text("LOCK TABLE floor_chain IN EXCLUSIVE MODE"))
+            chain = int(
+                conn.execute(
+                    sa.text("SELECT coalesce(max(id), -1) + 1 FROM floor_chain")
+                ).scalar_one()
+            )
+            conn.execute(
+                sa.text("INSERT INTO floor_chain (id, version) VALUES (:id, 0)"), {"id": chain}
+            )
+        args = [chain, 0, rounds - 1, list(urls), shape]
+        self.app.send_task(BARE_ROUND, args=args, queue=self.queue)
+        query = sa.text("SELECT started_at, note FROM floor_log WHERE chain = :c ORDER BY hop")
+
+        def done() -> bool:
+            with self.engine.connect() as conn:
+                return len(conn.execute(query, {"c": chain}).all()) >= rounds
+
+        wait_for(done, 30 + rounds * 0.5, f"a bare {shape} chain of {rounds} rounds", 0.1)
+        with self.engine.connect() as conn:
+            rows = conn.execute(query, {"c": chain}).all()
+        return [b[0] - a[0] - float(a[1]) for a, b in zip(rows, rows[1:], strict=False)]
+
     def pids(self) -> list[int]:
         return [self.procs.pid(n) for n in self.names if n in self.procs.procs]
 

@@ -501,6 +501,15 @@ def _per_hop(ratio: float) -> str:
     return f"= {ratio / 2:.2f} x two hops"
 
 
+BARE_SHAPES = {
+    "default": "the protocol, bare: the default shape's round trips, no engine (NOT treadle)",
+    "fold": "the protocol, bare, the tool's claim folded into its commit (NOT treadle, "
+    "NOT its default shape)",
+    "in_round": "the protocol, bare, the tool called in the round task: one hop a round "
+    "(NOT treadle, NOT its default shape)",
+}
+
+
 def main() -> None:
     started = time.time()
     procs = Procs()
@@ -512,6 +521,7 @@ def main() -> None:
         floors: list[FloorResult] = []
         run_ids: list[str] = []
         quick_ids: list[str] = []
+        bare: dict[str, list[float]] = {shape: [] for shape in BARE_SHAPES}
         try:
             outside = Outside(procs)
             real = outside.agent
@@ -526,6 +536,8 @@ def main() -> None:
             for i in range(RUNS):
                 log(f"rounds: block {i + 1}/{RUNS}: floor, a {ROUNDS}-round run, a quick one")
                 floors.append(floor.run(chains=1, hops=FLOOR_HOPS))
+                for shape in BARE_SHAPES:
+                    bare[shape] += floor.bare(ROUNDS, [outside.model_url, outside.tool_url], shape)
                 run_ids.append(run_and_wait(rt, real(ROUNDS)))
                 quick_ids.append(run_and_wait(rt, quick(ROUNDS)))
             floors.append(floor.run(chains=1, hops=FLOOR_HOPS))
@@ -580,6 +592,9 @@ def main() -> None:
         "no slower than before (1.79)",
         "",
     )
+    for shape, label in BARE_SHAPES.items():
+        xs = bare[shape]
+        s.row(label, ms(med(xs), 2), ms(p95(xs), 2), f"{med(xs) / hop_med:.2f}", "", "")
     models = [r["model"] for r in rows]
     s.row(
         "model call (fake model process, no latency; `usage.latency_ms`)",
@@ -594,7 +609,15 @@ def main() -> None:
         "call), from the `events` and `usage` rows the engine writes; the floor blocks "
         f"({len(floors)} x {FLOOR_HOPS} hops) alternate with the runs on the same Redis and "
         "PostgreSQL. A tool round is two hops by construction (the round task, the tool "
-        f"task): ideal 2.0 floor hops, target {TARGET_HOPS}."
+        f"task): ideal 2.0 floor hops, target {TARGET_HOPS}. The protocol, bare "
+        "(`bench/floorapp.py` `bare_round`, `bare_tool`; NOT treadle: raw Celery tasks on the "
+        "floor's worker, `-P threads -c 4`, the same model and tool processes, in the same "
+        "blocks) makes a tool round's round trips with no engine: the round task claims (one "
+        "UPDATE), calls the model (streamed SSE, httpx + httpx-sse, the same history), commits "
+        "(INSERT + UPDATE) and sends the tool task; the tool task reads the row, claims, POSTs "
+        "to the tool and commits (one UPDATE: no result row, so a lower bound), then sends the "
+        "next round. It is what this shape costs before any of treadle's own work; the two "
+        "other bare rows price a shape that is not the default."
     )
     sections.append(s)
 
