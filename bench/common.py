@@ -459,18 +459,7 @@ class Floor:
 
     def launch(self, chains: int, hops: int, sleep_even: float = 0.0) -> list[int]:
         """Start ``chains`` chains of ``hops`` hops; their chain ids."""
-        with self.engine.begin() as conn:
-            conn.execute(sa.text("LOCK TABLE floor_chain IN EXCLUSIVE MODE"))
-            first = int(
-                conn.execute(
-                    sa.text("SELECT coalesce(max(id), -1) + 1 FROM floor_chain")
-                ).scalar_one()
-            )
-            ids = list(range(first, first + chains))
-            conn.execute(
-                sa.text("INSERT INTO floor_chain (id, version) VALUES (:id, 0)"),
-                [{"id": i} for i in ids],
-            )
+        ids = self._new_chains(chains)
         for i in ids:
             self.app.send_task("bench.hop", args=[i, 0, hops - 1, sleep_even], queue=self.queue)
         return ids
@@ -512,24 +501,39 @@ class Floor:
                 lat.append(b[2] - a[2])
         return FloorResult(lat, len(rows), max(starts) - min(starts), cpu, starts)
 
-    def bare(self, rounds: int, urls: Sequence[str], shape: str = "default") -> list[float]:
-        """One chain of ``rounds`` tool rounds of the round protocol, bare
-        (``bench.floorapp.bare_round``); each round's overhead in seconds, as ``bench.rounds``
-        measures treadle's: the next round's claim - this one's - its model call."""
+    def launch_bare(
+        self, chains: int, rounds: int, urls: Sequence[str], shape: str = "default"
+    ) -> list[int]:
+        """Start ``chains`` chains of ``rounds`` rounds of the round protocol, bare
+        (``bench.floorapp.bare_round``); their chain ids."""
         from bench.floorapp import BARE_ROUND
 
+        ids = self._new_chains(chains)
+        for i in ids:
+            args = [i, 0, rounds - 1, list(urls), shape]
+            self.app.send_task(BARE_ROUND, args=args, queue=self.queue)
+        return ids
+
+    def _new_chains(self, chains: int) -> list[int]:
         with self.engine.begin() as conn:
             conn.execute(sa.text("LOCK TABLE floor_chain IN EXCLUSIVE MODE"))
-            chain = int(
+            first = int(
                 conn.execute(
                     sa.text("SELECT coalesce(max(id), -1) + 1 FROM floor_chain")
                 ).scalar_one()
             )
+            ids = list(range(first, first + chains))
             conn.execute(
-                sa.text("INSERT INTO floor_chain (id, version) VALUES (:id, 0)"), {"id": chain}
+                sa.text("INSERT INTO floor_chain (id, version) VALUES (:id, 0)"),
+                [{"id": i} for i in ids],
             )
-        args = [chain, 0, rounds - 1, list(urls), shape]
-        self.app.send_task(BARE_ROUND, args=args, queue=self.queue)
+        return ids
+
+    def bare(self, rounds: int, urls: Sequence[str], shape: str = "default") -> list[float]:
+        """One chain of ``rounds`` tool rounds of the round protocol, bare
+        (``bench.floorapp.bare_round``); each round's overhead in seconds, as ``bench.rounds``
+        measures treadle's: the next round's claim - this one's - its model call."""
+        [chain] = self.launch_bare(1, rounds, urls, shape)
         query = sa.text("SELECT started_at, note FROM floor_log WHERE chain = :c ORDER BY hop")
 
         def done() -> bool:

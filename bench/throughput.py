@@ -149,6 +149,8 @@ def measure(procs: Procs, url: str, n_procs: int) -> dict[str, Any]:
     finally:
         floor.close()
         redis_cleanup(fprefix)
+    # -- the protocol, bare: the same chains making a tool round's round trips, no engine
+    out["bare"] = _bare(procs, url, admin, n_procs)
     # -- treadle: the runs are queued first, then the workers start
     prefix = new_prefix(f"tp{n_procs}")
     rt = treadle_runtime(url, prefix, pool_size=4)
@@ -204,6 +206,36 @@ def measure(procs: Procs, url: str, n_procs: int) -> dict[str, Any]:
         admin.dispose()
         redis_cleanup(prefix)
     return out
+
+
+def _bare(procs: Procs, url: str, admin: sa.Engine, n_procs: int) -> dict[str, float]:
+    """``RUNS`` chains of the round protocol, bare (``bench.floorapp.bare_round``: claim, HTTP
+    model call, commit; read, claim, HTTP tool call, commit), on the floor's workers with the
+    same model and tool processes treadle gets: rounds/s and CPU per round in the window."""
+    fprefix = new_prefix(f"tpb{n_procs}")
+    floor = Floor(procs, url, fprefix, workers=n_procs, concurrency=CONC)
+    outside = Outside(procs, latency=LATENCY, text_chars=len(TEXT))
+    try:
+        ids = floor.launch_bare(RUNS, ROUNDS, [outside.model_url, outside.tool_url])
+        time.sleep(RAMP)
+        a = snapshot(admin, url, floor.pids())
+        time.sleep(WINDOW)
+        b = snapshot(admin, url, floor.pids())
+        with floor.engine.connect() as conn:
+            n = int(
+                conn.execute(
+                    sa.text(
+                        "SELECT count(*) FROM floor_log WHERE chain BETWEEN :lo AND :hi"
+                        " AND started_at BETWEEN :a AND :b"
+                    ),
+                    {"lo": ids[0], "hi": ids[-1], "a": a["t"], "b": b["t"]},
+                ).scalar_one()
+            )
+        return {"rate": n / (b["t"] - a["t"]), **per_round(a, b, n)}
+    finally:
+        outside.close()
+        floor.close()
+        redis_cleanup(fprefix)
 
 
 def pg_started(url: str) -> str:
@@ -262,6 +294,7 @@ def main() -> None:
             "**treadle / floor**",
             "target",
             "verdict",
+            "the protocol, bare (NOT treadle): rounds/s, of the floor",
         ],
     )
     for r in results:
@@ -274,6 +307,7 @@ def main() -> None:
             f"**{r['rate'] / r['floor_rate']:.0%}**",
             f">= {TARGET:.0%} of the floor",
             verdict(r["rate"] >= TARGET * r["floor_rate"]),
+            f"{num(r['bare']['rate'], 1)}, {r['bare']['rate'] / r['floor_rate']:.0%}",
         )
     s.note(
         "Ideal = processes x threads / model latency (every thread always in a model call). "
@@ -282,7 +316,13 @@ def main() -> None:
         "arguments) are all queued before the workers start, and are far from done when "
         "the window closes. The floor does the same shape with raw Celery: a hop that "
         "sleeps the model latency then commits one SQL transaction, and a hop that only "
-        "commits one (the tool), per round, same processes and threads, same window."
+        "commits one (the tool), per round, same processes and threads, same window. "
+        "The protocol, bare (`bench/floorapp.py` `bare_round`, `bare_tool`; NOT treadle) "
+        "is the same number of chains on the floor's workers making a tool round's round "
+        "trips with no engine: claim, the HTTP model call (the same fake model process and "
+        "latency), commit; read, claim, the HTTP tool call, commit; same window. It is "
+        "what this shape costs on this machine before any of treadle's own work: the fake "
+        "model's and the tool endpoint's CPU is on these 2 cores, as for treadle."
     )
     sections = [s]
     c = Section(
@@ -294,6 +334,7 @@ def main() -> None:
             "treadle whole machine",
             "floor workers",
             "floor whole machine",
+            "bare protocol workers / whole machine",
             "peak PG connections (treadle)",
             "failed runs",
         ],
@@ -306,6 +347,7 @@ def main() -> None:
             num(r["machine"] * 1000, 2),
             num(r["floor"]["cpu"] * 1000, 2),
             num(r["floor"]["machine"] * 1000, 2),
+            f"{num(r['bare']['cpu'] * 1000, 2)} / {num(r['bare']['machine'] * 1000, 2)}",
             r["peak_conns"],
             r["failed"],
         )
@@ -331,7 +373,8 @@ def main() -> None:
             f"rounds/s, {r['procs']} x {CONC} threads (ideal {r['ideal']:.0f})",
             f"{r['rate']:.1f} = {r['rate'] / r['floor_rate']:.0%} of the floor's "
             f"{r['floor_rate']:.0f} ({r['rate'] / r['ideal']:.0%} of ideal); worker CPU "
-            f"{r['cpu'] * 1000:.1f} ms/round (floor {r['floor']['cpu'] * 1000:.1f})",
+            f"{r['cpu'] * 1000:.1f} ms/round (floor {r['floor']['cpu'] * 1000:.1f}); the "
+            f"protocol, bare (NOT treadle): {r['bare']['rate'] / r['floor_rate']:.0%}",
             f">= {TARGET:.0%} of the floor",
             verdict(r["rate"] >= TARGET * r["floor_rate"]),
         ]
