@@ -459,7 +459,7 @@ class Floor:
 
     def launch(self, chains: int, hops: int, sleep_even: float = 0.0) -> list[int]:
         """Start ``chains`` chains of ``hops`` hops; their chain ids."""
-        ids = self._new_chains(chains)
+        ids = self.new_chains(chains)
         for i in ids:
             self.app.send_task("bench.hop", args=[i, 0, hops - 1, sleep_even], queue=self.queue)
         return ids
@@ -508,13 +508,13 @@ class Floor:
         (``bench.floorapp.bare_round``); their chain ids."""
         from bench.floorapp import BARE_ROUND
 
-        ids = self._new_chains(chains)
+        ids = self.new_chains(chains)
         for i in ids:
             args = [i, 0, rounds - 1, list(urls), shape]
             self.app.send_task(BARE_ROUND, args=args, queue=self.queue)
         return ids
 
-    def _new_chains(self, chains: int) -> list[int]:
+    def new_chains(self, chains: int) -> list[int]:
         with self.engine.begin() as conn:
             conn.execute(sa.text("LOCK TABLE floor_chain IN EXCLUSIVE MODE"))
             first = int(

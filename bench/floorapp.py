@@ -111,7 +111,8 @@ def hop(self: Any, chain: int, n: int, last: int, sleep_even: float = 0.0) -> No
 #   bench.bare_tool:  read · claim txn · the tool call (HTTP POST) · commit txn · send the next
 #                     bench.bare_round
 # ``shape`` drops pieces to price them: "fold" = the tool task's claim folded into its commit
-# (no read, no claim); "in_round" = the tool call made in the round task (one hop a round).
+# (no read, no claim); "in_round" = the tool call made in the round task (one hop a round);
+# "answer" = the round an answer queued (``bench.bareapi``), then the chain ends.
 # floor_log gets one row per round: started_at = the round's claim, note = its model call (s).
 
 BARE_ROUND, BARE_TOOL = "bench.bare_round", "bench.bare_tool"
@@ -145,14 +146,14 @@ def _committed(chain: int, v: int, hop_no: int, ts: float, note: str | None) -> 
         conn.execute(UPDATE, {"ts": time.time(), "chain": chain, "v": v})
 
 
-def _model_call(model_url: str, n: int) -> float:
+def _model_call(model_url: str, n: int, content: str = "go") -> float:
     """The fake model's reply to the history of ``n`` tool rounds, streamed and parsed as the
     engine's client does (httpx + httpx-sse, a JSON parse per event); its seconds."""
     import json
 
     from httpx_sse import connect_sse
 
-    messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": content}]
     for i in range(n):
         args = json.dumps({"text": BARE_TEXT})
         call = {"id": f"call_{i}", "type": "function"}
@@ -190,6 +191,11 @@ def _tool_call(tool_url: str) -> None:
 def bare_round(chain: int, n: int, last: int, urls: list[str], shape: str) -> None:
     """Round ``n`` of ``chain`` (version 4n on entry with a tool task, 2n with ``in_round``)."""
     model_url, tool_url = urls
+    if shape == "answer":  # the round an answer queued (``bench.bareapi``): claim, call, commit
+        _claimed(chain, 1)
+        model_s = _model_call(model_url, 0, f"b{chain}")
+        _committed(chain, 2, 0, time.time(), f"{model_s:.6f}")
+        return
     per = 2 if shape == "in_round" else 4 if shape == "default" else 3
     v = per * n
     ts = time.time()

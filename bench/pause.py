@@ -44,6 +44,7 @@ from bench.common import (
     close_runtime,
     count_status,
     emit,
+    floor_env,
     free_port,
     log,
     med,
@@ -274,6 +275,10 @@ def main() -> None:
             res["answer_sql"] = probe.summary(m0, probe.mark())
             res["answer_call"] = [b - a for a, b in paced.values()]
             floors.append(floor.run(chains=1, hops=100))
+            if model_url is not None and ANSWER_BY == "http":
+                log(f"pause: {PACED} paced answers to the bare answer path (NOT treadle)")
+                res["lat_bare"] = bare_answers(procs, floor, fprefix, model_url, call_log)
+                floors.append(floor.run(chains=1, hops=100))
             floor.close()
 
             log(f"pause: answering the other {N - PACED} at once (4 threads)")
@@ -311,6 +316,52 @@ def main() -> None:
     res["lat_paced"] = _latencies(paced, calls)
     fl = merge(floors)
     report(res, fl, started)
+
+
+BARE_KEY = "bench-bare-key"
+
+
+def bare_answers(
+    procs: Procs, floor: Floor, prefix: str, model_url: str, call_log: str
+) -> list[float]:
+    """``PACED`` answers, one at a time, over HTTP to the answer path, bare (``bench.bareapi``
+    and ``bench.floorapp.bare_round``: NOT treadle), on the floor's worker and the same fake
+    model: answer sent → the round's model request at the model, seconds each."""
+    from bench.bareapi import KEYS_DDL, key_hash
+
+    with floor.engine.begin() as conn:
+        conn.execute(sa.text(KEYS_DDL))
+        conn.execute(
+            sa.text("INSERT INTO floor_keys VALUES (:h, 'bench') ON CONFLICT DO NOTHING"),
+            {"h": key_hash(BARE_KEY)},
+        )
+    port = free_port()
+    cmd = [PY, "-m", "uvicorn", "--factory", "bench.bareapi:create_app", "--host", "127.0.0.1"]
+    env = {**floor_env(floor.url, prefix), "BENCH_BARE_MODEL_URL": model_url}
+    procs.start("bareapi", [*cmd, "--port", str(port), "--log-level", "warning"], env)
+    base = f"http://127.0.0.1:{port}"
+    out: list[float] = []
+    with httpx.Client(headers={"Authorization": f"Bearer {BARE_KEY}"}, timeout=30) as client:
+        wait_for(lambda: _bare_up(client, base), 30, "the bare answer API")
+        for i, chain in enumerate(floor.new_chains(PACED + 3)):
+            a = time.time()
+            r = client.post(f"{base}/answer/{chain}", json={"ask_id": "ask_1", "answers": ["red"]})
+            if r.status_code != 200:
+                raise RuntimeError(f"bare answer {chain}: {r.status_code}")
+            arrived = wait_for(
+                lambda c=chain: model_calls(call_log).get(f"b{c}"), 30, f"chain {chain}", 0.002
+            )
+            if i >= 3:  # the first three warm the path
+                out.append(min(arrived) - a)
+    procs.stop("bareapi")
+    return out
+
+
+def _bare_up(client: httpx.Client, base: str) -> bool:
+    try:
+        return client.post(f"{base}/answer/-1").status_code in (200, 401, 409)
+    except httpx.HTTPError:
+        return False
 
 
 def _status(engine: sa.Engine, run_id: str) -> str:
@@ -476,6 +527,20 @@ def report(res: dict[str, Any], fl: FloorResult, started: float) -> None:
         ms(med(cb), 0),
         ms(p95(cb), 0),
     )
+    if res.get("lat_bare"):
+        xs = res["lat_bare"]
+        a.row(
+            f"{len(xs)} paced to the answer path, bare (NOT treadle: `bench/bareapi.py`, "
+            "key SELECT + one transaction + the round task sent; the round claims, then "
+            "calls the same model)",
+            ms(med(xs), 2),
+            ms(p95(xs), 2),
+            f"{med(xs) / hop:.2f}",
+            "",
+            "",
+            "",
+            "",
+        )
     a.row(
         "floor hop (1 chain, around the paced answers)",
         ms(hop, 2),
