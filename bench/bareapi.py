@@ -1,8 +1,9 @@
 """The answer path, bare: an HTTP endpoint that does what an answer must (``bench.pause``'s
 "the protocol, bare" row; NOT treadle). ``POST /answer/{chain}`` with a bearer key: the key
-looked up by its hash (one SELECT), one versioned SQL transaction (the chain's row from version
-0 to 1, a log row), then the round task sent (``bench.floorapp.bare_round``, shape "answer":
-it claims, calls the fake model with the user message ``b<chain>``, and commits).
+looked up by its hash (one SELECT, outside a transaction), one versioned SQL transaction (the
+chain's row from version 0 to 1, a log row), then the round task sent
+(``bench.floorapp.bare_round``, shape "answer": it claims, calls the fake model with the user
+message ``b<chain>``, and commits).
 
     python -m uvicorn --factory bench.bareapi:create_app   (BENCH_FLOOR_DB,
         TREADLE_BROKER_URL, TREADLE_BROKER_PREFIX, BENCH_BARE_MODEL_URL)
@@ -23,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from bench.floorapp import BARE_ROUND, INSERT, QUEUE, app, engine
+from bench.floorapp import BARE_ROUND, INSERT, QUEUE, app, engine, reading
 
 KEYS_DDL = "CREATE TABLE IF NOT EXISTS floor_keys (hash text PRIMARY KEY, tenant text NOT NULL)"
 KEY = sa.text("SELECT tenant FROM floor_keys WHERE hash = :h")
@@ -38,7 +39,7 @@ def key_hash(secret: str) -> str:
 
 def _answer(chain: int, secret: str, body: bytes) -> int:
     """The status: 401 for an unknown key, 409 for an answered chain, else 200."""
-    with engine().connect() as conn:
+    with reading() as conn:
         if conn.execute(KEY, {"h": key_hash(secret)}).first() is None:
             return 401
     ts = time.time()

@@ -125,6 +125,12 @@ READ = sa.text("SELECT version, updated_at FROM floor_chain WHERE id = :chain")
 _http: Any = None
 
 
+def reading() -> sa.Connection:
+    """A read outside a transaction, as treadle reads (``shared.store.db.reading``): no
+    ``BEGIN``, and no ``ROLLBACK`` when the connection goes back to the pool."""
+    return engine().connect().execution_options(isolation_level="AUTOCOMMIT")
+
+
 def _client() -> Any:
     global _http
     if _http is None:
@@ -216,7 +222,7 @@ def bare_tool(chain: int, n: int, last: int, urls: list[str], shape: str) -> Non
     _model_url, tool_url = urls
     if shape == "default":
         v = 4 * n + 2
-        with engine().connect() as conn:
+        with reading() as conn:
             conn.execute(READ, {"chain": chain}).one()
         _claimed(chain, v)
         _tool_call(tool_url)
