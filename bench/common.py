@@ -387,8 +387,11 @@ def celery_worker_cmd(app: str, name: str, concurrency: int, queues: str) -> lis
 # --------------------------------------------------------------------------- the floor
 
 
-def floor_env(url: str, prefix: str, events: bool = False, preping: bool = False) -> dict[str, str]:
+def floor_env(
+    url: str, prefix: str, events: bool = False, preping: bool = False, pool: int = 5
+) -> dict[str, str]:
     return {
+        "BENCH_POOL_SIZE": str(pool),
         "BENCH_FLOOR_DB": url,
         "TREADLE_BROKER_URL": REDIS_URL,
         "TREADLE_BROKER_PREFIX": prefix,
@@ -441,7 +444,9 @@ class Floor:
         concurrency: int = 8,
         events: bool = False,
         preping: bool = False,
+        pool: int = 5,
     ) -> None:
+        """``pool``: each worker process's database pool (and as many more on overflow)."""
         from bench.floorapp import QUEUE, make_app
 
         self.procs, self.url, self.prefix = procs, url, prefix
@@ -452,7 +457,7 @@ class Floor:
         with self.engine.begin() as conn:
             for ddl in FLOOR_DDL:
                 conn.execute(sa.text(ddl))
-        env = floor_env(url, prefix, events, preping)
+        env = floor_env(url, prefix, events, preping, pool)
         for name in self.names:
             procs.start(name, celery_worker_cmd("bench.floorapp", name, concurrency, QUEUE), env)
         self.run(chains=2, hops=3, timeout=60)  # ready and warm (imports, connections)
@@ -502,19 +507,26 @@ class Floor:
         return FloorResult(lat, len(rows), max(starts) - min(starts), cpu, starts)
 
     def launch_bare(
-        self, chains: int, rounds: int, urls: Sequence[str], shape: str = "default"
+        self,
+        chains: int,
+        rounds: int,
+        urls: Sequence[str],
+        shape: str = "default",
+        chars: int = len(TEXT_500),
     ) -> list[int]:
         """Start ``chains`` chains of ``rounds`` rounds of the round protocol, bare
-        (``bench.floorapp.bare_round``); their chain ids."""
+        (``bench.floorapp.bare_round``; ``chars``: the tool's text, in the history too); their
+        chain ids."""
         from bench.floorapp import BARE_ROUND
 
         ids = self.new_chains(chains)
         for i in ids:
-            args = [i, 0, rounds - 1, list(urls), shape]
+            args = [i, 0, rounds - 1, list(urls), shape, chars]
             self.app.send_task(BARE_ROUND, args=args, queue=self.queue)
         return ids
 
     def new_chains(self, chains: int) -> list[int]:
+        """``chains`` new chains at version 0; their ids."""
         with self.engine.begin() as conn:
             conn.execute(sa.text("LOCK TABLE floor_chain IN EXCLUSIVE MODE"))
             first = int(

@@ -10,12 +10,16 @@ turns on Celery task events as treadle's config does; ``BENCH_FLOOR_PREPING=1`` 
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import httpx
 import sqlalchemy as sa
 from celery import Celery
+from httpx_sse import connect_sse
 
 QUEUE = "bench.floor"
 POOL = int(os.environ.get("BENCH_POOL_SIZE", "5"))
@@ -107,75 +111,31 @@ def hop(self: Any, chain: int, n: int, last: int, sleep_even: float = 0.0) -> No
 # What a tool round of treadle's default shape costs with no engine: raw Celery tasks doing the
 # same round trips (``bench.rounds`` "the protocol, bare" rows). One round of a chain:
 #   bench.bare_round: claim txn · the model call (streamed SSE over HTTP, the history so far)
-#                     · commit txn · send bench.bare_tool
-#   bench.bare_tool:  read · claim txn · the tool call (HTTP POST) · commit txn · send the next
-#                     bench.bare_round
+#                     · commit txn (one statement) · send bench.bare_tool
+#   bench.bare_tool:  read (no transaction) · the tool call (HTTP POST) in a kept thread while
+#                     the claim txn commits (as treadle runs a read-only call) · commit txn ·
+#                     send the next bench.bare_round
 # ``shape`` drops pieces to price them: "fold" = the tool task's claim folded into its commit
 # (no read, no claim); "in_round" = the tool call made in the round task (one hop a round);
 # "answer" = the round an answer queued (``bench.bareapi``), then the chain ends.
-# floor_log gets one row per round: started_at = the round's claim, note = its model call (s).
+# floor_log gets one row per round, written by its commit: started_at = when the round task
+# began its claim (for "answer": when the round committed), note = its model call in seconds,
+# cut to whole milliseconds as treadle's ``usage.latency_ms`` is.
 
 BARE_ROUND, BARE_TOOL = "bench.bare_round", "bench.bare_tool"
 BARE_TEXT = ("The quick brown fox jumps over the lazy dog; " * 12)[:480]
+PER_ROUND = {"default": 4, "fold": 3, "in_round": 2}  # versions a round moves the chain on
 CLAIM = sa.text(
     "UPDATE floor_chain SET version = version + 1, updated_at = :ts "
     "WHERE id = :chain AND version = :v RETURNING version"
 )
+COMMIT_ROUND = sa.text(
+    "WITH u AS (UPDATE floor_chain SET version = version + 1, updated_at = :ts "
+    "WHERE id = :chain AND version = :v RETURNING id) "
+    "INSERT INTO floor_log (chain, hop, started_at, note) SELECT id, :hop, :started, :note FROM u"
+)
 READ = sa.text("SELECT version, updated_at FROM floor_chain WHERE id = :chain")
-_http: Any = None
-
-
-def reading() -> sa.Connection:
-    """A read outside a transaction, as treadle reads (``shared.store.db.reading``): no
-    ``BEGIN``, and no ``ROLLBACK`` when the connection goes back to the pool."""
-    return engine().connect().execution_options(isolation_level="AUTOCOMMIT")
-
-
-def _client() -> Any:
-    global _http
-    if _http is None:
-        import httpx
-
-        _http = httpx.Client(timeout=30, limits=httpx.Limits(max_connections=64))
-    return _http
-
-
-def _claimed(chain: int, v: int) -> None:
-    with engine().begin() as conn:
-        conn.execute(CLAIM, {"ts": time.time(), "chain": chain, "v": v}).one()
-
-
-def _committed(chain: int, v: int, hop_no: int, ts: float, note: str | None) -> None:
-    with engine().begin() as conn:
-        if note is not None:
-            conn.execute(INSERT, {"chain": chain, "hop": hop_no, "ts": ts, "note": note})
-        conn.execute(UPDATE, {"ts": time.time(), "chain": chain, "v": v})
-
-
-def _model_call(model_url: str, n: int, content: str = "go") -> float:
-    """The fake model's reply to the history of ``n`` tool rounds, streamed and parsed as the
-    engine's client does (httpx + httpx-sse, a JSON parse per event); its seconds."""
-    import json
-
-    from httpx_sse import connect_sse
-
-    messages: list[dict[str, Any]] = [{"role": "user", "content": content}]
-    for i in range(n):
-        args = json.dumps({"text": BARE_TEXT})
-        call = {"id": f"call_{i}", "type": "function"}
-        call["function"] = {"name": "http_echo", "arguments": args}  # type: ignore[assignment]
-        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": BARE_TEXT})
-    body = {"model": "fake", "stream": True, "messages": messages, "tools": [_TOOL_SPEC]}
-    t0 = time.time()
-    with connect_sse(_client(), "POST", f"{model_url}/chat/completions", json=body) as src:
-        for sse in src.iter_sse():
-            if sse.data != "[DONE]":
-                json.loads(sse.data)
-    return time.time() - t0
-
-
-_TOOL_SPEC = {
+TOOL_SPEC = {
     "type": "function",
     "function": {
         "name": "http_echo",
@@ -187,48 +147,115 @@ _TOOL_SPEC = {
         },
     },
 }
+BARE_TASK: dict[str, Any] = {
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+    "ignore_result": True,
+    "autoretry_for": (sa.exc.OperationalError,),  # like ``hop``: retry soon
+    "default_retry_delay": 0.5,
+    "max_retries": 20,
+}
+_http: httpx.Client | None = None
+_kept = ThreadPoolExecutor(64, thread_name_prefix="bare-tool")
 
 
-def _tool_call(tool_url: str) -> None:
-    _client().post(f"{tool_url}/echo", json={"text": BARE_TEXT}).raise_for_status()
+def reading() -> sa.Connection:
+    """A read outside a transaction, as treadle reads (``shared.store.db.reading``): no
+    ``BEGIN``, and no ``ROLLBACK`` when the connection goes back to the pool."""
+    return engine().connect().execution_options(isolation_level="AUTOCOMMIT")
 
 
-@app.task(name=BARE_ROUND, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def bare_round(chain: int, n: int, last: int, urls: list[str], shape: str) -> None:
-    """Round ``n`` of ``chain`` (version 4n on entry with a tool task, 2n with ``in_round``)."""
+def _client() -> httpx.Client:
+    global _http
+    if _http is None:
+        _http = httpx.Client(timeout=30, limits=httpx.Limits(max_connections=64))
+    return _http
+
+
+def _claimed(chain: int, v: int) -> None:
+    with engine().begin() as conn:
+        conn.execute(CLAIM, {"ts": time.time(), "chain": chain, "v": v}).one()
+
+
+def _round_committed(chain: int, v: int, n: int, started: float, model_s: float) -> None:
+    """The round's commit, one statement: the chain moved on from ``v``, the round's row."""
+    params = {"ts": time.time(), "chain": chain, "v": v, "hop": n, "started": started}
+    with engine().begin() as conn:
+        if conn.execute(COMMIT_ROUND, {**params, "note": f"{model_s:.3f}"}).rowcount != 1:
+            raise LookupError(f"chain {chain} is not at version {v}")
+
+
+def _tool_committed(chain: int, v: int) -> None:
+    with engine().begin() as conn:
+        if conn.execute(UPDATE, {"ts": time.time(), "chain": chain, "v": v}).rowcount != 1:
+            raise LookupError(f"chain {chain} is not at version {v}")
+
+
+def _model_call(model_url: str, n: int, text: str, content: str = "go") -> float:
+    """The fake model's reply to the history of ``n`` tool rounds, streamed and parsed as the
+    engine's client does (httpx + httpx-sse, a JSON parse per event); its seconds, cut to whole
+    milliseconds as treadle records a call's latency."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": content}]
+    for i in range(n):
+        function = {"name": "http_echo", "arguments": json.dumps({"text": text})}
+        call = {"id": f"call_{i}", "type": "function", "function": function}
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": text})
+    body = {"model": "fake", "stream": True, "messages": messages, "tools": [TOOL_SPEC]}
+    t0 = time.time()
+    with connect_sse(_client(), "POST", f"{model_url}/chat/completions", json=body) as src:
+        for sse in src.iter_sse():
+            if sse.data != "[DONE]":
+                json.loads(sse.data)
+    return int((time.time() - t0) * 1000) / 1000
+
+
+def _tool_call(tool_url: str, text: str) -> None:
+    _client().post(f"{tool_url}/echo", json={"text": text}).raise_for_status()
+
+
+@app.task(name=BARE_ROUND, **BARE_TASK)
+def bare_round(
+    chain: int, n: int, last: int, urls: list[str], shape: str, chars: int = len(BARE_TEXT)
+) -> None:
+    """Round ``n`` of ``chain``: the chain is at version ``PER_ROUND[shape] * n`` on entry
+    (1 for "answer", which ``bench.bareapi`` moved on from 0)."""
     model_url, tool_url = urls
-    if shape == "answer":  # the round an answer queued (``bench.bareapi``): claim, call, commit
+    text = (BARE_TEXT * 10)[:chars]
+    if shape == "answer":
         _claimed(chain, 1)
-        model_s = _model_call(model_url, 0, f"b{chain}")
-        _committed(chain, 2, 0, time.time(), f"{model_s:.6f}")
+        model_s = _model_call(model_url, 0, text, f"b{chain}")
+        _round_committed(chain, 2, 0, time.time(), model_s)
         return
-    per = 2 if shape == "in_round" else 4 if shape == "default" else 3
-    v = per * n
-    ts = time.time()
+    v = PER_ROUND[shape] * n
+    started = time.time()
     _claimed(chain, v)
-    model_s = _model_call(model_url, n)
+    model_s = _model_call(model_url, n, text)
     if shape == "in_round":
-        _tool_call(tool_url)
-        _committed(chain, v + 1, n, ts, f"{model_s:.6f}")
-        if n < last:
-            bare_round.apply_async((chain, n + 1, last, urls, shape), queue=QUEUE)
-        return
-    _committed(chain, v + 1, n, ts, f"{model_s:.6f}")
-    bare_tool.apply_async((chain, n, last, urls, shape), queue=QUEUE)
+        _tool_call(tool_url, text)
+    _round_committed(chain, v + 1, n, started, model_s)
+    args = (chain, n + 1 if shape == "in_round" else n, last, urls, shape, chars)
+    if shape != "in_round":
+        bare_tool.apply_async(args, queue=QUEUE)
+    elif n < last:
+        bare_round.apply_async(args, queue=QUEUE)
 
 
-@app.task(name=BARE_TOOL, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def bare_tool(chain: int, n: int, last: int, urls: list[str], shape: str) -> None:
-    _model_url, tool_url = urls
+@app.task(name=BARE_TOOL, **BARE_TASK)
+def bare_tool(chain: int, n: int, last: int, urls: list[str], shape: str, chars: int) -> None:
+    """The tool task of round ``n`` (the chain at version ``PER_ROUND[shape] * n + 2``), then
+    round ``n + 1``."""
+    tool_url, text = urls[1], (BARE_TEXT * 10)[:chars]
+    v = PER_ROUND[shape] * n + 2
     if shape == "default":
-        v = 4 * n + 2
         with reading() as conn:
             conn.execute(READ, {"chain": chain}).one()
+        call = _kept.submit(_tool_call, tool_url, text)
         _claimed(chain, v)
-        _tool_call(tool_url)
-        _committed(chain, v + 1, n, 0.0, None)
+        call.result()
+        _tool_committed(chain, v + 1)
     else:  # "fold": the claim folded into the commit
-        _tool_call(tool_url)
-        _committed(chain, 3 * n + 2, n, 0.0, None)
+        _tool_call(tool_url, text)
+        _tool_committed(chain, v)
     if n < last:
-        bare_round.apply_async((chain, n + 1, last, urls, shape), queue=QUEUE)
+        bare_round.apply_async((chain, n + 1, last, urls, shape, chars), queue=QUEUE)

@@ -76,6 +76,7 @@ CONC = int(os.environ.get("BENCH_PAUSE_CONCURRENCY", "16"))
 MODEL = os.environ.get("BENCH_PAUSE_MODEL", "http")  # http: the path users run
 ANSWER_BY = os.environ.get("BENCH_PAUSE_ANSWER", "http")  # http: the path users run
 TENANT = "bench"  # an API key's tenant (``default`` is the keyless operator's)
+BARE_KEY = "bench-bare-key"  # the bare answer path's one API key (``bare_answers``)
 TABLES = ["runs", "messages", "tool_calls", "events", "usage", "outbox"]
 TARGET_HOPS = 3.0
 
@@ -316,9 +317,6 @@ def main() -> None:
     res["lat_paced"] = _latencies(paced, calls)
     fl = merge(floors)
     report(res, fl, started)
-
-
-BARE_KEY = "bench-bare-key"
 
 
 def bare_answers(

@@ -501,6 +501,19 @@ def _per_hop(ratio: float) -> str:
     return f"= {ratio / 2:.2f} x two hops"
 
 
+BARE_NOTE = (
+    "The protocol, bare (`bench/floorapp.py` `bare_round`, `bare_tool`; NOT treadle: raw "
+    "Celery tasks on the floor's worker, the same model and tool processes, in the same "
+    "blocks) makes a tool round's round trips with no engine. The round task claims (one "
+    "UPDATE), calls the model (streamed SSE, httpx + httpx-sse, the same history) and "
+    "commits (one statement: the UPDATE and the round's row), then sends the tool task. The "
+    "tool task reads the row (no transaction, as treadle reads), POSTs to the tool in a kept "
+    "thread while its claim commits (as treadle runs a read), commits (one UPDATE: no result "
+    "row, so a lower bound) and sends the next round. Its model time is cut to whole "
+    "milliseconds, as treadle's `usage.latency_ms` is. It is what this shape costs before any "
+    "of treadle's own work; the two other bare rows price shapes that are not the default."
+)
+FLOOR_CONC = 4  # the floor's worker threads (its chains and the bare ones run one at a time)
 BARE_SHAPES = {
     "default": "the protocol, bare: the default shape's round trips, no engine (NOT treadle)",
     "fold": "the protocol, bare, the tool's claim folded into its commit (NOT treadle, "
@@ -529,7 +542,7 @@ def main() -> None:
             def quick(n: int) -> dict[str, Any]:
                 return http_model_quick_tool_agent(llm.base_url, n)
 
-            floor = Floor(procs, url, fprefix, concurrency=4)
+            floor = Floor(procs, url, fprefix, concurrency=FLOOR_CONC)
             start_treadle_workers(procs, treadle_env(url, prefix), 1, 8)
             run_and_wait(rt, real(3), timeout=60)  # ready and warm
             run_and_wait(rt, quick(3), timeout=60)
@@ -609,16 +622,7 @@ def main() -> None:
         "call), from the `events` and `usage` rows the engine writes; the floor blocks "
         f"({len(floors)} x {FLOOR_HOPS} hops) alternate with the runs on the same Redis and "
         "PostgreSQL. A tool round is two hops by construction (the round task, the tool "
-        f"task): ideal 2.0 floor hops, target {TARGET_HOPS}. The protocol, bare "
-        "(`bench/floorapp.py` `bare_round`, `bare_tool`; NOT treadle: raw Celery tasks on the "
-        "floor's worker, `-P threads -c 4`, the same model and tool processes, in the same "
-        "blocks) makes a tool round's round trips with no engine: the round task claims (one "
-        "UPDATE), calls the model (streamed SSE, httpx + httpx-sse, the same history), commits "
-        "(INSERT + UPDATE) and sends the tool task; the tool task reads the row (no "
-        "transaction, as treadle reads), claims, POSTs "
-        "to the tool and commits (one UPDATE: no result row, so a lower bound), then sends the "
-        "next round. It is what this shape costs before any of treadle's own work; the two "
-        "other bare rows price a shape that is not the default."
+        f"task): ideal 2.0 floor hops, target {TARGET_HOPS}. " + BARE_NOTE
     )
     sections.append(s)
 

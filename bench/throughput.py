@@ -54,6 +54,8 @@ from bench.common import (
     verdict,
     wait_for,
 )
+from shared.config import Settings
+from shared.store.db import default_pool_size
 
 RUNS = int(os.environ.get("BENCH_TP_RUNS", "500"))
 ROUNDS = int(os.environ.get("BENCH_TP_ROUNDS", "8"))
@@ -134,16 +136,7 @@ def measure(procs: Procs, url: str, n_procs: int) -> dict[str, Any]:
         a = snapshot(admin, url, floor.pids())
         time.sleep(WINDOW)
         b = snapshot(admin, url, floor.pids())
-        with floor.engine.connect() as conn:
-            n = int(
-                conn.execute(
-                    sa.text(
-                        "SELECT count(*) FROM floor_log WHERE hop % 2 = 0"
-                        " AND chain BETWEEN :lo AND :hi AND started_at BETWEEN :a AND :b"
-                    ),
-                    {"lo": ids[0], "hi": ids[-1], "a": a["t"], "b": b["t"]},
-                ).scalar_one()
-            )
+        n = rounds_started(floor, ids, a["t"], b["t"], "hop % 2 = 0")
         out["floor_rate"] = n / (b["t"] - a["t"])
         out["floor"] = per_round(a, b, n)
     finally:
@@ -213,29 +206,41 @@ def _bare(procs: Procs, url: str, admin: sa.Engine, n_procs: int) -> dict[str, f
     model call, commit; read, claim, HTTP tool call, commit), on the floor's workers with the
     same model and tool processes treadle gets: rounds/s and CPU per round in the window."""
     fprefix = new_prefix(f"tpb{n_procs}")
-    floor = Floor(procs, url, fprefix, workers=n_procs, concurrency=CONC)
-    outside = Outside(procs, latency=LATENCY, text_chars=len(TEXT))
+    pool = default_pool_size(CONC, Settings().worker_engine_slots)  # as treadle's, and overflow
+    floor = Floor(procs, url, fprefix, workers=n_procs, concurrency=CONC, pool=pool)
+    outside: Outside | None = None
     try:
-        ids = floor.launch_bare(RUNS, ROUNDS, [outside.model_url, outside.tool_url])
+        outside = Outside(procs, latency=LATENCY, text_chars=len(TEXT))
+        urls = [outside.model_url, outside.tool_url]
+        ids = floor.launch_bare(RUNS, ROUNDS, urls, chars=len(TEXT))
         time.sleep(RAMP)
         a = snapshot(admin, url, floor.pids())
         time.sleep(WINDOW)
         b = snapshot(admin, url, floor.pids())
-        with floor.engine.connect() as conn:
-            n = int(
-                conn.execute(
-                    sa.text(
-                        "SELECT count(*) FROM floor_log WHERE chain BETWEEN :lo AND :hi"
-                        " AND started_at BETWEEN :a AND :b"
-                    ),
-                    {"lo": ids[0], "hi": ids[-1], "a": a["t"], "b": b["t"]},
-                ).scalar_one()
-            )
+        n = rounds_started(floor, ids, a["t"], b["t"])
         return {"rate": n / (b["t"] - a["t"]), **per_round(a, b, n)}
     finally:
-        outside.close()
+        if outside is not None:
+            outside.close()
         floor.close()
         redis_cleanup(fprefix)
+
+
+def rounds_started(floor: Floor, ids: list[int], a: float, b: float, where: str = "true") -> int:
+    """Rows of ``floor_log`` whose round started in the window [a, b] (chains ``ids``). A row
+    is written when its round commits, after the model latency: it is counted once every
+    round started in the window has had time to commit."""
+    time.sleep(LATENCY + 0.5)
+    with floor.engine.connect() as conn:
+        return int(
+            conn.execute(
+                sa.text(
+                    f"SELECT count(*) FROM floor_log WHERE {where}"
+                    " AND chain BETWEEN :lo AND :hi AND started_at BETWEEN :a AND :b"
+                ),
+                {"lo": ids[0], "hi": ids[-1], "a": a, "b": b},
+            ).scalar_one()
+        )
 
 
 def pg_started(url: str) -> str:
@@ -334,7 +339,7 @@ def main() -> None:
             "treadle whole machine",
             "floor workers",
             "floor whole machine",
-            "bare protocol workers / whole machine",
+            "the protocol, bare (NOT treadle): workers / whole machine",
             "peak PG connections (treadle)",
             "failed runs",
         ],
