@@ -26,6 +26,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from bench.services import TEXT_500
 from shared.config import Settings
 from shared.names import ROUNDS_QUEUE, TOOLS_QUEUE
 
@@ -69,7 +70,6 @@ TAG = uuid.uuid4().hex[:8]
 LOG_DIR = Path(tempfile.gettempdir()) / f"treadle-bench-{TAG}"
 CLK = os.sysconf("SC_CLK_TCK")
 QUEUES = f"{ROUNDS_QUEUE},{TOOLS_QUEUE}"
-TEXT_500 = ("The quick brown fox jumps over the lazy dog; " * 12)[:480]
 
 
 # --------------------------------------------------------------------------- statistics
@@ -764,20 +764,14 @@ def http_model_http_tool_agent(model_url: str, tool_url: str, rounds: int) -> di
     over HTTP, ``bench.services model``) whose one tool is an inline read-only HTTP tool
     posting to ``bench.services tool`` in another process (every call a ``treadle.tool``
     task); ``rounds`` tool rounds, then the run ends on ``max_rounds``."""
-    from bench.services import HTTP_TOOL
+    from bench.services import HTTP_TOOL_FACE
 
     return {
         "kind": "agent",
         "tools": [
             {
-                "name": HTTP_TOOL,
-                "description": "Echo the text back.",
+                **HTTP_TOOL_FACE,
                 "read_only": True,
-                "parameters": {
-                    "type": "object",
-                    "properties": {"text": {"type": "string"}},
-                    "required": ["text"],
-                },
                 "http": {"method": "POST", "url": f"{tool_url}/echo", "timeout_s": 30},
             }
         ],

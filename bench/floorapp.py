@@ -21,6 +21,8 @@ import sqlalchemy as sa
 from celery import Celery
 from httpx_sse import connect_sse
 
+from bench.services import HTTP_TOOL, HTTP_TOOL_FACE, TEXT_500
+
 QUEUE = "bench.floor"
 POOL = int(os.environ.get("BENCH_POOL_SIZE", "5"))
 TASK = "bench.hop"
@@ -123,7 +125,6 @@ def hop(self: Any, chain: int, n: int, last: int, sleep_even: float = 0.0) -> No
 # cut to whole milliseconds as treadle's ``usage.latency_ms`` is.
 
 BARE_ROUND, BARE_TOOL = "bench.bare_round", "bench.bare_tool"
-BARE_TEXT = ("The quick brown fox jumps over the lazy dog; " * 12)[:480]
 PER_ROUND = {"default": 4, "fold": 3, "in_round": 2}  # versions a round moves the chain on
 CLAIM = sa.text(
     "UPDATE floor_chain SET version = version + 1, updated_at = :ts "
@@ -135,18 +136,7 @@ COMMIT_ROUND = sa.text(
     "INSERT INTO floor_log (chain, hop, started_at, note) SELECT id, :hop, :started, :note FROM u"
 )
 READ = sa.text("SELECT version, updated_at FROM floor_chain WHERE id = :chain")
-TOOL_SPEC = {
-    "type": "function",
-    "function": {
-        "name": "http_echo",
-        "description": "Echo the text back.",
-        "parameters": {
-            "type": "object",
-            "properties": {"text": {"type": "string"}},
-            "required": ["text"],
-        },
-    },
-}
+TOOL_SPEC = {"type": "function", "function": HTTP_TOOL_FACE}  # as the engine sends it
 BARE_TASK: dict[str, Any] = {
     "acks_late": True,
     "reject_on_worker_lost": True,
@@ -197,7 +187,7 @@ def _model_call(model_url: str, n: int, text: str, content: str = "go") -> float
     milliseconds as treadle records a call's latency."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": content}]
     for i in range(n):
-        function = {"name": "http_echo", "arguments": json.dumps({"text": text})}
+        function = {"name": HTTP_TOOL, "arguments": json.dumps({"text": text})}
         call = {"id": f"call_{i}", "type": "function", "function": function}
         messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": text})
@@ -216,12 +206,12 @@ def _tool_call(tool_url: str, text: str) -> None:
 
 @app.task(name=BARE_ROUND, **BARE_TASK)
 def bare_round(
-    chain: int, n: int, last: int, urls: list[str], shape: str, chars: int = len(BARE_TEXT)
+    chain: int, n: int, last: int, urls: list[str], shape: str, chars: int = len(TEXT_500)
 ) -> None:
     """Round ``n`` of ``chain``: the chain is at version ``PER_ROUND[shape] * n`` on entry
     (1 for "answer", which ``bench.bareapi`` moved on from 0)."""
     model_url, tool_url = urls
-    text = (BARE_TEXT * 10)[:chars]
+    text = (TEXT_500 * 10)[:chars]
     if shape == "answer":
         _claimed(chain, 1)
         model_s = _model_call(model_url, 0, text, f"b{chain}")
@@ -245,7 +235,7 @@ def bare_round(
 def bare_tool(chain: int, n: int, last: int, urls: list[str], shape: str, chars: int) -> None:
     """The tool task of round ``n`` (the chain at version ``PER_ROUND[shape] * n + 2``), then
     round ``n + 1``."""
-    tool_url, text = urls[1], (BARE_TEXT * 10)[:chars]
+    tool_url, text = urls[1], (TEXT_500 * 10)[:chars]
     v = PER_ROUND[shape] * n + 2
     if shape == "default":
         with reading() as conn:

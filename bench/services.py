@@ -35,6 +35,15 @@ from starlette.routing import Route
 from shared.llm.fake_server import FakeState, ReplySpec, create_app
 
 HTTP_TOOL = "http_echo"
+HTTP_TOOL_FACE = {  # its name, description and parameters, as the model sees them
+    "name": HTTP_TOOL,
+    "description": "Echo the text back.",
+    "parameters": {
+        "type": "object",
+        "properties": {"text": {"type": "string"}},
+        "required": ["text"],
+    },
+}
 TEXT_500 = ("The quick brown fox jumps over the lazy dog; " * 12)[:480]
 
 

@@ -325,7 +325,9 @@ def main() -> None:
         "The protocol, bare (`bench/floorapp.py` `bare_round`, `bare_tool`; NOT treadle) "
         "is the same number of chains on the floor's workers making a tool round's round "
         "trips with no engine: claim, the HTTP model call (the same fake model process and "
-        "latency), commit; read, claim, the HTTP tool call, commit; same window. It is "
+        "latency), commit; read, the HTTP tool call beside its claim, commit; same window. "
+        "Rounds of both the floor and the bare chains are counted once those started in the "
+        "window have committed. It is "
         "what this shape costs on this machine before any of treadle's own work: the fake "
         "model's and the tool endpoint's CPU is on these 2 cores, as for treadle."
     )
